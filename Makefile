@@ -1,0 +1,30 @@
+# asrkit: `make test` and `make demo` set everything up on a fresh machine (venv, Python and Debian packages).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: test demo install system-deps clean-demo
+
+# Reinstall only when the package metadata changes.
+$(STAMP): setup.py
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP) system-deps
+
+# espeak-ng (speech synthesis for the demo and tests), sox, flac.
+system-deps:
+	@bash tools/install_system_deps.sh
+
+test: install
+	$(PY) -m pytest -q tests
+
+demo: install
+	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash recipes/mini/run.sh
+
+clean-demo:
+	rm -rf recipes/mini/data recipes/mini/exp

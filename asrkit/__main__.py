@@ -1,0 +1,5 @@
+import sys
+
+from asrkit.cli import main
+
+sys.exit(main())

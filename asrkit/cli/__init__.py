@@ -1,0 +1,63 @@
+"""The ``asrkit`` command: a thin dispatcher over one module per subcommand.
+
+Each module named in :data:`SUBCOMMANDS` exposes ``main(argv) -> int``.
+Modules are imported lazily, so ``asrkit --help`` and ``asrkit score`` stay fast.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import List, Optional
+
+# name -> (module, one-line help)
+SUBCOMMANDS = {
+    "compute-cmvn": ("asrkit.cli.compute_cmvn", "global mean/variance statistics of a data dir's features"),
+    "decode": ("asrkit.cli.decode", "decode a Kaldi data dir with a trained model into a Kaldi text file"),
+    "score": ("asrkit.cli.score", "WER/CER of a hypothesis text against a reference, sclite-style reports"),
+    "train": ("asrkit.cli.train", "train a model from a YAML config into an experiment dir"),
+    "train-tokenizer": ("asrkit.cli.train_tokenizer", "train a char or sentencepiece tokenizer on a text file"),
+    "transcribe": ("asrkit.cli.transcribe", "transcribe audio files with a trained model"),
+}
+
+TORCHAUDIO_HINT = (
+    "asrkit: torchaudio cannot load with the installed torch ({detail}); this happens when torch is a CPU-only "
+    "build but torchaudio is the registry's CUDA build. Fix: pip install 'torch==2.14.1' 'torchaudio==2.11.*' "
+    "(matching builds), or run 'make install'."
+)
+
+
+def usage() -> str:
+    width = max(len(n) for n in SUBCOMMANDS)
+    lines = ["usage: asrkit <command> [options]", "", "commands:"]
+    for name, (_, summary) in sorted(SUBCOMMANDS.items()):
+        lines.append(f"  {name:<{width}}  {summary}")
+    lines += ["", "Run 'asrkit <command> --help' for a command's options."]
+    return "\n".join(lines)
+
+
+def _is_torchaudio_abi_error(exc: BaseException) -> bool:
+    text = f"{exc}"
+    return "libc10_cuda" in text or ("torchaudio" in text and "undefined symbol" in text)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0
+    if argv[0] == "--version":
+        from asrkit import __version__
+        print(__version__)
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"asrkit: unknown command '{name}'\n\n{usage()}", file=sys.stderr)
+        return 2
+    try:
+        module = importlib.import_module(SUBCOMMANDS[name][0])
+    except (ImportError, OSError) as exc:
+        if _is_torchaudio_abi_error(exc):
+            print(TORCHAUDIO_HINT.format(detail=str(exc).splitlines()[0]), file=sys.stderr)
+            return 1
+        raise
+    return int(module.main(rest) or 0)

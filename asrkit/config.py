@@ -1,0 +1,222 @@
+"""Typed configuration: one frozen dataclass per YAML section.
+
+A YAML file maps onto :class:`ExperimentConfig`; every key must be a field of
+its section, so a typo is an error that names the key and the file instead of
+a silently ignored setting. ``--set section.key=value`` overrides are parsed
+as YAML scalars and checked the same way.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """An invalid configuration; the message names the key (and file)."""
+
+
+@dataclass(frozen=True)
+class FrontendConfig:
+    """Feature extraction. ``kind``: ``logmel`` (torch.stft) or ``kaldi_fbank`` (torchaudio.compliance.kaldi)."""
+    kind: str = "logmel"
+    sample_rate: int = 16000
+    n_fft: int = 512
+    win_length: int = 400  # samples (25 ms at 16 kHz)
+    hop_length: int = 160  # samples (10 ms at 16 kHz)
+    window: str = "hann"  # hann | hamming | povey (kaldi_fbank only: povey, hamming, hanning, ...)
+    n_mels: int = 80
+    fmin: float = 20.0
+    fmax: Optional[float] = None  # None: sample_rate / 2
+    log_floor: float = 1e-10
+    dither: float = 0.0  # kaldi_fbank only; applied in training only
+
+
+@dataclass(frozen=True)
+class SpecAugmentConfig:
+    enabled: bool = False
+    num_freq_masks: int = 2
+    freq_mask_width: int = 27  # max bins per mask
+    num_time_masks: int = 2
+    time_mask_width: int = 40  # max frames per mask
+    time_mask_ratio: float = 0.05  # cap a time mask at this fraction of the utterance
+    time_warp: int = 0  # max warp distance in frames; 0 disables
+
+
+@dataclass(frozen=True)
+class SpeedPerturbConfig:
+    enabled: bool = False
+    factors: Tuple[float, ...] = (0.9, 1.0, 1.1)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    max_frames: int = 20000  # per batch, in 10 ms feature frames (sum over utterances incl. padding)
+    max_batch_size: int = 64
+    min_duration: float = 0.1  # seconds; shorter utterances are dropped with a report
+    max_duration: float = 30.0
+    num_workers: int = 0
+    bucket_width: float = 0.5  # not used by every sampler; seconds
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    kind: str = "char"  # char | sentencepiece
+    path: str = "tokenizer.json"  # relative paths resolve against the experiment dir
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    input_layer: str = "conv2d"  # conv2d (x4) | conv2d6 | conv2d8
+    d_model: int = 256
+    num_heads: int = 4
+    ffn_dim: int = 1024
+    num_layers: int = 12
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    normalize_before: bool = True  # pre-LN (default) or post-LN
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str = "ctc_transformer"  # key in asrkit.models.registry
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 10
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    warmup_steps: int = 1000
+    grad_clip: float = 5.0
+    seed: int = 1
+    log_interval: int = 10
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    frontend: FrontendConfig = field(default_factory=FrontendConfig)
+    specaug: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)
+    speed_perturb: SpeedPerturbConfig = field(default_factory=SpeedPerturbConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    cmvn: Optional[str] = None  # global CMVN stats JSON (asrkit compute-cmvn); relative to the experiment dir
+
+
+def _convert(value: Any, tp: Any, where: str) -> Any:
+    """Check/convert one YAML value against a field type; ``where`` names the key for errors."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping for section, got {value!r}")
+        return from_dict(tp, value, where)
+    if origin is typing.Union:
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _convert(value, inner[0], where)
+    if origin in (tuple, Tuple, list, List, Sequence):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        item_tp = args[0] if args else Any
+        items = [_convert(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin in (tuple, Tuple) else items
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true/false, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    if origin in (dict, Dict):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
+    return value
+
+
+def from_dict(cls: Type[T], data: Mapping[str, Any], where: str = "") -> T:
+    """Build dataclass ``cls`` from a mapping; unknown keys are an error naming the full key path."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        path = f"{where}.{key}" if where else str(key)
+        if key not in names:
+            raise ConfigError(f"unknown config key '{path}' (valid keys here: {', '.join(sorted(names))})")
+        kwargs[key] = _convert(value, hints[key], path)
+    return cls(**kwargs)
+
+
+def to_dict(cfg: Any) -> Dict[str, Any]:
+    """Plain nested dict (tuples as lists) suitable for YAML."""
+    def plain(v: Any) -> Any:
+        if dataclasses.is_dataclass(v):
+            return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return v
+    return plain(cfg)
+
+
+def apply_overrides(data: Dict[str, Any], overrides: Sequence[str]) -> Dict[str, Any]:
+    """Apply ``a.b.c=value`` overrides (value parsed as YAML) to a nested dict, in place."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' is not of the form key.path=value")
+        key, raw = item.split("=", 1)
+        parts = key.strip().split(".")
+        node = data
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override '{item}': '{p}' is not a section")
+        node[parts[-1]] = yaml.safe_load(raw)
+    return data
+
+
+def load_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> ExperimentConfig:
+    """Load an experiment YAML (plus ``--set`` overrides) into a checked :class:`ExperimentConfig`."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh) or {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of sections")
+    apply_overrides(data, overrides)
+    try:
+        return from_dict(ExperimentConfig, data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def save_config(cfg: Any, path: str | os.PathLike) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(to_dict(cfg), fh, sort_keys=False)

@@ -1,0 +1,72 @@
+"""Kaldi table files: one ``key value...`` record per line (text, wav.scp, utt2spk, ...).
+
+Readers keep line numbers so every error names the file and the line.
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, Iterable, Iterator, Mapping, Tuple
+
+
+class TableError(ValueError):
+    """A malformed Kaldi table file; the message names the file and line."""
+
+
+def iter_table(path: str | os.PathLike, *, allow_empty_value: bool = True) -> Iterator[Tuple[str, str, int]]:
+    """Yield ``(key, value, line_number)`` for each record of a Kaldi table file.
+
+    Tolerates CRLF line endings, tabs and repeated spaces (the value is
+    whitespace-normalised to single spaces). Blank lines are an error because
+    Kaldi tools reject them and they usually mean a broken file.
+    """
+    path = os.fspath(path)
+    try:
+        fh = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise TableError(f"{path}: cannot open: {exc.strerror}") from exc
+    with fh:
+        for lineno, line in enumerate(fh, start=1):
+            fields = line.split()
+            if not fields:
+                raise TableError(f"{path}:{lineno}: empty line")
+            key, value = fields[0], " ".join(fields[1:])
+            if not value and not allow_empty_value:
+                raise TableError(f"{path}:{lineno}: no value for key '{key}'")
+            yield key, value, lineno
+
+
+def read_table(path: str | os.PathLike, *, allow_empty_value: bool = True) -> Dict[str, str]:
+    """Read a Kaldi table into an insertion-ordered dict; a repeated key is an error naming both lines."""
+    out: Dict[str, str] = {}
+    seen: Dict[str, int] = {}
+    for key, value, lineno in iter_table(path, allow_empty_value=allow_empty_value):
+        if key in seen:
+            raise TableError(f"{os.fspath(path)}:{lineno}: duplicate key '{key}' (first seen on line {seen[key]})")
+        seen[key] = lineno
+        out[key] = value
+    return out
+
+
+def read_table_with_lines(path: str | os.PathLike, *, allow_empty_value: bool = True) -> Dict[str, Tuple[str, int]]:
+    """Like :func:`read_table` but keeps the line number of each record: ``{key: (value, line)}``."""
+    out: Dict[str, Tuple[str, int]] = {}
+    for key, value, lineno in iter_table(path, allow_empty_value=allow_empty_value):
+        if key in out:
+            raise TableError(
+                f"{os.fspath(path)}:{lineno}: duplicate key '{key}' (first seen on line {out[key][1]})")
+        out[key] = (value, lineno)
+    return out
+
+
+def write_table(path: str | os.PathLike, records: Mapping[str, str] | Iterable[Tuple[str, str]],
+                *, sort: bool = True) -> None:
+    """Write ``key value`` lines (sorted by key unless ``sort=False``) atomically."""
+    items = list(records.items()) if isinstance(records, Mapping) else list(records)
+    if sort:
+        items.sort(key=lambda kv: kv[0])
+    path = os.fspath(path)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for key, value in items:
+            fh.write(f"{key} {value}\n" if value != "" else f"{key}\n")
+    os.replace(tmp, path)

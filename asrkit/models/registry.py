@@ -1,0 +1,37 @@
+"""One flat table from config ``model.name`` to a model builder."""
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional
+
+from torch import nn
+
+from asrkit.audio.cmvn import CMVNStats
+from asrkit.audio.frontend import Frontend
+from asrkit.config import ConfigError, ExperimentConfig
+from asrkit.models.ctc_transformer import CTCTransformer
+from asrkit.nets.transformer import TransformerEncoder
+
+Builder = Callable[[ExperimentConfig, int, Frontend], nn.Module]
+
+
+def build_frontend_module(cfg: ExperimentConfig, cmvn_path: Optional[str]) -> Frontend:
+    stats = CMVNStats.load(cmvn_path) if cmvn_path else None
+    return Frontend(cfg.frontend, cfg.specaug, cfg.speed_perturb, stats)
+
+
+def _ctc_transformer(cfg: ExperimentConfig, vocab_size: int, frontend: Frontend) -> nn.Module:
+    e = cfg.model.encoder
+    encoder = TransformerEncoder(frontend.output_dim, e.d_model, e.num_heads, e.ffn_dim, e.num_layers, e.dropout,
+                                 e.attention_dropout, e.normalize_before, e.input_layer)
+    return CTCTransformer(frontend, encoder, vocab_size)
+
+
+MODELS: Dict[str, Builder] = {
+    "ctc_transformer": _ctc_transformer,
+}
+
+
+def build_model(cfg: ExperimentConfig, vocab_size: int, cmvn_path: Optional[str] = None) -> nn.Module:
+    if cfg.model.name not in MODELS:
+        raise ConfigError(f"model.name '{cfg.model.name}' is unknown (registered: {', '.join(sorted(MODELS))})")
+    return MODELS[cfg.model.name](cfg, vocab_size, build_frontend_module(cfg, cmvn_path))

@@ -1,0 +1,65 @@
+"""Convolutional subsampling of filterbank frames (x4, x6, x8) followed by positional encoding."""
+from __future__ import annotations
+
+from typing import List, Tuple
+
+import torch
+from torch import nn
+
+from asrkit.nets.positional import PositionalEncoding
+
+# factor -> (kernel, stride) of each conv2d layer (no padding); lengths follow L' = (L - k) // s + 1.
+LAYOUTS = {
+    4: [(3, 2), (3, 2)],
+    6: [(3, 2), (5, 3)],
+    8: [(3, 2), (3, 2), (3, 2)],
+}
+INPUT_LAYERS = {"conv2d": 4, "conv2d6": 6, "conv2d8": 8}
+
+
+def conv_output_length(lengths: torch.Tensor, layout: List[Tuple[int, int]]) -> torch.Tensor:
+    for k, s in layout:
+        lengths = torch.div(lengths - k, s, rounding_mode="floor") + 1
+    return lengths
+
+
+class Conv2dSubsampling(nn.Module):
+    """(B, T, F) features -> (B, T', d_model) with T' = frames after the convolutions.
+
+    Each conv has ``d_model`` channels and ReLU; the flattened (channels x freq)
+    output is projected to ``d_model``. Utterances shorter than the receptive
+    field come out with length 0 (callers filter them before training).
+    """
+
+    def __init__(self, in_dim: int, d_model: int, factor: int = 4, dropout: float = 0.0):
+        super().__init__()
+        if factor not in LAYOUTS:
+            raise ValueError(f"subsampling factor must be one of {sorted(LAYOUTS)}, got {factor}")
+        self.factor = factor
+        self.layout = LAYOUTS[factor]
+        layers: List[nn.Module] = []
+        channels, freq = 1, in_dim
+        for k, s in self.layout:
+            layers += [nn.Conv2d(channels, d_model, k, s), nn.ReLU()]
+            channels, freq = d_model, (freq - k) // s + 1
+        if freq < 1:
+            raise ValueError(f"feature dim {in_dim} too small for x{factor} subsampling")
+        self.conv = nn.Sequential(*layers)
+        self.out = nn.Linear(d_model * freq, d_model)
+        self.pos = PositionalEncoding(d_model, dropout)
+        # Frames of input needed before the first output frame exists.
+        self.min_input_length = int(self.input_length_for(torch.tensor([1])))
+
+    def input_length_for(self, out_len: torch.Tensor) -> torch.Tensor:
+        for k, s in reversed(self.layout):
+            out_len = (out_len - 1) * s + k
+        return out_len
+
+    def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
+        return conv_output_length(lengths, self.layout).clamp(min=0)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        x = self.conv(x.unsqueeze(1))  # (B, C, T', F')
+        b, c, t, f = x.shape
+        x = self.out(x.transpose(1, 2).reshape(b, t, c * f))
+        return self.pos(x), self.output_lengths(lengths)

@@ -1,0 +1,34 @@
+"""asrkit: a speech recognition toolkit in PyTorch."""
+import re
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+version = re.search(r'__version__ = "([^"]+)"', Path("asrkit/__init__.py").read_text()).group(1)
+
+setup(
+    name="asrkit",
+    version=version,
+    description="Speech recognition toolkit: Kaldi-style data, Transformer/LSTM CTC and attention models, batched GPU search",
+    long_description=Path("README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.9",
+    packages=find_packages(include=["asrkit", "asrkit.*"]),
+    install_requires=[
+        # torch and torchaudio must be builds that load together (see README, Installing).
+        "torch>=2.1,<=2.14.1",
+        "torchaudio>=2.1",
+        "librosa>=0.10",
+        "sentencepiece>=0.1.99",
+        "jiwer>=4.0",
+        "soundfile>=0.12",
+        "pyyaml>=6.0",
+        "tqdm>=4.60",
+        "tensorboard>=2.10",
+        "numpy>=1.23",
+    ],
+    extras_require={
+        "dev": ["pytest>=7", "pytest-timeout>=2.1"],
+    },
+    entry_points={"console_scripts": ["asrkit=asrkit.cli:main"]},
+)

@@ -1,0 +1,63 @@
+"""`asrkit score` end to end on small files, checked against jiwer."""
+from __future__ import annotations
+
+import jiwer
+import pytest
+
+from asrkit.cli import main as asrkit_main
+from asrkit.cli.score import main
+
+REF = "u1 the cat sat on the mat\r\nu2\tgood  morning\nu3 a b c\nu4\n"
+HYP = "u1 the cat sat in the hat\nu2 good morning everyone\nu4\nu9 stray\n"
+
+
+@pytest.fixture()
+def ref_hyp(tmp_path):
+    ref, hyp = tmp_path / "ref.txt", tmp_path / "hyp.txt"
+    ref.write_bytes(REF.encode())
+    hyp.write_bytes(HYP.encode())
+    (tmp_path / "utt2spk").write_text("u1 s1\nu2 s1\nu3 s2\nu4 s2\n")
+    return ref, hyp, tmp_path / "utt2spk"
+
+
+def test_score_cli_prints_and_writes(ref_hyp, tmp_path, capsys):
+    ref, hyp, u2s = ref_hyp
+    out = tmp_path / "out"
+    assert main(["--ref", str(ref), "--hyp", str(hyp), "--utt2spk", str(u2s), "--out", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    refs = ["the cat sat on the mat", "good morning", "a b c", ""]
+    hyps = ["the cat sat in the hat", "good morning everyone", "", ""]
+    jw = jiwer.process_words(refs, hyps)
+    n_err = jw.substitutions + jw.deletions + jw.insertions
+    assert stdout.splitlines()[0] == (f"%WER {100 * jiwer.wer(refs, hyps):.2f} [ {n_err} / 11, "
+                                      f"{jw.insertions} ins, {jw.deletions} del, {jw.substitutions} sub ]")
+    assert stdout.splitlines()[1] == "%SER 75.00 [ 3 / 4 ]"
+    assert any(line.startswith("| s1 ") for line in stdout.splitlines())
+    summary = (out / "result.txt").read_text(encoding="utf-8")
+    assert stdout.startswith(summary)
+    pra = (out / "result.pra").read_text(encoding="utf-8")
+    assert "id: (u1)\nScores: (#C #S #D #I) 4 2 0 0\n" in pra
+    assert "REF:  the cat sat on the mat\nHYP:  the cat sat in the hat\nEVAL:             S      S\n" in pra
+    assert "id: (u3)" in pra and "id: (u9)" in pra and "Note: missing from hypothesis" in pra
+
+
+def test_score_cli_cer_through_dispatcher(ref_hyp, capsys):
+    ref, hyp, _ = ref_hyp
+    assert asrkit_main(["score", "--ref", str(ref), "--hyp", str(hyp), "--cer"]) == 0
+    refs = ["thecatsatonthemat", "goodmorning", "abc", ""]
+    hyps = ["thecatsatinthehat", "goodmorningeveryone", "", ""]
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"%CER {100 * jiwer.cer(refs, hyps):.2f} [ ")
+
+
+def test_score_cli_errors(ref_hyp, tmp_path, capsys):
+    ref, hyp, _ = ref_hyp
+    dup = tmp_path / "dup.txt"
+    dup.write_text("u1 a\nu2 b\nu1 c\n")
+    assert main(["--ref", str(ref), "--hyp", str(dup)]) == 1
+    assert "dup.txt:3: duplicate key 'u1' (first seen on line 1)" in capsys.readouterr().err
+    assert main(["--ref", str(tmp_path / "nope"), "--hyp", str(hyp)]) == 1
+    assert "nope: cannot open" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # --out names a file
+        main(["--ref", str(ref), "--hyp", str(hyp), "--out", str(dup)])
+    assert exc.value.code == 2 and "not a directory" in capsys.readouterr().err
