@@ -73,6 +73,7 @@ class TokenizerConfig:
 
 @dataclass(frozen=True)
 class EncoderConfig:
+    """Transformer encoder (models ctc_transformer, ctc_attention)."""
     input_layer: str = "conv2d"  # conv2d (x4) | conv2d6 | conv2d8
     d_model: int = 256
     num_heads: int = 4
@@ -81,23 +82,80 @@ class EncoderConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.0
     normalize_before: bool = True  # pre-LN (default) or post-LN
+    # Intermediate CTC: 1-based layer indices whose output gets an auxiliary CTC loss (InterCTC).
+    interctc_layers: Tuple[int, ...] = ()
+    self_condition: bool = False  # add projected intermediate CTC posteriors back into the residual stream
+    # Deja-vu feature re-presentation after this 1-based layer (0 = off); aux CTC right before it.
+    dejavu_layer: int = 0
+    dejavu_input: str = "subsampled"  # subsampled (conv output) | stacked_fbank (raw frames stacked to the rate)
+    dejavu_dim: int = 0  # d_c of the paper; 0 = d_model
+    dejavu_pos_dim: int = 0  # d_e (concatenated sinusoid); 0 = d_model // 4
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """Transformer attention decoder (model ctc_attention)."""
+    num_layers: int = 6
+    num_heads: int = 4
+    ffn_dim: int = 2048
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    normalize_before: bool = True
+    tie_embeddings: bool = False  # share input embedding and output projection
+
+
+@dataclass(frozen=True)
+class LSTMEncoderConfig:
+    """Bidirectional LSTM encoder (models blstm_ctc, blstm_attention)."""
+    input_layer: str = "conv2d"  # conv2d | conv2d6 | conv2d8 | none
+    hidden_size: int = 320  # per direction
+    num_layers: int = 4
+    dropout: float = 0.2
+    pyramid_layers: Tuple[int, ...] = ()  # 1-based layers after which frames are halved (pyramidal BLSTM)
+
+
+@dataclass(frozen=True)
+class LSTMDecoderConfig:
+    """LSTM decoder with location-aware attention (model blstm_attention)."""
+    embed_dim: int = 128
+    hidden_size: int = 320
+    num_layers: int = 1
+    attention_dim: int = 320
+    conv_channels: int = 10  # location filters F (Chorowski et al. 2015)
+    conv_kernel: int = 31  # odd width of the convolution over the previous alignment
+    dropout: float = 0.2
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     name: str = "ctc_transformer"  # key in asrkit.models.registry
+    ctc_weight: float = 0.3  # loss = ctc_weight * ctc + (1 - ctc_weight) * attention (+ intermediate terms)
+    interctc_weight: float = 0.0  # weight of the intermediate CTC terms
+    lsm_weight: float = 0.1  # decoder label smoothing
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    decoder: DecoderConfig = field(default_factory=DecoderConfig)
+    lstm_encoder: LSTMEncoderConfig = field(default_factory=LSTMEncoderConfig)
+    lstm_decoder: LSTMDecoderConfig = field(default_factory=LSTMDecoderConfig)
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     epochs: int = 10
-    lr: float = 1e-3
+    optimizer: str = "adamw"  # adam | adamw
+    lr: float = 1e-3  # peak learning rate
     weight_decay: float = 0.0
+    scheduler: str = "warmup_inverse_sqrt"  # warmup_inverse_sqrt (Noam shape) | warmup_cosine | constant
     warmup_steps: int = 1000
     grad_clip: float = 5.0
+    accum_grad: int = 1
+    amp: str = "none"  # none | bf16 | fp16 (fp16 on CUDA only)
     seed: int = 1
     log_interval: int = 10
+    save_every_steps: int = 0  # 0 = only at epoch ends
+    keep_best: int = 5  # best checkpoints kept by best_metric
+    best_metric: str = "valid_loss"  # valid_loss | valid_acc
+    max_nonfinite_steps: int = 20  # stop after this many non-finite steps in a row
+    plot_attention: int = 0  # attention images of this many validation utterances per epoch
 
 
 @dataclass(frozen=True)
