@@ -26,6 +26,7 @@ setup(
         "tqdm>=4.60",
         "tensorboard>=2.10",
         "numpy>=1.23",
+        "scipy>=1.8",
     ],
     extras_require={
         "dev": ["pytest>=7", "pytest-timeout>=2.1"],
