@@ -1,0 +1,262 @@
+"""Feature extraction as batched ``nn.Module`` s that run on the model's device.
+
+Two extractors share one interface, ``forward(wav (B, T), wav_lens (B,)) ->
+(feats (B, F, D), feat_lens (B,))`` with ``D = .output_dim``:
+
+* :class:`LogMel` -- power spectrum from ``torch.stft``, HTK-scale triangular
+  mel filters without area normalisation (equal to
+  ``librosa.filters.mel(htk=True, norm=None)``), natural log of
+  ``max(mel_energy, log_floor)``.
+* :class:`KaldiFbank` -- ``torchaudio.compliance.kaldi.fbank`` run once per
+  utterance (that API is unbatched).
+
+Waveforms are float in [-1, 1]. Both use Kaldi's ``snip_edges`` framing: frame
+``i`` covers samples ``[i*hop, i*hop + win_length)`` and only frames that lie
+completely inside the utterance exist, so an utterance of ``n`` samples gives
+``max(0, (n - win_length) // hop + 1)`` frames (:meth:`num_frames`). A frame
+therefore never reads a padding sample, which makes an utterance's features
+independent of the padding that follows it in a batch. The batch output has
+``num_frames(T)`` frames; frames at or past ``feat_lens[b]`` are exactly 0.
+
+:class:`Frontend` composes speed perturbation, an extractor, SpecAugment and
+global CMVN; the augmentations act only in training mode.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+import torchaudio.compliance.kaldi as kaldi
+from torch import Tensor, nn
+
+from asrkit.audio.augment import SpecAugment, SpeedPerturb
+from asrkit.audio.cmvn import CMVNStats, GlobalCMVN
+from asrkit.config import ConfigError, FrontendConfig, SpecAugmentConfig, SpeedPerturbConfig
+
+__all__ = ["LogMel", "KaldiFbank", "Frontend", "build_frontend", "mel_filterbank", "hz_to_mel", "mel_to_hz"]
+
+
+def hz_to_mel(hz: Tensor) -> Tensor:
+    """HTK mel scale: ``2595 * log10(1 + hz / 700)``."""
+    return 2595.0 * torch.log10(1.0 + hz / 700.0)
+
+
+def mel_to_hz(mel: Tensor) -> Tensor:
+    """Inverse of :func:`hz_to_mel`."""
+    return 700.0 * (10.0 ** (mel / 2595.0) - 1.0)
+
+
+def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int, fmin: float, fmax: float) -> Tensor:
+    """Triangular HTK-mel filters over the ``n_fft // 2 + 1`` rfft bins, shape (n_mels, n_fft // 2 + 1).
+
+    Filter ``m`` rises linearly (in Hz) from mel edge ``m`` to ``m + 1`` and
+    falls to edge ``m + 2``; the ``n_mels + 2`` edges are equally spaced in
+    mel between ``fmin`` and ``fmax``. Peaks are 1 (no area normalisation).
+    Computed in float64 and returned as float32.
+    """
+    if not 0.0 <= fmin < fmax <= sample_rate / 2:
+        raise ConfigError(f"frontend: need 0 <= fmin < fmax <= sample_rate/2, got fmin={fmin}, fmax={fmax}, "
+                          f"sample_rate={sample_rate}")
+    bin_hz = torch.linspace(0.0, sample_rate / 2, n_fft // 2 + 1, dtype=torch.float64)  # (K,)
+    lo, hi = hz_to_mel(torch.tensor(fmin, dtype=torch.float64)), hz_to_mel(torch.tensor(fmax, dtype=torch.float64))
+    edges = mel_to_hz(torch.linspace(float(lo), float(hi), n_mels + 2, dtype=torch.float64))  # (M+2,)
+    width = edges[1:] - edges[:-1]  # (M+1,)
+    rise = (bin_hz[None, :] - edges[:-2, None]) / width[:-1, None]  # (M, K)
+    fall = (edges[2:, None] - bin_hz[None, :]) / width[1:, None]  # (M, K)
+    return torch.clamp(torch.minimum(rise, fall), min=0.0).float()
+
+
+def _frame_count(n: Tensor, win_length: int, hop_length: int) -> Tensor:
+    """Snip-edges frame count for sample counts ``n`` (any shape, integer)."""
+    return torch.clamp(torch.div(n - win_length, hop_length, rounding_mode="floor") + 1, min=0)
+
+
+def _zero_padding(feats: Tensor, feat_lens: Tensor) -> Tensor:
+    """Set frames at or past each utterance's length to exactly 0. feats (B, F, D), feat_lens (B,)."""
+    valid = torch.arange(feats.size(1), device=feats.device)[None, :] < feat_lens[:, None]  # (B, F)
+    return feats.masked_fill(~valid[:, :, None], 0.0)
+
+
+def _check_input(wav: Tensor, wav_lens: Tensor) -> None:
+    if wav.dim() != 2:
+        raise ValueError(f"frontend expects wav of shape (B, T), got {tuple(wav.shape)}")
+    if wav_lens.shape != (wav.size(0),):
+        raise ValueError(f"frontend expects wav_lens of shape ({wav.size(0)},), got {tuple(wav_lens.shape)}")
+
+
+class LogMel(nn.Module):
+    """Batched log-mel filterbank from ``torch.stft`` (see module docstring for framing and scale)."""
+
+    WINDOWS = {"hann": torch.hann_window, "hamming": torch.hamming_window}
+
+    def __init__(self, cfg: FrontendConfig) -> None:
+        super().__init__()
+        if cfg.window not in self.WINDOWS:
+            raise ConfigError(f"frontend.window '{cfg.window}' is not supported by kind 'logmel' "
+                              f"(choose from: {', '.join(self.WINDOWS)})")
+        if not 0 < cfg.win_length <= cfg.n_fft:
+            raise ConfigError(f"frontend: need 0 < win_length <= n_fft, got win_length={cfg.win_length}, "
+                              f"n_fft={cfg.n_fft}")
+        if cfg.hop_length <= 0 or cfg.n_mels <= 0 or cfg.log_floor <= 0:
+            raise ConfigError("frontend: hop_length, n_mels and log_floor must be positive")
+        self.n_fft, self.win_length, self.hop_length = cfg.n_fft, cfg.win_length, cfg.hop_length
+        self.log_floor = cfg.log_floor
+        self.output_dim = cfg.n_mels
+        fmax = cfg.sample_rate / 2 if cfg.fmax is None else cfg.fmax
+        # Derived from the config, so not persistent: checkpoints carry the config, not these tensors.
+        self.register_buffer("window", self.WINDOWS[cfg.window](cfg.win_length, periodic=True), persistent=False)
+        self.register_buffer("mel_fb", mel_filterbank(cfg.sample_rate, cfg.n_fft, cfg.n_mels, cfg.fmin, fmax).T,
+                             persistent=False)  # (K, M)
+
+    def num_frames(self, num_samples: Tensor) -> Tensor:
+        """Number of feature frames for utterances of ``num_samples`` samples."""
+        return _frame_count(num_samples, self.win_length, self.hop_length)
+
+    def forward(self, wav: Tensor, wav_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        """wav (B, T) float, wav_lens (B,) -> feats (B, F, n_mels), feat_lens (B,)."""
+        _check_input(wav, wav_lens)
+        feat_lens = self.num_frames(wav_lens.long())
+        n_frames = int(self.num_frames(torch.tensor(wav.size(1))))
+        if n_frames == 0:
+            return wav.new_zeros(wav.size(0), 0, self.output_dim, dtype=torch.float32), feat_lens
+        # Spectra in float32 even under autocast: log of small half-precision powers is unstable.
+        with torch.autocast(device_type=wav.device.type, enabled=False):
+            x = wav.float()
+            # torch.stft centres a win_length window inside each n_fft frame; padding the signal by that offset
+            # makes frame i's window cover exactly samples [i*hop, i*hop + win_length) (snip-edges framing).
+            left = (self.n_fft - self.win_length) // 2
+            x = nn.functional.pad(x, (left, self.n_fft - self.win_length - left))
+            spec = torch.stft(x, self.n_fft, self.hop_length, self.win_length, self.window,
+                              center=False, return_complex=True)  # (B, K, F)
+            power = spec.real.square() + spec.imag.square()
+            mel = torch.matmul(power.transpose(1, 2), self.mel_fb)  # (B, F, M)
+            feats = torch.log(torch.clamp(mel, min=self.log_floor))
+        return _zero_padding(feats[:, :n_frames], feat_lens), feat_lens
+
+
+class KaldiFbank(nn.Module):
+    """Kaldi ``compute-fbank`` features via ``torchaudio.compliance.kaldi.fbank``, one utterance at a time.
+
+    Samples are multiplied by 32768 before the call: Kaldi reads int16 PCM
+    as raw integers, so this scaling reproduces Kaldi's feature values for a
+    16-bit file that was loaded as float in [-1, 1]. Kaldi options not in the
+    config keep Kaldi's defaults (pre-emphasis 0.97, DC removal, power
+    spectrum, float-epsilon log floor -- ``log_floor`` is not used). Dither
+    (``cfg.dither``, in int16 units like Kaldi's ``--dither``) is added in
+    training mode only. ``n_fft`` must equal ``win_length`` rounded up to a
+    power of two, which is what Kaldi uses.
+    """
+
+    INT16_SCALE = 32768.0
+    WINDOWS = {"povey": "povey", "hamming": "hamming", "hann": "hanning", "hanning": "hanning",
+               "rectangular": "rectangular", "blackman": "blackman"}
+
+    def __init__(self, cfg: FrontendConfig) -> None:
+        super().__init__()
+        if cfg.window not in self.WINDOWS:
+            raise ConfigError(f"frontend.window '{cfg.window}' is not supported by kind 'kaldi_fbank' "
+                              f"(choose from: {', '.join(self.WINDOWS)})")
+        if cfg.win_length <= 0 or cfg.hop_length <= 0 or cfg.n_mels <= 0:
+            raise ConfigError("frontend: win_length, hop_length and n_mels must be positive")
+        padded = 1 << (cfg.win_length - 1).bit_length()
+        if cfg.n_fft != padded:
+            raise ConfigError(f"frontend.n_fft={cfg.n_fft}, but kind 'kaldi_fbank' uses win_length={cfg.win_length} "
+                              f"rounded up to a power of two: set frontend.n_fft to {padded}")
+        if cfg.dither < 0:
+            raise ConfigError(f"frontend.dither must be >= 0, got {cfg.dither}")
+        self.win_length, self.hop_length = cfg.win_length, cfg.hop_length
+        self.output_dim = cfg.n_mels
+        self.dither = cfg.dither
+        # Kaldi takes milliseconds and truncates sr * ms / 1000 to int; the +0.5 sample keeps
+        # float rounding from truncating to one sample less than configured.
+        self.options = dict(
+            frame_length=(cfg.win_length + 0.5) * 1000.0 / cfg.sample_rate,
+            frame_shift=(cfg.hop_length + 0.5) * 1000.0 / cfg.sample_rate,
+            sample_frequency=float(cfg.sample_rate), num_mel_bins=cfg.n_mels, low_freq=cfg.fmin,
+            high_freq=0.0 if cfg.fmax is None else cfg.fmax, window_type=self.WINDOWS[cfg.window],
+            snip_edges=True)
+
+    def num_frames(self, num_samples: Tensor) -> Tensor:
+        """Number of feature frames for utterances of ``num_samples`` samples."""
+        return _frame_count(num_samples, self.win_length, self.hop_length)
+
+    def forward(self, wav: Tensor, wav_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        """wav (B, T) float in [-1, 1], wav_lens (B,) -> feats (B, F, n_mels), feat_lens (B,)."""
+        _check_input(wav, wav_lens)
+        feat_lens = self.num_frames(wav_lens.long())
+        n_frames = int(self.num_frames(torch.tensor(wav.size(1))))
+        feats = wav.new_zeros(wav.size(0), n_frames, self.output_dim, dtype=torch.float32)
+        dither = self.dither if self.training else 0.0
+        with torch.autocast(device_type=wav.device.type, enabled=False):
+            # One host sync per batch for the lengths; the compliance API needs Python ints anyway.
+            for b, (n, f) in enumerate(zip(wav_lens.tolist(), feat_lens.tolist())):
+                if f == 0:
+                    continue  # shorter than one window: Kaldi emits no frames
+                x = wav[b, :n].float() * self.INT16_SCALE
+                feats[b, :f] = kaldi.fbank(x[None], dither=dither, **self.options)
+        return feats, feat_lens
+
+
+def build_frontend(cfg: FrontendConfig) -> nn.Module:
+    """The feature extractor named by ``cfg.kind`` (``logmel`` or ``kaldi_fbank``)."""
+    if cfg.sample_rate <= 0:
+        raise ConfigError(f"frontend.sample_rate must be positive, got {cfg.sample_rate}")
+    if cfg.kind == "logmel":
+        return LogMel(cfg)
+    if cfg.kind == "kaldi_fbank":
+        return KaldiFbank(cfg)
+    raise ConfigError(f"frontend.kind '{cfg.kind}' is unknown (choose from: logmel, kaldi_fbank)")
+
+
+class Frontend(nn.Module):
+    """Waveform -> model input: speed perturbation -> features -> SpecAugment -> global CMVN.
+
+    Speed perturbation and SpecAugment act only in training mode (and only
+    when enabled in their configs); ``.eval()`` leaves the deterministic
+    features plus CMVN. ``cmvn`` may be ``None`` (no normalisation), a
+    :class:`~asrkit.audio.cmvn.CMVNStats`, or a ``(mean, istd)`` pair; the
+    resulting buffers are part of the state dict. When CMVN is present,
+    SpecAugment fills masks with the CMVN mean so masked cells become exactly
+    0 after normalisation (the mean value, as in the SpecAugment paper).
+    """
+
+    def __init__(self, frontend: FrontendConfig, specaug: Optional[SpecAugmentConfig] = None,
+                 speed_perturb: Optional[SpeedPerturbConfig] = None,
+                 cmvn: Optional[CMVNStats | Tuple[Tensor, Tensor]] = None) -> None:
+        super().__init__()
+        self.sample_rate = frontend.sample_rate
+        specaug = specaug or SpecAugmentConfig()
+        speed_perturb = speed_perturb or SpeedPerturbConfig()
+        self.speed_perturb = SpeedPerturb(speed_perturb, frontend.sample_rate) if speed_perturb.enabled else None
+        self.extractor = build_frontend(frontend)
+        self.output_dim: int = self.extractor.output_dim
+        self.specaug = SpecAugment(specaug) if specaug.enabled else None
+        if cmvn is None:
+            self.cmvn: Optional[GlobalCMVN] = None
+        else:
+            self.cmvn = GlobalCMVN.from_stats(cmvn) if isinstance(cmvn, CMVNStats) else GlobalCMVN(*cmvn)
+            if self.cmvn.mean.numel() != self.output_dim:
+                raise ConfigError(f"CMVN stats have dimension {self.cmvn.mean.numel()}, but the frontend "
+                                  f"produces {self.output_dim} features (frontend.n_mels)")
+
+    def num_frames(self, num_samples: Tensor) -> Tensor:
+        """Frames produced for ``num_samples`` samples without speed perturbation (e.g. for batching)."""
+        return self.extractor.num_frames(num_samples)
+
+    def forward(self, wav: Tensor, wav_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        """wav (B, T) float in [-1, 1], wav_lens (B,) -> feats (B, F, output_dim), feat_lens (B,)."""
+        if self.training and self.speed_perturb is not None:
+            wav, wav_lens = self.speed_perturb(wav, wav_lens)
+        feats, feat_lens = self.extractor(wav, wav_lens)
+        if self.training and self.specaug is not None:
+            fill = self.cmvn.mean if self.cmvn is not None else None
+            feats, feat_lens = self.specaug(feats, feat_lens, fill=fill)
+        if self.cmvn is not None:
+            feats, feat_lens = self.cmvn(feats, feat_lens)
+        return feats, feat_lens
+
+    @property
+    def frame_shift_seconds(self) -> float:
+        """Seconds between feature frames (for timestamps)."""
+        return self.extractor.hop_length / self.sample_rate
+
