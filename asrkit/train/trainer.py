@@ -105,7 +105,8 @@ class Trainer:
         dataset = AsrDataset(read_data_dir(data_dir), fcfg.sample_rate, tokenizer=self.tokenizer,
                              min_duration=dcfg.min_duration, max_duration=dcfg.max_duration)
         sampler = BucketBatchSampler(dataset.durations(), max_frames=dcfg.max_frames,
-                                     max_batch_size=dcfg.max_batch_size, shuffle=shuffle, seed=self.cfg.train.seed)
+                                     max_batch_size=dcfg.max_batch_size, shuffle=shuffle, seed=self.cfg.train.seed,
+                                     bucket_width=dcfg.bucket_width)
         return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=dcfg.num_workers)
 
     def _to_device(self, batch: Dict) -> Dict:

@@ -45,7 +45,7 @@ if run_stage 2; then
   log 2 "training the character tokenizer"
   asrkit train-tokenizer --text data/train/text --model-type char data/lang/tokenizer.json
   log 2 "computing global CMVN stats"
-  asrkit compute-cmvn --config "$config" data/train data/lang/cmvn.json
+  asrkit compute-cmvn --config "$config" --max-utts 500 --no-progress data/train data/lang/cmvn.json
 fi
 
 if run_stage 3; then
