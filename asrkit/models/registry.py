@@ -9,6 +9,10 @@ from asrkit.audio.cmvn import CMVNStats
 from asrkit.audio.frontend import Frontend
 from asrkit.config import ConfigError, ExperimentConfig
 from asrkit.models.ctc_transformer import CTCTransformer
+from asrkit.models.lstm_attention import BLSTMAttention
+from asrkit.models.lstm_ctc import BLSTMCTC
+from asrkit.nets.lstm import BLSTMEncoder
+from asrkit.nets.lstm_decoder import LSTMAttentionDecoder
 from asrkit.nets.transformer import TransformerEncoder
 
 Builder = Callable[[ExperimentConfig, int, Frontend], nn.Module]
@@ -26,8 +30,33 @@ def _ctc_transformer(cfg: ExperimentConfig, vocab_size: int, frontend: Frontend)
     return CTCTransformer(frontend, encoder, vocab_size)
 
 
+def _blstm_encoder(cfg: ExperimentConfig, frontend: Frontend) -> BLSTMEncoder:
+    e = cfg.model.lstm_encoder
+    try:
+        return BLSTMEncoder(frontend.output_dim, e.hidden_size, e.num_layers, e.dropout, e.input_layer,
+                            e.pyramid_layers)
+    except ValueError as exc:
+        raise ConfigError(f"model.lstm_encoder: {exc}") from None
+
+
+def _blstm_ctc(cfg: ExperimentConfig, vocab_size: int, frontend: Frontend) -> nn.Module:
+    return BLSTMCTC(frontend, _blstm_encoder(cfg, frontend), vocab_size)
+
+
+def _blstm_attention(cfg: ExperimentConfig, vocab_size: int, frontend: Frontend) -> nn.Module:
+    encoder, d = _blstm_encoder(cfg, frontend), cfg.model.lstm_decoder
+    try:
+        decoder = LSTMAttentionDecoder(vocab_size, encoder.output_dim, d.embed_dim, d.hidden_size, d.num_layers,
+                                       d.attention_dim, d.conv_channels, d.conv_kernel, d.dropout)
+        return BLSTMAttention(frontend, encoder, decoder, vocab_size, cfg.model.ctc_weight, cfg.model.lsm_weight)
+    except ValueError as exc:
+        raise ConfigError(f"model: {exc}") from None
+
+
 MODELS: Dict[str, Builder] = {
     "ctc_transformer": _ctc_transformer,
+    "blstm_ctc": _blstm_ctc,
+    "blstm_attention": _blstm_attention,
 }
 
 

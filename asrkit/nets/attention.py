@@ -34,3 +34,61 @@ class MultiHeadAttention(nn.Module):
                                              dropout_p=self.dropout if self.training else 0.0)
         b, _, t, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+
+class LocationAwareAttention(nn.Module):
+    """Additive attention with location features (Chorowski et al. 2015, "Attention-Based Models for Speech
+    Recognition"): ``e_ij = w^T tanh(W s_{i-1} + V h_j + U f_ij + b)`` with ``f_i = F * alpha_{i-1}``.
+
+    ``F`` is a 1-channel -> ``conv_channels`` Conv1d of odd width ``conv_kernel`` over the previous
+    alignment, zero-padded ("same" length). Like every torch conv it is a cross-correlation:
+    ``f_ij[k] = sum_r F[k, r] * alpha_{i-1}[j + r - conv_kernel // 2]`` (zeros outside the utterance).
+    Padding frames get exactly zero weight: their energies are replaced by the most negative float
+    before the softmax, so ``exp`` underflows to 0.
+    """
+
+    def __init__(self, memory_dim: int, query_dim: int, attention_dim: int, conv_channels: int = 10,
+                 conv_kernel: int = 31):
+        super().__init__()
+        if conv_kernel < 1 or conv_kernel % 2 == 0:
+            raise ValueError(f"location conv_kernel must be odd and positive, got {conv_kernel}")
+        self.memory_proj = nn.Linear(memory_dim, attention_dim)  # V h_j + b
+        self.query_proj = nn.Linear(query_dim, attention_dim, bias=False)  # W s_{i-1}
+        self.location_conv = nn.Conv1d(1, conv_channels, conv_kernel, padding=conv_kernel // 2, bias=False)  # F
+        self.location_proj = nn.Linear(conv_channels, attention_dim, bias=False)  # U
+        self.score_proj = nn.Linear(attention_dim, 1, bias=False)  # w (a bias would cancel in the softmax)
+
+    @staticmethod
+    def initial_weights(mask: torch.Tensor) -> torch.Tensor:
+        """alpha_0: uniform over the valid frames, zero on padding. mask (B, T) bool -> (B, T) float.
+
+        Uniform rather than all-zero so that the location filters see where the utterance starts
+        and ends from the first step on (the conv over a flat alignment responds at its edges).
+        """
+        w = mask.float()
+        return w / w.sum(dim=-1, keepdim=True).clamp(min=1.0)
+
+    def project_memory(self, memory: torch.Tensor) -> torch.Tensor:
+        """(B, T, D_mem) -> (B, T, A) = V h_j + b; computed once per utterance, reused by every step."""
+        return self.memory_proj(memory)
+
+    def energies(self, query: torch.Tensor, keys: torch.Tensor, prev_weights: torch.Tensor) -> torch.Tensor:
+        """Unmasked energies e_ij: query s_{i-1} (B, D_q), keys (B, T, A), prev_weights alpha_{i-1} (B, T) -> (B, T)."""
+        loc = self.location_conv(prev_weights.to(keys.dtype).unsqueeze(1)).transpose(1, 2)  # (B, T, K)
+        hidden = torch.tanh(keys + self.query_proj(query).unsqueeze(1) + self.location_proj(loc))  # (B, T, A)
+        return self.score_proj(hidden).squeeze(-1)
+
+    def forward(self, query: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor, prev_weights: torch.Tensor,
+                keys: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One attention step.
+
+        query (B, D_q), memory (B, T, D_mem), mask (B, T) bool (True = valid frame), prev_weights (B, T),
+        keys: ``project_memory(memory)`` if already computed. Returns context (B, D_mem) and
+        weights alpha_i (B, T) in float32 (sum 1 over valid frames, exactly 0 on padding).
+        """
+        keys = self.project_memory(memory) if keys is None else keys
+        e = self.energies(query, keys, prev_weights).float()  # softmax in float32 under AMP too
+        # x mask: a zero-length utterance (all frames masked) gets all-zero weights instead of uniform ones.
+        weights = e.masked_fill(~mask, torch.finfo(e.dtype).min).softmax(dim=-1) * mask  # (B, T)
+        context = torch.bmm(weights.to(memory.dtype).unsqueeze(1), memory).squeeze(1)  # (B, D_mem)
+        return context, weights

@@ -31,7 +31,7 @@ class Conv2dSubsampling(nn.Module):
     field come out with length 0 (callers filter them before training).
     """
 
-    def __init__(self, in_dim: int, d_model: int, factor: int = 4, dropout: float = 0.0):
+    def __init__(self, in_dim: int, d_model: int, factor: int = 4, dropout: float = 0.0, pos_enc: bool = True):
         super().__init__()
         if factor not in LAYOUTS:
             raise ValueError(f"subsampling factor must be one of {sorted(LAYOUTS)}, got {factor}")
@@ -46,7 +46,8 @@ class Conv2dSubsampling(nn.Module):
             raise ValueError(f"feature dim {in_dim} too small for x{factor} subsampling")
         self.conv = nn.Sequential(*layers)
         self.out = nn.Linear(d_model * freq, d_model)
-        self.pos = PositionalEncoding(d_model, dropout)
+        # Recurrent encoders know order already: pos_enc=False leaves only the dropout.
+        self.pos = PositionalEncoding(d_model, dropout) if pos_enc else nn.Dropout(dropout)
         # Frames of input needed before the first output frame exists.
         self.min_input_length = int(self.input_length_for(torch.tensor([1])))
 
