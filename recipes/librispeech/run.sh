@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# LibriSpeech recipe: Kaldi data dirs -> BPE tokenizer + CMVN -> Transformer (joint CTC/attention) -> average -> decode -> score.
+#
+# Usage: recipes/librispeech/run.sh --corpus-dir /path/to/LibriSpeech [--stage N] [--stop-stage N]
+#            [--config conf/transformer.yaml] [--exp exp/transformer] [--train-sets "train-clean-100 ..."]
+#   stage 0: download (only with --download true) ; stage 1: data dirs + utt2dur + validation
+#   stage 2: BPE tokenizer + global CMVN ; stage 3: train ; stage 4: average the best checkpoints
+#   stage 5: decode dev/test sets ; stage 6: score
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+cd "$here"
+. ./path.sh
+
+stage=1
+stop_stage=100
+corpus_dir=
+download=false
+train_sets="train-clean-100 train-clean-360 train-other-500"
+eval_sets="dev-clean dev-other test-clean test-other"
+valid_set=dev-clean
+config="$root/conf/transformer.yaml"
+exp=exp/transformer
+bpe_size=5000
+average_best=10
+nj=8
+. "$root/tools/parse_options.sh"
+
+[ -n "$corpus_dir" ] || { echo "$0: --corpus-dir is required (the folder holding LibriSpeech/)" >&2; exit 1; }
+log() { echo "$(date '+%Y-%m-%d %H:%M:%S') [stage $1] ${*:2}"; }
+run_stage() { [ "$stage" -le "$1" ] && [ "$stop_stage" -ge "$1" ]; }
+dir_of() { echo "data/${1//-/_}"; }
+
+if run_stage 0 && [ "$download" = true ]; then
+  for part in $train_sets $eval_sets; do
+    log 0 "downloading $part into $corpus_dir"
+    local/download_and_untar.sh "$corpus_dir" "$part"
+  done
+fi
+
+if run_stage 1; then
+  for part in $train_sets $eval_sets; do
+    log 1 "preparing $(dir_of "$part") from $corpus_dir/LibriSpeech/$part"
+    python local/data_prep.py "$corpus_dir/LibriSpeech/$part" "$(dir_of "$part")"
+    python "$root/tools/compute_utt2dur.py" --jobs "$nj" "$(dir_of "$part")"
+    python "$root/tools/validate_data_dir.py" "$(dir_of "$part")"
+  done
+  dirs=()
+  for part in $train_sets; do dirs+=("$(dir_of "$part")"); done
+  log 1 "combining ${dirs[*]} into data/train"
+  python "$root/tools/combine_data.py" data/train "${dirs[@]}"
+fi
+
+if run_stage 2; then
+  mkdir -p data/lang
+  log 2 "training a $bpe_size-piece BPE tokenizer"
+  asrkit train-tokenizer --text data/train/text --model-type bpe --vocab-size "$bpe_size" data/lang/tokenizer.json
+  log 2 "computing global CMVN stats on 20000 training utterances"
+  asrkit compute-cmvn --config "$config" --max-utts 20000 data/train data/lang/cmvn.json
+fi
+
+if run_stage 3; then
+  log 3 "training $config into $exp (resumes if interrupted)"
+  $train_cmd "$(command -v asrkit)" train --config "$config" --train-data data/train --valid-data "$(dir_of "$valid_set")" \
+    --out "$exp" --tokenizer data/lang/tokenizer.json --cmvn data/lang/cmvn.json
+fi
+
+if run_stage 4; then
+  log 4 "averaging the $average_best best checkpoints"
+  asrkit average --model "$exp" --best "$average_best"
+fi
+
+if run_stage 5; then
+  for part in $eval_sets; do
+    log 5 "decoding $part"
+    asrkit decode --model "$exp" --data "$(dir_of "$part")" --out "$exp/decode_${part//-/_}"
+  done
+fi
+
+if run_stage 6; then
+  for part in $eval_sets; do
+    d="$exp/decode_${part//-/_}"
+    log 6 "scoring $part"
+    asrkit score --ref "$(dir_of "$part")/text" --hyp "$d/text" --utt2spk "$(dir_of "$part")/utt2spk" \
+      --out "$d/scoring" | head -n 1
+  done
+fi
