@@ -63,7 +63,7 @@ class Transcriber:
         self.device = torch.device(device)
         self.sample_rate = cfg.frontend.sample_rate
         # seconds per encoder frame = feature hop x subsampling factor
-        self.frame_shift = model.frontend.frame_shift_seconds * model.encoder.subsampling.factor
+        self.frame_shift = model.frontend.frame_shift_seconds * model.subsampling_factor
 
     @classmethod
     def from_dir(cls, exp_dir: str, device: str = "cpu", checkpoint: Optional[str] = None) -> "Transcriber":
