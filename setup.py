@@ -25,6 +25,7 @@ setup(
         "pyyaml>=6.0",
         "tqdm>=4.60",
         "tensorboard>=2.10",
+        "matplotlib>=3.5",
         "numpy>=1.23",
         "scipy>=1.8",
     ],

@@ -11,6 +11,7 @@ from typing import List, Optional
 
 # name -> (module, one-line help)
 SUBCOMMANDS = {
+    "average": ("asrkit.cli.average", "average the best K epoch checkpoints of an experiment into model.pt"),
     "compute-cmvn": ("asrkit.cli.compute_cmvn", "global mean/variance statistics of a data dir's features"),
     "decode": ("asrkit.cli.decode", "decode a Kaldi data dir with a trained model into a Kaldi text file"),
     "score": ("asrkit.cli.score", "WER/CER of a hypothesis text against a reference, sclite-style reports"),

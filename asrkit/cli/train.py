@@ -1,4 +1,15 @@
-"""Train a model from a YAML config on Kaldi data dirs into an experiment directory."""
+"""Train a model from a YAML config on Kaldi data dirs into an experiment directory.
+
+Resuming: if the experiment dir already holds checkpoints of the same experiment (same config up
+to epochs/logging/checkpoint settings, same tokenizer and CMVN), training continues from the latest
+one (also after a kill -9 mid-epoch), as if it had never stopped; with the last epoch done it
+does nothing. A directory holding a different experiment is refused. --resume insists on resuming
+(error if there is nothing to resume); --overwrite deletes the old checkpoints and starts again.
+
+Several processes (GPUs or CPU workers) train with DDP through torchrun, e.g.
+  torchrun --standalone --nproc_per_node=4 -m asrkit train --config ... --out exp/x
+(multi-node: --nnodes=N --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT; the exp dir must be shared).
+"""
 from __future__ import annotations
 
 import argparse
@@ -9,14 +20,21 @@ from asrkit.config import ConfigError, load_config
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="asrkit train", description=__doc__)
+    p = argparse.ArgumentParser(prog="asrkit train", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True, help="experiment YAML (conf/*.yaml)")
     p.add_argument("--train-data", required=True, help="Kaldi data dir for training")
-    p.add_argument("--valid-data", help="Kaldi data dir for validation loss")
-    p.add_argument("--out", required=True, help="experiment dir (created)")
+    p.add_argument("--valid-data", help="Kaldi data dir for validation loss/accuracy (needed to keep the best "
+                                        "checkpoints by train.best_metric)")
+    p.add_argument("--out", required=True, help="experiment dir (created; resumed if it holds checkpoints)")
     p.add_argument("--tokenizer", help="tokenizer JSON (default: the config's tokenizer.path)")
     p.add_argument("--cmvn", help="global CMVN stats from 'asrkit compute-cmvn' (default: the config's cmvn)")
-    p.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--device", help="torch device (default: cuda if available, else cpu; under torchrun: "
+                                    "cuda:LOCAL_RANK)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true", help="require resuming from the latest checkpoint in --out")
+    mode.add_argument("--overwrite", action="store_true",
+                      help="delete the checkpoints, weights and logs of the experiment in --out and start again")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set train.epochs=5 (repeatable)")
     args = p.parse_args(argv)
@@ -25,13 +43,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ConfigError as exc:
         print(f"asrkit train: {exc}", file=sys.stderr)
         return 2
-    from asrkit.train.trainer import Trainer, prepare_experiment, setup_logging
+    from asrkit.data.datadir import DataDirError
+    from asrkit.train.trainer import TrainingError, train
 
+    resume = "require" if args.resume else "overwrite" if args.overwrite else "auto"
     try:
-        cfg = prepare_experiment(cfg, args.out, args.tokenizer, args.cmvn)
-    except (FileNotFoundError, ValueError) as exc:
+        train(cfg, args.out, args.train_data, args.valid_data, args.tokenizer, args.cmvn, args.device, resume)
+    except (FileNotFoundError, ValueError, ConfigError, DataDirError) as exc:
+        # ExperimentError and checkpoint problems are ValueErrors with a message naming the file.
         print(f"asrkit train: {exc}", file=sys.stderr)
         return 2
-    setup_logging(args.out)
-    Trainer(cfg, args.out, args.train_data, args.valid_data, device=args.device).fit()
+    except TrainingError as exc:
+        print(f"asrkit train: {exc}", file=sys.stderr)
+        return 1
     return 0

@@ -1,34 +1,57 @@
-"""Experiment-directory files: atomic checkpoint writes and loading.
+"""Experiment-directory files: atomic checkpoint writes, the checkpoint index, RNG state, averaging.
 
 Layout of ``exp/DIR``::
 
-    config.yaml       resolved ExperimentConfig (tokenizer/cmvn paths relative to DIR)
-    tokenizer.json    the tokenizer
-    cmvn.json         global CMVN stats (optional)
-    epoch{N}.pt       training checkpoints (model, optimizer, scheduler, counters)
-    model.pt          weights used for decoding (last epoch, or an average)
-    train.log, tensorboard/
+    config.yaml        resolved ExperimentConfig (tokenizer/cmvn paths relative to DIR)
+    tokenizer.json     the tokenizer
+    cmvn.json          global CMVN stats (optional)
+    epoch{E}.pt        checkpoint at the end of epoch E (0-based), with its validation metrics
+    step{S}.pt         checkpoint after optimizer step S (train.save_every_steps), mid-epoch
+    checkpoints.json   index: every kept checkpoint with epoch, step, metrics; which one is the latest
+    model.pt           weights used for decoding (last epoch, or an average: asrkit average)
+    steps.tsv          per-step training loss, learning rate and gradient norm (rank 0)
+    train.log, tensorboard/, attention/
+
+A checkpoint holds everything needed to continue as if never stopped: model, optimizer, scheduler,
+AMP scaler, sampler position and the RNG states of every rank. Files are written to a temporary
+name and renamed, and the index is rewritten (atomically) only after the checkpoint it names
+exists, so a kill at any moment leaves a loadable latest checkpoint. Old files are deleted only
+after the index stops naming them: the best ``train.keep_best`` epoch checkpoints by
+``train.best_metric`` and the latest one (for resuming) are kept.
 """
 from __future__ import annotations
 
+import json
+import logging
 import os
-from typing import Any, Dict
+import random
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 
 FORMAT_VERSION = 1
 MODEL_FILE = "model.pt"
+INDEX_FILE = "checkpoints.json"
+METRICS = {"valid_loss": "min", "valid_acc": "max"}  # best_metric -> which end is better
+
+log = logging.getLogger("asrkit.train")
 
 
 def save_atomic(obj: Any, path: str | os.PathLike) -> None:
     """torch.save to a temporary file in the same directory, fsync, then rename: a kill never leaves a torn file."""
     path = os.fspath(path)
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        torch.save(obj, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            torch.save(obj, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def save_model_weights(model: torch.nn.Module, path: str | os.PathLike, **meta: Any) -> None:
@@ -45,3 +68,124 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     if version != FORMAT_VERSION:
         raise ValueError(f"{path}: checkpoint format version {version!r}, this asrkit reads {FORMAT_VERSION}")
     return ckpt
+
+
+def rng_state() -> Dict[str, Any]:
+    """This process's random generators (python, numpy, torch CPU and CUDA)."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"].cpu())
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+
+
+def _write_json_atomic(path: str, obj: Any) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(obj, fh, indent=1)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class CheckpointIndex:
+    """``checkpoints.json``: the kept checkpoints (``file``, ``epoch``, ``step``, ``end_of_epoch`` and the
+    validation metrics of epoch checkpoints) and ``latest``, the file to resume from."""
+
+    def __init__(self, exp_dir: str):
+        self.exp_dir = exp_dir
+        self.path = os.path.join(exp_dir, INDEX_FILE)
+        self.entries: List[Dict[str, Any]] = []
+        self.latest: Optional[str] = None
+        if os.path.isfile(self.path):
+            try:
+                with open(self.path, encoding="utf-8") as fh:
+                    data = json.load(fh)
+                self.entries, self.latest = list(data["checkpoints"]), data.get("latest")
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{self.path}: unreadable checkpoint index ({exc}); delete it and the *.pt "
+                                 f"files to start again") from exc
+
+    def latest_entry(self) -> Optional[Dict[str, Any]]:
+        return next((e for e in self.entries if e["file"] == self.latest), None)
+
+    def add(self, entry: Dict[str, Any], keep_best: int, best_metric: str) -> List[str]:
+        """Record ``entry`` (its file already written) as the latest, save the index, and return the
+        files no longer needed (not among the best ``keep_best`` epoch checkpoints, not the latest)."""
+        self.entries = [e for e in self.entries if e["file"] != entry["file"]] + [entry]
+        self.latest = entry["file"]
+        keep = {self.latest} | {e["file"] for e in self.best(keep_best, best_metric)}
+        drop = [e["file"] for e in self.entries if e["file"] not in keep]
+        self.entries = [e for e in self.entries if e["file"] in keep]
+        _write_json_atomic(self.path, {"format_version": FORMAT_VERSION, "latest": self.latest,
+                                       "checkpoints": self.entries})
+        return drop
+
+    def best(self, k: int, metric: str) -> List[Dict[str, Any]]:
+        """The ``k`` best epoch checkpoints by ``metric``; without that metric, the ``k`` most recent."""
+        if metric not in METRICS:
+            raise ValueError(f"unknown metric '{metric}' (choose from: {', '.join(METRICS)})")
+        epochs = [e for e in self.entries if e.get("end_of_epoch")]
+        scored = [e for e in epochs if isinstance(e.get(metric), (int, float)) and np.isfinite(e[metric])]
+        if not scored:
+            return sorted(epochs, key=lambda e: -e["step"])[: max(k, 0)]
+        sign = 1.0 if METRICS[metric] == "min" else -1.0
+        return sorted(scored, key=lambda e: (sign * e[metric], -e["step"]))[: max(k, 0)]
+
+    def remove_files(self, files: Sequence[str]) -> None:
+        for name in files:
+            try:
+                os.remove(os.path.join(self.exp_dir, name))
+            except FileNotFoundError:
+                pass
+
+
+def average_state_dicts(states: Sequence[Dict[str, torch.Tensor]]) -> Dict[str, torch.Tensor]:
+    """Element-wise mean of floating-point tensors (accumulated in float64); other tensors (counters)
+    are taken from the first state dict."""
+    if not states:
+        raise ValueError("no state dicts to average")
+    keys = list(states[0])
+    for i, s in enumerate(states[1:], 1):
+        if list(s) != keys:
+            raise ValueError(f"state dict {i} has different keys from state dict 0: cannot average")
+    out = {}
+    for k in keys:
+        t = states[0][k]
+        if torch.is_floating_point(t):
+            acc = torch.zeros_like(t, dtype=torch.float64)
+            for s in states:
+                acc += s[k].to(torch.float64)
+            out[k] = (acc / len(states)).to(t.dtype)
+        else:
+            out[k] = t.clone()
+    return out
+
+
+def average_best(exp_dir: str, k: int, metric: str, out: Optional[str] = None) -> Tuple[str, List[str]]:
+    """Average the model weights of the ``k`` best epoch checkpoints of ``exp_dir`` by ``metric`` into
+    ``out`` (default ``exp_dir/model.pt``). Returns the output path and the averaged files."""
+    if k < 1:
+        raise ValueError(f"--best must be at least 1, got {k}")
+    index = CheckpointIndex(exp_dir)
+    if not any(e.get("end_of_epoch") for e in index.entries):
+        raise ValueError(f"{exp_dir}: no epoch checkpoint recorded in {INDEX_FILE} (is it a trained experiment?)")
+    chosen = index.best(k, metric)
+    if not any(metric in e for e in chosen):
+        log.warning("%s: no %s recorded (trained without --valid-data?): averaging the %d most recent epochs",
+                    exp_dir, metric, len(chosen))
+    if len(chosen) < k:
+        log.warning("%s: only %d epoch checkpoints are kept (train.keep_best); averaging those", exp_dir, len(chosen))
+    files = [e["file"] for e in chosen]
+    states = [load_checkpoint(os.path.join(exp_dir, f))["model"] for f in files]
+    out = out or os.path.join(exp_dir, MODEL_FILE)
+    save_atomic({"format_version": FORMAT_VERSION, "model": average_state_dicts(states), "averaged": files,
+                 "metric": metric, "epochs": [e["epoch"] for e in chosen]}, out)
+    return out, files

@@ -1,0 +1,40 @@
+"""Average the weights of the best K epoch checkpoints of an experiment into model.pt (or --out).
+
+The best are chosen by the validation metric recorded in exp/DIR/checkpoints.json (default: the
+experiment's train.best_metric); training keeps train.keep_best of them, so K should not exceed it.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import List, Optional
+
+from asrkit.train.checkpoint import METRICS
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="asrkit average", description=__doc__)
+    p.add_argument("--model", required=True, help="experiment dir written by 'asrkit train'")
+    p.add_argument("--best", type=int, required=True, metavar="K", help="number of best epoch checkpoints to average")
+    p.add_argument("--metric", choices=sorted(METRICS), help="ranking metric (default: the config's train.best_metric)")
+    p.add_argument("--out", help="output weights file (default: MODEL/model.pt)")
+    args = p.parse_args(argv)
+    if args.best < 1:
+        p.error(f"--best must be at least 1, got {args.best}")
+    if not os.path.isfile(os.path.join(args.model, "config.yaml")):
+        print(f"asrkit average: {args.model}: not an experiment directory (no config.yaml)", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from asrkit.config import ConfigError, load_config
+    from asrkit.train.checkpoint import average_best
+
+    try:
+        metric = args.metric or load_config(os.path.join(args.model, "config.yaml")).train.best_metric
+        out, files = average_best(args.model, args.best, metric, args.out)
+    except (ValueError, ConfigError) as exc:
+        print(f"asrkit average: {exc}", file=sys.stderr)
+        return 2
+    print(f"averaged {len(files)} checkpoints ({', '.join(files)}) by {metric} into {out}")
+    return 0

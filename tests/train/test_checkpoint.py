@@ -1,0 +1,84 @@
+"""Atomic writes, the checkpoint index's keep-best pruning, and checkpoint averaging (asrkit average)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from asrkit.cli.average import main as average_main
+from asrkit.train.checkpoint import (MODEL_FILE, CheckpointIndex, average_state_dicts, load_checkpoint, save_atomic)
+from asrkit.train.trainer import train
+from trainkit import tiny_config
+
+
+class Unpicklable:
+    def __reduce__(self):
+        raise RuntimeError("cannot pickle")
+
+
+def test_failed_write_leaves_the_previous_file_and_no_temporary(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    save_atomic({"x": 1}, path)
+    with pytest.raises(RuntimeError, match="cannot pickle"):
+        save_atomic({"x": Unpicklable()}, path)
+    assert torch.load(path) == {"x": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
+
+
+def test_index_keeps_the_best_k_by_metric_and_the_latest(tmp_path):
+    index = CheckpointIndex(str(tmp_path))
+    dropped = []
+    losses = [3.0, 1.0, 2.0, 5.0]
+    for epoch, loss in enumerate(losses):
+        dropped += index.add({"file": f"step{epoch * 10 + 5}.pt", "epoch": epoch, "step": epoch * 10 + 5,
+                              "end_of_epoch": False}, keep_best=2, best_metric="valid_loss")
+        dropped += index.add({"file": f"epoch{epoch}.pt", "epoch": epoch, "step": epoch * 10 + 10,
+                              "end_of_epoch": True, "valid_loss": loss, "valid_acc": -loss},
+                             keep_best=2, best_metric="valid_loss")
+    # epoch0 (3.0) was among the best two until epoch2 (2.0) came; epoch3 (5.0) is kept as the latest.
+    assert sorted(e["file"] for e in index.entries) == ["epoch1.pt", "epoch2.pt", "epoch3.pt"]
+    assert sorted(dropped) == ["epoch0.pt", "step15.pt", "step25.pt", "step35.pt", "step5.pt"]
+    reread = CheckpointIndex(str(tmp_path))
+    assert reread.latest == "epoch3.pt" and reread.entries == index.entries
+    assert [e["file"] for e in reread.best(2, "valid_loss")] == ["epoch1.pt", "epoch2.pt"]
+    assert [e["file"] for e in reread.best(1, "valid_acc")] == ["epoch1.pt"]  # higher is better
+
+
+def test_average_of_state_dicts_is_the_elementwise_mean():
+    states = [{"w": torch.tensor([1.0, 2.0]), "n": torch.tensor(7)},
+              {"w": torch.tensor([3.0, 6.0]), "n": torch.tensor(9)},
+              {"w": torch.tensor([2.0, 1.0]), "n": torch.tensor(8)}]
+    avg = average_state_dicts(states)
+    assert torch.equal(avg["w"], torch.tensor([2.0, 3.0])) and int(avg["n"]) == 7
+    with pytest.raises(ValueError, match="different keys"):
+        average_state_dicts([{"w": torch.zeros(1)}, {"v": torch.zeros(1)}])
+
+
+def test_average_cli_averages_the_best_checkpoints_by_validation_loss(corpus, tmp_path, capsys):
+    exp = tmp_path / "exp"
+    cfg = tiny_config(["train.epochs=3", "train.keep_best=2", "data.max_batch_size=4"])
+    train(cfg, str(exp), str(corpus["train"]), str(corpus["dev"]), str(corpus["tokenizer"]), device="cpu")
+    # Independent record of the validation losses: the epoch lines of train.log.
+    valid = {int(e): float(v) for e, v in re.findall(r"epoch (\d+): train loss .*valid loss ([\d.]+)",
+                                                     (exp / "train.log").read_text())}
+    assert sorted(valid) == [0, 1, 2]
+    best = sorted(valid, key=valid.get)[:2]
+    kept = sorted(int(p.stem[5:]) for p in exp.glob("epoch*.pt"))
+    assert kept == sorted(set(best) | {2})  # the best two plus the latest (for resuming)
+
+    out = tmp_path / "avg.pt"
+    assert average_main(["--model", str(exp), "--best", "2", "--out", str(out)]) == 0
+    assert "averaged 2 checkpoints" in capsys.readouterr().out
+    chosen = [load_checkpoint(exp / f"epoch{e}.pt")["model"] for e in best]
+    averaged = load_checkpoint(out)
+    assert sorted(averaged["epochs"]) == sorted(best)
+    for name, tensor in averaged["model"].items():
+        if torch.is_floating_point(tensor):
+            torch.testing.assert_close(tensor, (chosen[0][name] + chosen[1][name]) / 2, rtol=1e-6, atol=1e-7)
+    assert not torch.equal(chosen[0]["ctc_head.weight"], chosen[1]["ctc_head.weight"])
+    # Default output: model.pt, which the decoder loads.
+    assert average_main(["--model", str(exp), "--best", "1"]) == 0
+    assert torch.equal(load_checkpoint(exp / MODEL_FILE)["model"]["ctc_head.weight"],
+                       chosen[0]["ctc_head.weight"])
+    assert average_main(["--model", str(tmp_path / "nothing"), "--best", "1"]) == 2

@@ -1,0 +1,61 @@
+"""Optimizers and learning-rate schedules against closed-form references."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from asrkit.config import ConfigError, TrainConfig
+from asrkit.train.optim import build_optimizer, build_scheduler
+
+
+def lrs(cfg: TrainConfig, steps: int, total: int = 0):
+    """Learning rate used by each of the first ``steps`` updates."""
+    opt = build_optimizer([torch.nn.Parameter(torch.zeros(2))], cfg)
+    sched = build_scheduler(opt, cfg, total_steps=total)
+    out = []
+    for _ in range(steps):
+        out.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return out
+
+
+def test_warmup_inverse_sqrt_is_the_noam_shape_peaking_at_lr():
+    cfg = TrainConfig(lr=2e-3, warmup_steps=4, scheduler="warmup_inverse_sqrt")
+    got = lrs(cfg, 12)
+    # Noam: d^-0.5 * min(s^-0.5, s * w^-1.5), rescaled so its peak (s = w) is train.lr.
+    noam = [min(s ** -0.5, s * 4 ** -1.5) for s in range(1, 13)]
+    ref = [2e-3 * v / max(noam) for v in noam]
+    assert got == pytest.approx(ref, rel=1e-12)
+    assert max(got) == pytest.approx(2e-3) and got.index(max(got)) == 3
+
+
+def test_warmup_cosine_reaches_zero_at_total_steps():
+    cfg = TrainConfig(lr=1.0, warmup_steps=2, scheduler="warmup_cosine")
+    got = lrs(cfg, 12, total=10)
+    ref = [0.5, 1.0] + [0.5 * (1 + math.cos(math.pi * (s - 2) / 8)) for s in range(3, 11)] + [0.0, 0.0]
+    assert got == pytest.approx(ref, abs=1e-12)
+
+
+def test_constant_with_and_without_warmup():
+    assert lrs(TrainConfig(lr=0.5, warmup_steps=0, scheduler="constant"), 3) == [0.5] * 3
+    assert lrs(TrainConfig(lr=0.5, warmup_steps=2, scheduler="constant"), 4) == [0.25, 0.5, 0.5, 0.5]
+
+
+def test_adam_and_adamw_differ_only_in_how_weight_decay_is_applied():
+    model = torch.nn.Linear(3, 2)
+    adamw = build_optimizer(model, TrainConfig(optimizer="adamw", weight_decay=0.1))
+    adam = build_optimizer(model, TrainConfig(optimizer="adam", weight_decay=0.1))
+    assert type(adamw) is torch.optim.AdamW and type(adam) is torch.optim.Adam
+    # Biases (1-D) are not decayed.
+    decay = {id(p): g["weight_decay"] for g in adamw.param_groups for p in g["params"]}
+    assert decay[id(model.weight)] == 0.1 and decay[id(model.bias)] == 0.0
+
+
+@pytest.mark.parametrize("field,value", [("optimizer", "sgd"), ("scheduler", "linear")])
+def test_unknown_names_are_config_errors(field, value):
+    cfg = TrainConfig(**{field: value})
+    with pytest.raises(ConfigError, match=f"train.{field} '{value}'"):
+        lrs(cfg, 1)
