@@ -75,6 +75,7 @@ class TokenizerConfig:
 class EncoderConfig:
     """Transformer encoder (models ctc_transformer, ctc_attention)."""
     input_layer: str = "conv2d"  # conv2d (x4) | conv2d6 | conv2d8
+    conv_channels: int = 0  # channels of the subsampling convolutions; 0 = d_model
     d_model: int = 256
     num_heads: int = 4
     ffn_dim: int = 1024
@@ -90,6 +91,9 @@ class EncoderConfig:
     dejavu_input: str = "subsampled"  # subsampled (conv output) | stacked_fbank (raw frames stacked to the rate)
     dejavu_dim: int = 0  # d_c of the paper; 0 = d_model
     dejavu_pos_dim: int = 0  # d_e (concatenated sinusoid); 0 = d_model // 4
+    # How the two halves of the Deja-vu layer's 2S outputs become S frames: a (feature-queried half),
+    # b (activation-queried half), sum, or concat (on the feature axis, before the output projection).
+    dejavu_combine: str = "concat"
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,7 @@ class DecoderConfig:
     attention_dropout: float = 0.0
     normalize_before: bool = True
     tie_embeddings: bool = False  # share input embedding and output projection
+    lsm_normalize: str = "batch"  # label-smoothed loss divided by the batch size (ESPnet) or by the token count
 
 
 @dataclass(frozen=True)
@@ -256,12 +261,32 @@ def apply_overrides(data: Dict[str, Any], overrides: Sequence[str]) -> Dict[str,
     return data
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key repeated in one mapping (PyYAML silently keeps the last one)."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Dict[Any, Any]:
+    seen: Dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise ConfigError(f"line {key_node.start_mark.line + 1}: duplicate key '{key}' "
+                              f"(first on line {seen[key]})")
+        seen[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
 def load_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> ExperimentConfig:
     """Load an experiment YAML (plus ``--set`` overrides) into a checked :class:`ExperimentConfig`."""
     path = os.fspath(path)
     try:
         with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh) or {}
+            data = yaml.load(fh, Loader=_StrictLoader) or {}
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from exc
     except yaml.YAMLError as exc:

@@ -38,3 +38,11 @@ def tiny_corpus(tmp_path_factory) -> Path:
                     "--num-train", "8", "--num-dev", "2", "--num-test", "2", "--seed", "3", "--no-noise",
                     "--sentences", str(sentences), "--no-progress"], check=True)
     return root / "data"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread():
+    """Tiny test models run fastest on one thread; more threads only contend (and subprocess tests add their own)."""
+    import torch
+
+    torch.set_num_threads(1)

@@ -33,3 +33,10 @@ def test_defaults_are_complete():
     # every section of the default config survives a dict round trip
     d = to_dict(ExperimentConfig())
     assert set(d) >= {"frontend", "specaug", "data", "model", "train", "tokenizer"}
+
+
+def test_duplicate_key_is_an_error(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("train:\n  epochs: 3\ntrain:\n  lr: 0.1\n")
+    with pytest.raises(ConfigError, match=r"c.yaml: line 3: duplicate key 'train' \(first on line 1\)"):
+        load_config(p)

@@ -12,7 +12,7 @@ Loss terms (each CTC loss is summed over utterances and divided by the batch siz
 
 Utterances too short for their transcript give an infinite CTC loss; ``ctc_loss`` zeroes them and
 ``num_infinite_ctc`` counts them, but they should be filtered up front: :meth:`CTCTransformer.can_align`
-(or :meth:`CTCTransformer.encoder_frames` with :func:`~asrkit.models.losses.ctc_min_frames`) says whether
+(or :meth:`CTCTransformer.output_lengths` with :func:`~asrkit.models.losses.ctc_min_frames`) says whether
 an utterance of a given number of samples can emit its token ids.
 """
 from __future__ import annotations
@@ -50,13 +50,15 @@ class CTCTransformer(nn.Module):
         """(B, T, D) -> (B, T, V) log-probabilities."""
         return self.ctc_head(enc).log_softmax(dim=-1)
 
-    def encoder_frames(self, num_samples: torch.Tensor) -> torch.Tensor:
+    def output_lengths(self, num_samples: torch.Tensor) -> torch.Tensor:
         """(B,) waveform lengths in samples -> (B,) encoder frames (without speed perturbation)."""
         return self.encoder.output_lengths(self.frontend.num_frames(num_samples))
 
+    encoder_frames = output_lengths  # the name this module's docstring used first
+
     def can_align(self, num_samples: int, tokens: Sequence[int]) -> bool:
         """Whether an utterance of ``num_samples`` samples has enough encoder frames for CTC to emit ``tokens``."""
-        frames = int(self.encoder_frames(torch.tensor([num_samples]))[0])
+        frames = int(self.output_lengths(torch.tensor([num_samples]))[0])
         return frames >= max(ctc_min_frames(list(tokens)), 1)
 
     def _encode_with_intermediates(self, batch: Dict[str, torch.Tensor]
@@ -112,7 +114,7 @@ def build_transformer_encoder(m: ModelConfig, in_dim: int, vocab_size: int) -> T
                                   interctc_layers=e.interctc_layers, self_condition=e.self_condition,
                                   vocab_size=vocab_size, dejavu_layer=e.dejavu_layer, dejavu_input=e.dejavu_input,
                                   dejavu_dim=e.dejavu_dim, dejavu_pos_dim=e.dejavu_pos_dim,
-                                  dejavu_combine=e.dejavu_combine)
+                                  dejavu_combine=e.dejavu_combine, conv_channels=e.conv_channels)
     except ValueError as exc:
         raise ConfigError(f"model.encoder: {exc}") from None
 

@@ -1,7 +1,8 @@
 """Loss terms shared by the models."""
 from __future__ import annotations
 
-from typing import Tuple
+import math
+from typing import Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -21,3 +22,49 @@ def ctc_loss(log_probs: torch.Tensor, lengths: torch.Tensor, targets: torch.Tens
     infinite = ~torch.isfinite(per_utt)
     per_utt = per_utt.masked_fill(infinite, 0.0)
     return per_utt.sum() / max(log_probs.size(0), 1), infinite.sum()
+
+
+def ctc_min_frames(tokens: Sequence[int]) -> int:
+    """Fewest CTC frames that can emit ``tokens``: one per label plus a blank between equal neighbours."""
+    return len(tokens) + sum(1 for a, b in zip(tokens, tokens[1:]) if a == b)
+
+
+def interctc_combine(loss_ctc: torch.Tensor, inter_losses: Sequence[torch.Tensor], weight: float) -> torch.Tensor:
+    """The CTC term with intermediate losses (ESPnet's InterCTC convention).
+
+    ``(1 - weight) * loss_ctc + weight * mean(inter_losses)``; just ``loss_ctc`` without intermediate layers.
+    """
+    if not inter_losses:
+        return loss_ctc
+    return (1.0 - weight) * loss_ctc + weight * torch.stack(list(inter_losses)).mean()
+
+
+def label_smoothing_loss(logits: torch.Tensor, targets: torch.Tensor, smoothing: float,
+                         normalize: str = "batch") -> torch.Tensor:
+    """KL(q || p) between smoothed targets q and the decoder's softmax p, summed over tokens.
+
+    logits: (B, L, V); targets: (B, L) padded with -1 (ignored). q puts ``1 - smoothing`` on the target
+    and ``smoothing / (V - 1)`` on every other id. KL = cross-entropy(q, p) - entropy(q), so it is 0 for
+    a perfect prediction of q and equals plain cross-entropy when ``smoothing = 0``. ``normalize``:
+    ``batch`` divides the sum by the batch size (ESPnet's default), ``token`` by the number of targets.
+    """
+    if normalize not in ("batch", "token"):
+        raise ValueError(f"label smoothing normalize must be 'batch' or 'token', got '{normalize}'")
+    vocab = logits.size(-1)
+    valid = targets >= 0  # (B, L)
+    logp = logits.float().log_softmax(dim=-1)  # (B, L, V)
+    logp_target = logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)  # (B, L)
+    confidence, other = 1.0 - smoothing, smoothing / max(vocab - 1, 1)
+    # Cross-entropy against q without building the (B, L, V) target tensor.
+    cross = -(confidence * logp_target + other * (logp.sum(dim=-1) - logp_target))
+    neg_entropy = sum(w * n * math.log(w) for w, n in ((confidence, 1), (other, vocab - 1)) if w > 0)
+    total = ((cross + neg_entropy) * valid).sum()
+    denom = logits.size(0) if normalize == "batch" else valid.sum().clamp(min=1)
+    return total / denom
+
+
+def token_accuracy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Fraction of non-padding targets (B, L) (padding -1) that are the argmax of logits (B, L, V)."""
+    valid = targets >= 0
+    correct = (logits.argmax(dim=-1) == targets) & valid
+    return correct.sum().float() / valid.sum().clamp(min=1).float()

@@ -8,12 +8,12 @@ from torch import nn
 from asrkit.audio.cmvn import CMVNStats
 from asrkit.audio.frontend import Frontend
 from asrkit.config import ConfigError, ExperimentConfig
-from asrkit.models.ctc_transformer import CTCTransformer
+from asrkit.models.ctc_attention import build_ctc_attention
+from asrkit.models.ctc_transformer import build_ctc_transformer
 from asrkit.models.lstm_attention import BLSTMAttention
 from asrkit.models.lstm_ctc import BLSTMCTC
 from asrkit.nets.lstm import BLSTMEncoder
 from asrkit.nets.lstm_decoder import LSTMAttentionDecoder
-from asrkit.nets.transformer import TransformerEncoder
 
 Builder = Callable[[ExperimentConfig, int, Frontend], nn.Module]
 
@@ -21,13 +21,6 @@ Builder = Callable[[ExperimentConfig, int, Frontend], nn.Module]
 def build_frontend_module(cfg: ExperimentConfig, cmvn_path: Optional[str]) -> Frontend:
     stats = CMVNStats.load(cmvn_path) if cmvn_path else None
     return Frontend(cfg.frontend, cfg.specaug, cfg.speed_perturb, stats)
-
-
-def _ctc_transformer(cfg: ExperimentConfig, vocab_size: int, frontend: Frontend) -> nn.Module:
-    e = cfg.model.encoder
-    encoder = TransformerEncoder(frontend.output_dim, e.d_model, e.num_heads, e.ffn_dim, e.num_layers, e.dropout,
-                                 e.attention_dropout, e.normalize_before, e.input_layer)
-    return CTCTransformer(frontend, encoder, vocab_size)
 
 
 def _blstm_encoder(cfg: ExperimentConfig, frontend: Frontend) -> BLSTMEncoder:
@@ -54,7 +47,8 @@ def _blstm_attention(cfg: ExperimentConfig, vocab_size: int, frontend: Frontend)
 
 
 MODELS: Dict[str, Builder] = {
-    "ctc_transformer": _ctc_transformer,
+    "ctc_transformer": build_ctc_transformer,
+    "ctc_attention": build_ctc_attention,
     "blstm_ctc": _blstm_ctc,
     "blstm_attention": _blstm_attention,
 }

@@ -29,11 +29,28 @@ class MultiHeadAttention(nn.Module):
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         q, k, v = self._split(self.q_proj(query)), self._split(self.k_proj(key)), self._split(self.v_proj(value))
-        attn_mask = None if mask is None else mask.unsqueeze(1)  # (B, 1, Tq|1, Tk) broadcast over heads
+        attn_mask = None if mask is None else _no_empty_rows(mask).unsqueeze(1)  # (B, 1, Tq|1, Tk) over heads
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
                                              dropout_p=self.dropout if self.training else 0.0)
         b, _, t, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+    @torch.no_grad()
+    def attention_weights(self, query: torch.Tensor, key: torch.Tensor,
+                          mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """(B, H, Tq, Tk) softmax weights, computed explicitly (SDPA does not return them); for plots."""
+        q, k = self._split(self.q_proj(query)), self._split(self.k_proj(key))
+        scores = (q @ k.transpose(-1, -2)).float() / self.head_dim ** 0.5  # (B, H, Tq, Tk)
+        if mask is not None:
+            scores = scores.masked_fill(~_no_empty_rows(mask).unsqueeze(1), float("-inf"))
+        return scores.softmax(dim=-1)
+
+
+def _no_empty_rows(mask: torch.Tensor) -> torch.Tensor:
+    """A query row with no valid key (a zero-length utterance) would make SDPA return NaN, and a NaN
+    in one utterance poisons the whole batch's gradient: let such rows attend everywhere instead.
+    Their outputs are garbage but finite, and belong to frames nothing downstream reads."""
+    return mask | ~mask.any(dim=-1, keepdim=True)
 
 
 class LocationAwareAttention(nn.Module):

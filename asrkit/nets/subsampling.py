@@ -26,26 +26,29 @@ def conv_output_length(lengths: torch.Tensor, layout: List[Tuple[int, int]]) -> 
 class Conv2dSubsampling(nn.Module):
     """(B, T, F) features -> (B, T', d_model) with T' = frames after the convolutions.
 
-    Each conv has ``d_model`` channels and ReLU; the flattened (channels x freq)
+    Each conv has ``channels`` (default ``d_model``) channels and ReLU; the flattened (channels x freq)
     output is projected to ``d_model``. Utterances shorter than the receptive
     field come out with length 0 (callers filter them before training).
     """
 
-    def __init__(self, in_dim: int, d_model: int, factor: int = 4, dropout: float = 0.0, pos_enc: bool = True):
+    def __init__(self, in_dim: int, d_model: int, factor: int = 4, dropout: float = 0.0, pos_enc: bool = True,
+                 channels: int = 0):
         super().__init__()
         if factor not in LAYOUTS:
             raise ValueError(f"subsampling factor must be one of {sorted(LAYOUTS)}, got {factor}")
         self.factor = factor
         self.layout = LAYOUTS[factor]
         layers: List[nn.Module] = []
+        # The second conv dominates the cost of small models on CPU; fewer channels make it cheap.
+        conv_channels = channels or d_model
         channels, freq = 1, in_dim
         for k, s in self.layout:
-            layers += [nn.Conv2d(channels, d_model, k, s), nn.ReLU()]
-            channels, freq = d_model, (freq - k) // s + 1
+            layers += [nn.Conv2d(channels, conv_channels, k, s), nn.ReLU()]
+            channels, freq = conv_channels, (freq - k) // s + 1
         if freq < 1:
             raise ValueError(f"feature dim {in_dim} too small for x{factor} subsampling")
         self.conv = nn.Sequential(*layers)
-        self.out = nn.Linear(d_model * freq, d_model)
+        self.out = nn.Linear(conv_channels * freq, d_model)
         # Recurrent encoders know order already: pos_enc=False leaves only the dropout.
         self.pos = PositionalEncoding(d_model, dropout) if pos_enc else nn.Dropout(dropout)
         # Frames of input needed before the first output frame exists.

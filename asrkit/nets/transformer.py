@@ -1,14 +1,39 @@
-"""Transformer encoder: conv subsampling, then pre-LN (default) or post-LN self-attention layers."""
+"""Transformer encoder: conv subsampling, then pre-LN (default) or post-LN self-attention layers.
+
+Optional extras inside the layer stack (1-based layer indices, all before the last layer):
+
+- ``interctc_layers``: the normalised output of these layers is returned by :meth:`forward_intermediate`
+  so the model can put an auxiliary CTC loss on it (InterCTC, Lee & Watanabe 2021). With pre-LN the
+  residual stream is unnormalised, so the encoder's final LayerNorm is applied to it first (shared,
+  as in ESPnet), and the model's CTC head is shared between all layers.
+- ``self_condition``: the intermediate CTC posteriors softmax(ctc_head(h_k)) are projected back to
+  d_model (one Linear(V, d_model) shared by all intermediate layers) and added to the residual stream
+  (self-conditioned CTC, Nozaki & Komatsu 2021). The encoder then needs ``ctc_head`` at inference too.
+- ``dejavu_layer``: Deja-vu feature re-presentation (see :mod:`asrkit.nets.representation`) replaces the
+  output of this layer; the layer is also an intermediate CTC layer, so the auxiliary loss sits right
+  before the re-presentation (the paper's "iterated loss").
+
+At an intermediate layer k the order is: layer k -> h_k = norm(x) is returned for the auxiliary loss
+-> self-conditioning (if on) -> re-presentation (if k is the Deja-vu layer).
+
+Deja-vu input Z0 (``dejavu_input``): ``subsampled`` = the subsampling module's output (what layer 1
+receives, positions included); ``stacked_fbank`` = the raw filterbank frames, ``factor`` consecutive
+frames concatenated per encoder frame, the window centred in that frame's receptive field.
+"""
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 
 from asrkit.nets.attention import MultiHeadAttention
 from asrkit.nets.mask import lengths_to_mask
+from asrkit.nets.representation import FeatureRepresentation
 from asrkit.nets.subsampling import INPUT_LAYERS, Conv2dSubsampling
+
+DEJAVU_INPUTS = ("subsampled", "stacked_fbank")
+CTCHead = Callable[[torch.Tensor], torch.Tensor]  # (B, T, D) -> (B, T, V) logits
 
 
 class FeedForward(nn.Module):
@@ -40,26 +65,92 @@ class TransformerEncoderLayer(nn.Module):
         return self.norm2(x + self.dropout(self.ffn(x)))
 
 
+def stack_frames(feats: torch.Tensor, num_out: int, factor: int, receptive_field: int) -> torch.Tensor:
+    """(B, T, F) -> (B, num_out, factor * F): frames [t*factor + o, (t+1)*factor + o) for output t.
+
+    ``o = (receptive_field - factor) // 2`` centres the window in the receptive field of conv output t
+    (frames [t*factor, t*factor + receptive_field)), which lies inside the input for every output frame.
+    """
+    off = (receptive_field - factor) // 2
+    b, _, f = feats.shape
+    return feats[:, off: off + num_out * factor].reshape(b, num_out, factor * f)
+
+
 class TransformerEncoder(nn.Module):
     """(B, T, F) features -> (B, T', d_model) encodings and (B,) lengths."""
 
     def __init__(self, in_dim: int, d_model: int = 256, num_heads: int = 4, ffn_dim: int = 1024,
                  num_layers: int = 12, dropout: float = 0.1, attention_dropout: float = 0.0,
-                 normalize_before: bool = True, input_layer: str = "conv2d"):
+                 normalize_before: bool = True, input_layer: str = "conv2d", *,
+                 interctc_layers: Sequence[int] = (), self_condition: bool = False, vocab_size: int = 0,
+                 dejavu_layer: int = 0, dejavu_input: str = "subsampled", dejavu_dim: int = 0,
+                 dejavu_pos_dim: int = 0, dejavu_combine: str = "concat", conv_channels: int = 0):
         super().__init__()
         if input_layer not in INPUT_LAYERS:
             raise ValueError(f"unknown input_layer '{input_layer}' (choose from {sorted(INPUT_LAYERS)})")
+        for k in list(interctc_layers) + ([dejavu_layer] if dejavu_layer else []):
+            if not 1 <= k < num_layers:
+                raise ValueError(f"intermediate layer {k} must be in 1..{num_layers - 1} (the encoder has "
+                                 f"{num_layers} layers; the last one already feeds the CTC head)")
+        if dejavu_input not in DEJAVU_INPUTS:
+            raise ValueError(f"unknown dejavu_input '{dejavu_input}' (choose from {DEJAVU_INPUTS})")
         self.d_model = d_model
-        self.subsampling = Conv2dSubsampling(in_dim, d_model, INPUT_LAYERS[input_layer], dropout)
+        self.subsampling = Conv2dSubsampling(in_dim, d_model, INPUT_LAYERS[input_layer], dropout,
+                                             channels=conv_channels)
         self.layers = nn.ModuleList(
             TransformerEncoderLayer(d_model, num_heads, ffn_dim, dropout, attention_dropout, normalize_before)
             for _ in range(num_layers))
         # Pre-LN stacks leave the residual stream unnormalised: normalise once at the end.
         self.final_norm = nn.LayerNorm(d_model) if normalize_before else nn.Identity()
+        self.intermediate_layers: Tuple[int, ...] = tuple(sorted(set(interctc_layers) | ({dejavu_layer} - {0})))
+        self.self_condition = self_condition and bool(self.intermediate_layers)
+        if self.self_condition and vocab_size <= 0:
+            raise ValueError("self-conditioned CTC needs the vocabulary size")
+        self.condition_proj = nn.Linear(vocab_size, d_model) if self.self_condition else None
+        self.dejavu_layer, self.dejavu_input = dejavu_layer, dejavu_input
+        self.dejavu: Optional[FeatureRepresentation] = None
+        if dejavu_layer:
+            z0_dim = d_model if dejavu_input == "subsampled" else in_dim * self.subsampling.factor
+            self.dejavu = FeatureRepresentation(z0_dim, d_model, num_heads, ffn_dim, dejavu_dim, dejavu_pos_dim,
+                                                dropout, attention_dropout, normalize_before, dejavu_combine)
 
-    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        x, lens = self.subsampling(feats, feat_lens)
-        mask = lengths_to_mask(lens, x.size(1)).unsqueeze(1)  # (B, 1, T)
-        for layer in self.layers:
-            x = layer(x, mask)
-        return self.final_norm(x), lens
+    @property
+    def subsampling_factor(self) -> int:
+        return self.subsampling.factor
+
+    def output_lengths(self, feat_lens: torch.Tensor) -> torch.Tensor:
+        """Encoder frames for (B,) feature-frame counts (0 when shorter than the receptive field)."""
+        return self.subsampling.output_lengths(feat_lens)
+
+    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor,
+                ctc_head: Optional[CTCHead] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """feats (B, T, F), feat_lens (B,) -> encodings (B, T', D), lengths (B,).
+
+        ``ctc_head`` (logits of the model's CTC layer) is required with self-conditioning.
+        """
+        out, lens, _ = self.forward_intermediate(feats, feat_lens, ctc_head)
+        return out, lens
+
+    def forward_intermediate(self, feats: torch.Tensor, feat_lens: torch.Tensor, ctc_head: Optional[CTCHead] = None
+                             ) -> Tuple[torch.Tensor, torch.Tensor, List[torch.Tensor]]:
+        """Like :meth:`forward`, plus the normalised outputs (B, T', D) of ``intermediate_layers`` in order."""
+        if self.self_condition and ctc_head is None:
+            raise ValueError("this encoder is self-conditioned: pass the model's ctc_head")
+        x, lens = self.subsampling(feats, feat_lens)  # (B, T', D)
+        mask = lengths_to_mask(lens, x.size(1))  # (B, T')
+        z0 = None
+        if self.dejavu is not None:
+            z0 = x if self.dejavu_input == "subsampled" else stack_frames(
+                feats, x.size(1), self.subsampling.factor, self.subsampling.min_input_length)
+        intermediates: List[torch.Tensor] = []
+        for k, layer in enumerate(self.layers, start=1):
+            x = layer(x, mask.unsqueeze(1))
+            if k not in self.intermediate_layers:
+                continue
+            h = self.final_norm(x)
+            intermediates.append(h)
+            if self.condition_proj is not None:
+                x = x + self.condition_proj(ctc_head(h).softmax(dim=-1))
+            if k == self.dejavu_layer:
+                x = self.dejavu(z0, x, mask)
+        return self.final_norm(x), lens, intermediates

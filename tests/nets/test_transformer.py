@@ -1,9 +1,10 @@
 import math
 
+import pytest
 import torch
 
 from asrkit.nets.attention import MultiHeadAttention
-from asrkit.nets.transformer import TransformerEncoder
+from asrkit.nets.transformer import TransformerEncoder, stack_frames
 
 
 def plain_attention(mha, q_in, k_in, v_in, mask):
@@ -49,3 +50,72 @@ def test_encoder_gradients_flow_to_every_parameter():
     out, _ = enc(torch.randn(2, 30, 20), torch.tensor([30, 22]))
     out.sum().backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in enc.parameters())
+
+
+def test_intermediate_outputs_are_the_normalised_layer_outputs():
+    torch.manual_seed(0)
+    enc = TransformerEncoder(20, d_model=16, num_heads=2, ffn_dim=32, num_layers=3, interctc_layers=(2, 1)).eval()
+    feats, lens = torch.randn(2, 30, 20), torch.tensor([30, 22])
+    out, out_lens, inter = enc.forward_intermediate(feats, lens)
+    assert enc.intermediate_layers == (1, 2) and len(inter) == 2
+    # Reference: run the layers by hand.
+    x, ref_lens = enc.subsampling(feats, lens)
+    mask = (torch.arange(x.size(1))[None] < ref_lens[:, None]).unsqueeze(1)
+    hs = []
+    for layer in enc.layers:
+        x = layer(x, mask)
+        hs.append(enc.final_norm(x))
+    torch.testing.assert_close(inter[0], hs[0])
+    torch.testing.assert_close(inter[1], hs[1])
+    torch.testing.assert_close(out, hs[2])
+    torch.testing.assert_close(enc(feats, lens)[0], out)  # plain forward: same output
+    assert out_lens.tolist() == ref_lens.tolist()
+
+
+def test_self_conditioning_adds_projected_posteriors_of_the_shared_head():
+    torch.manual_seed(0)
+    vocab = 7
+    enc = TransformerEncoder(20, d_model=16, num_heads=2, ffn_dim=32, num_layers=2, interctc_layers=(1,),
+                             self_condition=True, vocab_size=vocab).eval()
+    head = torch.nn.Linear(16, vocab)
+    feats, lens = torch.randn(2, 30, 20), torch.tensor([30, 22])
+    out, _, inter = enc.forward_intermediate(feats, lens, head)
+    x, n = enc.subsampling(feats, lens)
+    mask = (torch.arange(x.size(1))[None] < n[:, None]).unsqueeze(1)
+    x = enc.layers[0](x, mask)
+    x = x + enc.condition_proj(torch.softmax(head(enc.final_norm(x)), -1))
+    torch.testing.assert_close(out, enc.final_norm(enc.layers[1](x, mask)))
+    with pytest.raises(ValueError, match="ctc_head"):
+        enc(feats, lens)
+
+
+def test_intermediate_layer_range_is_checked():
+    with pytest.raises(ValueError, match="1..2"):
+        TransformerEncoder(20, d_model=16, num_heads=2, ffn_dim=32, num_layers=3, interctc_layers=(3,))
+
+
+def test_stack_frames_centres_the_window_in_the_receptive_field():
+    feats = torch.arange(2 * 23 * 3, dtype=torch.float32).view(2, 23, 3)
+    enc = TransformerEncoder(3 * 4, d_model=8, num_heads=2, ffn_dim=8, num_layers=1)  # only for the layout
+    t_out = int(enc.output_lengths(torch.tensor([23]))[0])  # 4
+    stacked = stack_frames(feats, t_out, 4, enc.subsampling.min_input_length)  # receptive field 7 -> offset 1
+    assert stacked.shape == (2, t_out, 12)
+    for t in range(t_out):
+        torch.testing.assert_close(stacked[1, t], feats[1, 4 * t + 1: 4 * t + 5].reshape(-1))
+    assert 4 * (t_out - 1) + 5 <= 23  # the last window lies inside the utterance
+
+
+def test_zero_length_rows_stay_finite_and_weights_match_plain_softmax():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 5, 16)
+    pad = (torch.arange(5)[None] < torch.tensor([3, 0])[:, None]).unsqueeze(1)  # second utterance is empty
+    out = mha(x, x, x, pad)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out[:1], plain_attention(mha, x[:1], x[:1], x[:1], pad[:1].expand(1, 5, 5)))
+    w = mha.attention_weights(x, x, pad)  # (B, H, Tq, Tk)
+    q = mha.q_proj(x).view(2, 5, 4, 4).transpose(1, 2)
+    k = mha.k_proj(x).view(2, 5, 4, 4).transpose(1, 2)
+    ref = (q @ k.transpose(-1, -2) / 2.0).masked_fill(~pad.unsqueeze(1), float("-inf"))[:1].softmax(-1)
+    torch.testing.assert_close(w[:1], ref)
+    assert float(w[0, :, :, 3:].abs().sum()) == 0.0

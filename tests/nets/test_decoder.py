@@ -1,0 +1,86 @@
+"""Transformer decoder: causal masking, memory padding, tied embeddings, incremental decode_step."""
+import pytest
+import torch
+
+from asrkit.nets.decoder import TransformerDecoder
+
+
+def make(pre_ln=True, tie=False, layers=2):
+    torch.manual_seed(0)
+    return TransformerDecoder(11, d_model=16, num_heads=4, ffn_dim=32, num_layers=layers,
+                              normalize_before=pre_ln, tie_embeddings=tie).eval()
+
+
+@pytest.mark.parametrize("pre_ln", [True, False])
+def test_future_tokens_do_not_change_earlier_outputs(pre_ln):
+    dec = make(pre_ln)
+    memory, mlens = torch.randn(1, 8, 16), torch.tensor([8])
+    ys = torch.tensor([[2, 5, 6, 7, 8]])
+    changed = ys.clone()
+    changed[0, 3:] = torch.tensor([9, 10])
+    a = dec(ys, torch.tensor([5]), memory, mlens)
+    b = dec(changed, torch.tensor([5]), memory, mlens)
+    torch.testing.assert_close(a[:, :3], b[:, :3])
+    assert not torch.allclose(a[:, 3:], b[:, 3:])  # the check can fail: later positions do see the change
+
+
+def test_padding_of_tokens_and_memory_does_not_change_valid_outputs():
+    dec = make()
+    memory = torch.randn(1, 8, 16)
+    ys = torch.tensor([[2, 5, 6]])
+    single = dec(ys, torch.tensor([3]), memory, torch.tensor([8]))
+    padded_mem = torch.cat([memory, 100 * torch.randn(1, 5, 16)], 1)
+    padded_ys = torch.tensor([[2, 5, 6, 2, 2]])
+    batch = dec(padded_ys, torch.tensor([3]), padded_mem, torch.tensor([8]))
+    torch.testing.assert_close(batch[:, :3], single, atol=1e-5, rtol=1e-5)
+
+
+def test_tied_embeddings_share_storage():
+    dec = make(tie=True)
+    assert dec.output.weight is dec.embed.weight
+    assert dec.output.weight.data_ptr() == dec.embed.weight.data_ptr()
+    names = [n for n, _ in dec.named_parameters()]
+    assert "output.weight" not in names and "embed.weight" in names  # one Parameter, counted once
+    untied = make(tie=False)
+    assert untied.output.weight.data_ptr() != untied.embed.weight.data_ptr()
+    assert sum(p.numel() for p in untied.parameters()) - sum(p.numel() for p in dec.parameters()) == 11 * 16
+
+
+@pytest.mark.parametrize("pre_ln", [True, False])
+def test_incremental_decode_step_matches_full_forward(pre_ln):
+    dec = make(pre_ln, layers=3)
+    memory = torch.randn(3, 9, 16)
+    mlens = torch.tensor([9, 6, 4])
+    ys = torch.tensor([[2, 3, 4, 5, 6], [2, 7, 7, 1, 9], [2, 10, 3, 3, 4]])
+    full = dec(ys, torch.tensor([5, 5, 5]), memory, mlens).log_softmax(-1)  # (N, L, V)
+    state = None
+    for i in range(1, 6):
+        logp, state = dec.decode_step(ys[:, :i], memory, mlens, state)
+        assert len(state) == 3 and state[0].shape == (3, i, 16)
+        torch.testing.assert_close(logp, full[:, i - 1], atol=1e-5, rtol=1e-5)
+        fresh, _ = dec.decode_step(ys[:, :i], memory, mlens, None)  # recompute from scratch
+        torch.testing.assert_close(logp, fresh, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="state covers"):
+        dec.decode_step(ys[:, :2], memory, mlens, state)
+
+
+def test_state_reorders_along_the_batch_dim():
+    dec = make()
+    memory, mlens = torch.randn(2, 6, 16), torch.tensor([6, 5])
+    ys = torch.tensor([[2, 4], [2, 8]])
+    _, state = dec.decode_step(ys, memory, mlens)
+    index = torch.tensor([1, 1, 0])
+    state = tuple(s.index_select(0, index) for s in state)
+    nxt = torch.tensor([[3], [5], [6]])
+    logp, _ = dec.decode_step(torch.cat([ys[index], nxt], 1), memory[index], mlens[index], state)
+    ref, _ = dec.decode_step(torch.cat([ys[index], nxt], 1), memory[index], mlens[index])
+    torch.testing.assert_close(logp, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_cross_attention_weights_are_distributions_over_valid_frames():
+    dec = make()
+    w = dec.cross_attention_weights(torch.tensor([[2, 5, 6], [2, 7, 2]]), torch.tensor([3, 2]),
+                                    torch.randn(2, 7, 16), torch.tensor([7, 4]))
+    assert w.shape == (2, 4, 3, 7)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 3))
+    assert float(w[1, :, :, 4:].sum()) == 0.0
