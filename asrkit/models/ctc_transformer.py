@@ -54,8 +54,6 @@ class CTCTransformer(nn.Module):
         """(B,) waveform lengths in samples -> (B,) encoder frames (without speed perturbation)."""
         return self.encoder.output_lengths(self.frontend.num_frames(num_samples))
 
-    encoder_frames = output_lengths  # the name this module's docstring used first
-
     def can_align(self, num_samples: int, tokens: Sequence[int]) -> bool:
         """Whether an utterance of ``num_samples`` samples has enough encoder frames for CTC to emit ``tokens``."""
         frames = int(self.output_lengths(torch.tensor([num_samples]))[0])

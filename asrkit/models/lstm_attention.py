@@ -41,6 +41,10 @@ class BLSTMAttention(nn.Module):
         self.has_ctc = ctc_weight > 0
         self.ctc_head = nn.Linear(encoder.output_dim, vocab_size) if self.has_ctc else None
 
+    def output_lengths(self, num_samples: torch.Tensor) -> torch.Tensor:
+        """(B,) waveform lengths in samples -> (B,) encoder frames (without speed perturbation)."""
+        return self.encoder.output_lengths(self.frontend.num_frames(num_samples))
+
     def encode(self, wav: torch.Tensor, wav_lens: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """(B, S) waveforms -> (B, T, 2H) encodings, (B,) lengths."""
         feats, feat_lens = self.frontend(wav, wav_lens)

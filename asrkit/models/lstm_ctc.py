@@ -21,6 +21,10 @@ class BLSTMCTC(nn.Module):
         self.vocab_size = vocab_size
         self.subsampling_factor = encoder.subsampling_factor  # feature frames per encoder frame
 
+    def output_lengths(self, num_samples: torch.Tensor) -> torch.Tensor:
+        """(B,) waveform lengths in samples -> (B,) encoder frames (without speed perturbation)."""
+        return self.encoder.output_lengths(self.frontend.num_frames(num_samples))
+
     def encode(self, wav: torch.Tensor, wav_lens: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """(B, S) waveforms -> (B, T, 2H) encodings, (B,) lengths."""
         feats, feat_lens = self.frontend(wav, wav_lens)

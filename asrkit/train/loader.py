@@ -39,8 +39,8 @@ def seed_worker(worker_id: int) -> None:
 
 
 def output_lengths_fn(model: nn.Module) -> Optional[Callable[[torch.Tensor], torch.Tensor]]:
-    """The model's samples -> encoder frames function, if it has one (``encoder_frames`` is the older name)."""
-    return getattr(model, "output_lengths", None) or getattr(model, "encoder_frames", None)
+    """The model's samples -> encoder frames function, if it has one."""
+    return getattr(model, "output_lengths", None)
 
 
 def alignable(durations: Sequence[float], token_ids: Sequence[Sequence[int]], model: nn.Module,

@@ -195,3 +195,13 @@ def test_bad_lstm_config_is_a_config_error():
     cfg = load_config(CONF / "tiny_blstm_ctc.yaml", ["model.lstm_encoder.pyramid_layers=[3]"])
     with pytest.raises(ConfigError, match="model.lstm_encoder: pyramid_layers"):
         build_model(cfg, vocab_size=32)
+
+
+def test_lstm_models_report_their_encoder_lengths():
+    """output_lengths (used to drop utterances too short for their labels) matches the real encoder."""
+    for name in ("conf/tiny_blstm_ctc.yaml", "conf/tiny_blstm_location_attention.yaml"):
+        model = build_model(load_config(name), vocab_size=12).eval()
+        wav_lens = torch.tensor([16000, 12345, 4000])
+        with torch.no_grad():
+            _, enc_lens = model.encode(torch.randn(3, 16000), wav_lens)
+        assert model.output_lengths(wav_lens).tolist() == enc_lens.tolist()
