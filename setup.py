@@ -30,7 +30,8 @@ setup(
         "scipy>=1.8",
     ],
     extras_require={
-        "dev": ["pytest>=7", "pytest-timeout>=2.1"],
+        # kenlm (built from source, ~75 s) is the reference the n-gram tests compare against.
+        "dev": ["pytest>=7", "pytest-timeout>=2.1", "kenlm>=0.2"],
     },
     entry_points={"console_scripts": ["asrkit=asrkit.cli:main"]},
 )

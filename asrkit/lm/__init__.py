@@ -1,0 +1,40 @@
+"""Language models for decoding: back-off n-grams from ARPA files (scores in natural log).
+
+* :func:`load_ngram` / :class:`NgramLM` — ARPA (plain or gzip) -> device tensors with batched back-off lookup.
+* :class:`NgramScorer` — the LM's words are the tokenizer's tokens (``--units token``).
+* :class:`WordNgramScorer` — a word LM applied at the "▁" word boundaries of char/sentencepiece tokens.
+* :func:`ngram_scorer` — pick and build one of the two from a path.
+"""
+from __future__ import annotations
+
+import os
+from typing import Sequence, Union
+
+import torch
+
+from asrkit.lm.arpa import ArpaError, ArpaLM, read_arpa
+from asrkit.lm.ngram import LN10, NgramLM, NgramScorer, NgramState, load_ngram
+from asrkit.lm.word_ngram import WordNgramScorer, WordNgramState
+
+__all__ = ["ArpaError", "ArpaLM", "read_arpa", "LN10", "NgramLM", "NgramScorer", "NgramState",
+           "load_ngram", "WordNgramScorer", "WordNgramState", "ngram_scorer"]
+
+
+def ngram_scorer(lm: Union[str, os.PathLike, NgramLM], token_list: Sequence[str], units: str = "token",
+                 device: torch.device | str | None = None, lookahead: bool = True,
+                 blank_id: int = 0, unk_id: int = 1, sos_eos_id: int = 2) -> Union[NgramScorer, WordNgramScorer]:
+    """Build the search scorer for an n-gram LM.
+
+    ``units="token"``: the ARPA's words are the tokenizer's tokens; ``units="word"``: the ARPA is a
+    word LM scored at word boundaries (``lookahead`` is the partial-word option of WordNgramScorer).
+    """
+    if not isinstance(lm, NgramLM):
+        lm = load_ngram(lm, device=device)
+    elif device is not None:
+        lm.to(device)
+    if units == "token":
+        return NgramScorer(lm, token_list, blank_id=blank_id, sos_eos_id=sos_eos_id)
+    if units == "word":
+        return WordNgramScorer(lm, token_list, lookahead=lookahead, blank_id=blank_id, unk_id=unk_id,
+                               sos_eos_id=sos_eos_id)
+    raise ValueError(f"n-gram units must be 'token' or 'word', got '{units}'")

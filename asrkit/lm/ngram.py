@@ -1,0 +1,257 @@
+"""Back-off n-gram LM as device tensors, with batched lookup, and its token-unit search scorer.
+
+Scores are **natural logs** (ARPA stores log10; every value is multiplied by ln 10 at load
+time) because the search adds LM scores to CTC/attention log-probabilities in ln.
+
+Table layout. The k-gram ``(w1 .. wk)`` gets an id: its row in the order-k table sorted by
+the int64 key ``w1 * M[k-1] + id(w2 .. wk)``, where ``M[k-1]`` is the size of the
+order-(k-1) table and the unigram id is the word id. Keys are built right to left, so one
+``torch.searchsorted`` per order finds, for every (hypothesis, candidate) pair at once, the
+bigram, trigram, ... ending in the candidate; a miss gives id -1, and every longer n-gram
+then misses too. That needs every n-gram's suffix ``(w2 .. wk)`` in the model; ARPA files
+from SRILM-style pruning can lack some, so the loader inserts them with their back-off
+probability and a zero back-off, which leaves every score unchanged.
+
+Back-off: ln P(w | h) = p(longest n-gram ``h_m w`` in the model) + sum of the back-off
+weights of the contexts of h longer than ``h_m``. The context back-offs depend on h only, so
+a hypothesis state caches their suffix sums (``bo_sums``): a score call is then one
+searchsorted per order over (N, C) and a few gathers. Words not in the model map to
+``<unk>``; an ARPA without ``<unk>`` gets it with log10 prob -100 (as KenLM does).
+The loader is pure Python: fine for pruned models of a few million n-grams.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from asrkit.lm.arpa import BOS, EOS, UNK, ArpaLM, read_arpa
+
+LN10 = math.log(10.0)
+UNK_MISSING_LOG10 = -100.0  # KenLM's default when the ARPA has no <unk>
+_KEY_SENTINEL = torch.iinfo(torch.int64).max  # appended to every key table: no clamp needed
+
+
+def _backoff_log10(ngrams: List[dict], context: Tuple[str, ...], word: str) -> float:
+    """Dictionary back-off over the given tables (log10); used only to fill inserted suffixes."""
+    total = 0.0
+    while True:
+        entry = ngrams[len(context)].get(context + (word,))
+        if entry is not None and entry[0] is not None:
+            return total + entry[0]
+        if not context:
+            raise KeyError(word)
+        ctx_entry = ngrams[len(context) - 1].get(context)
+        if ctx_entry is not None:
+            total += ctx_entry[1]
+        context = context[1:]
+
+
+def _close_suffixes(lm: ArpaLM) -> List[Dict[Tuple[str, ...], Tuple[float, float]]]:
+    """Copy the tables, inserting every missing suffix (w2..wk) of a listed k-gram."""
+    tables: List[dict] = [dict(t) for t in lm.ngrams]
+    for k in range(lm.order, 1, -1):  # top-down: an inserted suffix may lack its own suffix
+        lower = tables[k - 2]
+        for words in list(tables[k - 1]):
+            suffix = words[1:]
+            if suffix not in lower:
+                if k == 2:
+                    raise ValueError(f"word '{suffix[0]}' occurs in the {k}-gram '{' '.join(words)}' "
+                                     f"but not in the 1-grams")
+                lower[suffix] = (None, 0.0)
+    for k in range(2, lm.order + 1):  # bottom-up: fill probabilities from complete lower orders
+        table = tables[k - 1]
+        for words, (prob, bo) in table.items():
+            if prob is None:
+                ctx = tables[k - 2].get(words[:-1])
+                ctx_bo = ctx[1] if ctx is not None else 0.0
+                table[words] = (ctx_bo + _backoff_log10(tables[:k - 1], words[1:-1], words[-1]), bo)
+    return tables
+
+
+class NgramLM(torch.nn.Module):
+    """A back-off n-gram LM on one device. Build with :func:`load_ngram` or ``NgramLM(ArpaLM)``.
+
+    Word ids index :attr:`vocab`; ``pad_id = len(vocab)`` fills the history before ``<s>``
+    and matches no n-gram. Hypothesis histories are ``(R, order-1)`` word ids, most recent last.
+    """
+
+    def __init__(self, arpa: ArpaLM, device: torch.device | str | None = None) -> None:
+        super().__init__()
+        tables = _close_suffixes(arpa)
+        unigrams = tables[0]
+        for needed in (BOS, EOS):
+            if (needed,) not in unigrams:
+                raise ValueError(f"ARPA model has no {needed} in its 1-grams")
+        if (UNK,) not in unigrams:
+            unigrams[(UNK,)] = (UNK_MISSING_LOG10, 0.0)
+        self.order = arpa.order
+        self.vocab: List[str] = [w[0] for w in unigrams]
+        self.word_to_id: Dict[str, int] = {w: i for i, w in enumerate(self.vocab)}
+        self.bos_id, self.eos_id = self.word_to_id[BOS], self.word_to_id[EOS]
+        self.unk_id = self.word_to_id[UNK]
+        self.pad_id = len(self.vocab)
+        v1 = len(self.vocab) + 1  # ids 0..V, pad included
+        probs = [p for p, _ in unigrams.values()] + [-math.inf]
+        backoffs = [b for _, b in unigrams.values()] + [0.0]
+        self.register_buffer("prob_1", torch.tensor(probs, dtype=torch.float64).mul(LN10).float(), False)
+        self.register_buffer("bo_1", torch.tensor(backoffs, dtype=torch.float64).mul(LN10).float(), False)
+        # lower_ids maps each (k-1)-gram to its id: its row in the sorted order-(k-1) table
+        lower_ids: Dict[Tuple[str, ...], int] = {w: i for i, w in enumerate(unigrams)}
+        self.sizes = [v1]  # sizes[k-1] = rows of the order-k table (unigrams: ids incl. pad)
+        for k in range(2, self.order + 1):
+            table = tables[k - 1]
+            mult = self.sizes[-1]
+            if v1 * mult >= 2 ** 62:
+                raise ValueError(f"{k}-gram keys overflow int64 ({v1} words x {mult} contexts)")
+            first = np.fromiter((self._known(w[0], w) for w in table), np.int64, len(table))
+            rest = np.fromiter((lower_ids[w[1:]] for w in table), np.int64, len(table))
+            keys = first * mult + rest
+            perm = np.argsort(keys, kind="stable")
+            values = np.array(list(table.values()), dtype=np.float64).reshape(-1, 2)[perm] * LN10
+            self._register_order(k, keys[perm], values)
+            self.sizes.append(len(table))
+            if k < self.order:
+                entries = list(table)
+                lower_ids = {entries[j]: row for row, j in enumerate(perm.tolist())}
+        if device is not None:
+            self.to(device)
+
+    def _known(self, word: str, ngram: Tuple[str, ...]) -> int:
+        wid = self.word_to_id.get(word)
+        if wid is None:
+            raise ValueError(f"word '{word}' occurs in the {len(ngram)}-gram '{' '.join(ngram)}' "
+                             f"but not in the 1-grams")
+        return wid
+
+    def _register_order(self, k: int, keys: np.ndarray, values: np.ndarray) -> None:
+        keys_t = torch.from_numpy(np.append(keys, _KEY_SENTINEL))
+        vals = torch.from_numpy(np.vstack([values, np.zeros((1, 2))])).float()
+        self.register_buffer(f"keys_{k}", keys_t, False)
+        self.register_buffer(f"prob_{k}", vals[:, 0].contiguous(), False)
+        if k < self.order:  # the highest order has no back-off weights
+            self.register_buffer(f"bo_{k}", vals[:, 1].contiguous(), False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.prob_1.device
+
+    def index(self, word: str) -> int:
+        """LM id of a word; unknown words map to ``<unk>``."""
+        return self.word_to_id.get(word, self.unk_id)
+
+    # Gathers use Tensor.take: on CPU it is ~2.5x faster than advanced indexing for 1-D tables.
+    def _lookup(self, k: int, first: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """Row of the k-gram (first, <(k-1)-gram ids>) in the order-k table, or -1. Shapes broadcast."""
+        keys = getattr(self, f"keys_{k}")
+        query = torch.where(ids >= 0, first * self.sizes[k - 2] + ids, -1)
+        pos = torch.searchsorted(keys, query)  # sentinel at the end: pos is always a valid row
+        return torch.where(keys.take(pos) == query, pos, -1)
+
+    def start(self, rows: int, device: Optional[torch.device] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """History ``(rows, order-1)`` = [pad ... pad, <s>] and its back-off sums ``(rows, order)``."""
+        device = device or self.device
+        hist = torch.full((rows, self.order - 1), self.pad_id, dtype=torch.long, device=device)
+        if self.order > 1:
+            hist[:, -1] = self.bos_id
+        return hist, self.backoff_sums(hist)
+
+    def backoff_sums(self, hist: torch.Tensor) -> torch.Tensor:
+        """(R, order-1) history -> (R, order): column k-1 = sum of ln back-offs of the contexts
+        made of the last j words, j = k .. order-1 (column order-1 is 0)."""
+        rows, n = hist.shape[0], self.order
+        bo = torch.zeros(rows, n, dtype=self.prob_1.dtype, device=hist.device)
+        if n == 1:
+            return bo
+        ids = hist[:, -1]
+        bo[:, 0] = self.bo_1.take(ids)
+        for j in range(2, n):  # context of the last j words
+            ids = self._lookup(j, hist[:, -j], ids)
+            bo[:, j - 1] = torch.where(ids >= 0, getattr(self, f"bo_{j}").take(ids.clamp(min=0)), 0.0)
+        # suffix sums: S_k = bo_k + ... + bo_{n-1}
+        return bo.flip(1).cumsum(1).flip(1)
+
+    def logprob(self, hist: torch.Tensor, bo_sums: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
+        """ln P(word | history) for ``words`` (R, C) after ``hist`` (R, order-1) -> (R, C)."""
+        score = self.prob_1.take(words) + bo_sums[:, :1]
+        ids = words
+        for k in range(2, self.order + 1):
+            ids = self._lookup(k, hist[:, self.order - k].unsqueeze(1), ids)
+            found_prob = getattr(self, f"prob_{k}").take(ids.clamp(min=0)) + bo_sums[:, k - 1:k]
+            score = torch.where(ids >= 0, found_prob, score)
+        return score
+
+    def push(self, hist: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
+        """Append ``words`` (R,) to histories (R, order-1), dropping the oldest word."""
+        if self.order == 1:
+            return hist
+        return torch.cat([hist[:, 1:], words.unsqueeze(1)], dim=1)
+
+    def sentence_logprobs(self, words: Sequence[str], eos: bool = True) -> List[float]:
+        """ln P of each word (and of </s> when ``eos``) of one sentence after <s>; for checks."""
+        hist, bo = self.start(1)
+        out = []
+        ids = [self.index(w) for w in words] + ([self.eos_id] if eos else [])
+        for wid in ids:
+            w = torch.tensor([wid], device=self.device)
+            out.append(float(self.logprob(hist, bo, w.unsqueeze(1))[0, 0]))
+            hist = self.push(hist, w)
+            bo = self.backoff_sums(hist)
+        return out
+
+
+def load_ngram(path: str | os.PathLike, device: torch.device | str | None = None) -> NgramLM:
+    """Read an ARPA file (plain or gzip) into an :class:`NgramLM` on ``device``."""
+    return NgramLM(read_arpa(path), device=device)
+
+
+class NgramState(NamedTuple):
+    """Per-hypothesis LM state (leading dim N)."""
+
+    hist: torch.Tensor  # (N, order-1) LM word ids, most recent last
+    bo_sums: torch.Tensor  # (N, order) ln back-off suffix sums of hist (see NgramLM.backoff_sums)
+
+
+class NgramScorer:
+    """Batched scorer (asrkit.search protocol) for an LM whose words are the tokenizer's tokens.
+
+    ``token_list[i]`` is token i's string; tokens absent from the LM score as ``<unk>``.
+    The blank scores 0 and never enters the history; ``sos_eos_id`` scores as ``</s>``.
+    """
+
+    def __init__(self, lm: NgramLM, token_list: Sequence[str], blank_id: int = 0, sos_eos_id: int = 2) -> None:
+        self.lm = lm
+        self.blank_id, self.sos_eos_id = blank_id, sos_eos_id
+        ids = [lm.eos_id if i == sos_eos_id else lm.index(t) for i, t in enumerate(token_list)]
+        self.tok_to_lm = torch.tensor(ids, dtype=torch.long, device=lm.device)  # (V_tok,)
+
+    def _to(self, device: torch.device) -> None:
+        if self.lm.device != torch.device(device):
+            self.lm.to(device)
+            self.tok_to_lm = self.tok_to_lm.to(device)
+
+    def init_state(self, batch: int, beam: int, device: torch.device) -> NgramState:
+        self._to(device)
+        return NgramState(*self.lm.start(batch * beam, device))
+
+    def score(self, state: NgramState, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (N, C) -> (N, C) ln P(token | history); 0 for the blank."""
+        lp = self.lm.logprob(state.hist, state.bo_sums, self.tok_to_lm.take(tokens))
+        return torch.where(tokens == self.blank_id, 0.0, lp)
+
+    def select_state(self, state: NgramState, index: torch.Tensor, tokens: torch.Tensor) -> NgramState:
+        """Rows ``index`` (M,) extended by ``tokens`` (M,); -1, blank and sos/eos leave a row unchanged."""
+        hist, bo = state.hist[index], state.bo_sums[index]
+        grow = (tokens >= 0) & (tokens != self.blank_id) & (tokens != self.sos_eos_id)  # (M,)
+        new_hist = self.lm.push(hist, self.tok_to_lm.take(tokens.clamp(min=0)))
+        hist = torch.where(grow.unsqueeze(1), new_hist, hist)
+        return NgramState(hist, torch.where(grow.unsqueeze(1), self.lm.backoff_sums(hist), bo))
+
+    def final_score(self, state: NgramState) -> torch.Tensor:
+        """(N,) ln P(</s> | history)."""
+        eos = torch.full((state.bo_sums.shape[0], 1), self.lm.eos_id, dtype=torch.long,
+                         device=state.bo_sums.device)
+        return self.lm.logprob(state.hist, state.bo_sums, eos)[:, 0]
