@@ -1,6 +1,9 @@
+"""Batched greedy CTC decoding against a per-utterance python loop."""
+import pytest
 import torch
 
-from asrkit.search.greedy import ctc_greedy_search
+from asrkit.search.greedy import ctc_greedy_search, greedy_search
+from asrkit.search.hypotheses import NBest
 
 
 def reference_greedy(lp, n, blank=0):
@@ -11,7 +14,8 @@ def reference_greedy(lp, n, blank=0):
             out.append(k)
             frames.append(t)
         prev = k
-    return out, frames
+    score = float(lp[:n].max(-1).values.double().sum()) if n else 0.0
+    return out, frames, score
 
 
 def test_batched_greedy_matches_a_per_utterance_loop():
@@ -21,11 +25,15 @@ def test_batched_greedy_matches_a_per_utterance_loop():
         lp = torch.randn(b, t, v, generator=g).mul(3).log_softmax(-1)
         lens = torch.randint(0, t + 1, (b,), generator=g)
         tokens, counts, frames = ctc_greedy_search(lp, lens)
+        nbest = greedy_search(lp, lens)
+        hyps = nbest.to_lists()
         for i in range(b):
-            ref, ref_frames = reference_greedy(lp[i], int(lens[i]))
+            ref, ref_frames, ref_score = reference_greedy(lp[i], int(lens[i]))
             assert tokens[i, : counts[i]].tolist() == ref
             assert frames[i, : counts[i]].tolist() == ref_frames
             assert (tokens[i, counts[i]:] == -1).all()
+            assert hyps[i][0].tokens == ref and hyps[i][0].token_frames == ref_frames
+            assert hyps[i][0].score == pytest.approx(ref_score, abs=1e-4)
 
 
 def test_repeats_separated_by_blank_are_kept():
@@ -33,3 +41,31 @@ def test_repeats_separated_by_blank_are_kept():
     lp = torch.nn.functional.one_hot(ids, 5).float().log()
     tokens, counts, frames = ctc_greedy_search(lp, torch.tensor([8]))
     assert tokens[0].tolist() == [3, 3, 4] and frames[0].tolist() == [0, 3, 4]
+
+
+def test_frames_past_the_length_are_ignored():
+    ids = torch.tensor([[1, 0, 2, 3], [1, 0, 2, 3]])
+    lp = torch.nn.functional.one_hot(ids, 4).double().mul(5).log_softmax(-1)
+    hyps = greedy_search(lp, torch.tensor([4, 2])).to_lists()
+    assert hyps[0][0].tokens == [1, 2, 3] and hyps[1][0].tokens == [1]
+    assert hyps[1][0].score == pytest.approx(float(lp[1, :2].max(-1).values.sum()))
+
+
+def test_nbest_cat_pads_and_keeps_order():
+    g = torch.Generator().manual_seed(1)
+    lp = torch.randn(3, 12, 6, generator=g).log_softmax(-1)
+    lens = torch.tensor([12, 3, 7])
+    whole = greedy_search(lp, lens).to_lists()
+    parts = NBest.cat([greedy_search(lp[:1], lens[:1]), greedy_search(lp[1:], lens[1:])]).to_lists()
+    assert parts == whole
+
+
+@pytest.mark.parametrize("lp,lens,match", [
+    (torch.zeros(2, 5), torch.tensor([5, 5]), "batch, frames, vocab"),
+    (torch.zeros(2, 5, 3), torch.tensor([5]), r"lengths must be \(2,\)"),
+    (torch.zeros(2, 5, 3), torch.tensor([5, 6]), "utterance 1.*length 6"),
+    (torch.zeros(1, 5, 1), torch.tensor([5]), "vocab size 1"),
+])
+def test_bad_inputs_are_named(lp, lens, match):
+    with pytest.raises(ValueError, match=match):
+        greedy_search(lp, lens)
