@@ -84,7 +84,18 @@ def _check_input(wav: Tensor, wav_lens: Tensor) -> None:
         raise ValueError(f"frontend expects wav_lens of shape ({wav.size(0)},), got {tuple(wav_lens.shape)}")
 
 
-class LogMel(nn.Module):
+class _Framed(nn.Module):
+    """Shared by the extractors: Kaldi "snip edges" framing from ``win_length`` and ``hop_length``."""
+
+    win_length: int
+    hop_length: int
+
+    def num_frames(self, num_samples: Tensor) -> Tensor:
+        """Number of feature frames for utterances of ``num_samples`` samples."""
+        return _frame_count(num_samples, self.win_length, self.hop_length)
+
+
+class LogMel(_Framed):
     """Batched log-mel filterbank from ``torch.stft`` (see module docstring for framing and scale)."""
 
     WINDOWS = {"hann": torch.hann_window, "hamming": torch.hamming_window}
@@ -108,10 +119,6 @@ class LogMel(nn.Module):
         self.register_buffer("mel_fb", mel_filterbank(cfg.sample_rate, cfg.n_fft, cfg.n_mels, cfg.fmin, fmax).T,
                              persistent=False)  # (K, M)
 
-    def num_frames(self, num_samples: Tensor) -> Tensor:
-        """Number of feature frames for utterances of ``num_samples`` samples."""
-        return _frame_count(num_samples, self.win_length, self.hop_length)
-
     def forward(self, wav: Tensor, wav_lens: Tensor) -> Tuple[Tensor, Tensor]:
         """wav (B, T) float, wav_lens (B,) -> feats (B, F, n_mels), feat_lens (B,)."""
         _check_input(wav, wav_lens)
@@ -134,7 +141,7 @@ class LogMel(nn.Module):
         return _zero_padding(feats[:, :n_frames], feat_lens), feat_lens
 
 
-class KaldiFbank(nn.Module):
+class KaldiFbank(_Framed):
     """Kaldi ``compute-fbank`` features via ``torchaudio.compliance.kaldi.fbank``, one utterance at a time.
 
     Samples are multiplied by 32768 before the call: Kaldi reads int16 PCM
@@ -175,10 +182,6 @@ class KaldiFbank(nn.Module):
             sample_frequency=float(cfg.sample_rate), num_mel_bins=cfg.n_mels, low_freq=cfg.fmin,
             high_freq=0.0 if cfg.fmax is None else cfg.fmax, window_type=self.WINDOWS[cfg.window],
             snip_edges=True)
-
-    def num_frames(self, num_samples: Tensor) -> Tensor:
-        """Number of feature frames for utterances of ``num_samples`` samples."""
-        return _frame_count(num_samples, self.win_length, self.hop_length)
 
     def forward(self, wav: Tensor, wav_lens: Tensor) -> Tuple[Tensor, Tensor]:
         """wav (B, T) float in [-1, 1], wav_lens (B,) -> feats (B, F, n_mels), feat_lens (B,)."""
