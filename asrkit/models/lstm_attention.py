@@ -15,40 +15,28 @@ import torch.nn.functional as F
 from torch import nn
 
 from asrkit.models.losses import ctc_loss
+from asrkit.models.lstm_ctc import BLSTMEncoderModel
 from asrkit.nets.lstm import BLSTMEncoder
 from asrkit.nets.lstm_decoder import LSTMAttentionDecoder
 
 IGNORE_ID = -1  # token padding in batches
 
 
-class BLSTMAttention(nn.Module):
+class BLSTMAttention(BLSTMEncoderModel):
     """Waveforms in, named loss terms out; see MODEL_INTERFACE.md. ``has_ctc`` tells whether
     :meth:`ctc_log_probs` exists (only with ``ctc_weight > 0``)."""
 
     def __init__(self, frontend: nn.Module, encoder: BLSTMEncoder, decoder: LSTMAttentionDecoder, vocab_size: int,
                  ctc_weight: float = 0.3, lsm_weight: float = 0.1, sos_eos_id: int = 2):
-        super().__init__()
+        super().__init__(frontend, encoder, vocab_size)
         if not 0.0 <= ctc_weight <= 1.0:
             raise ValueError(f"model.ctc_weight must be in [0, 1], got {ctc_weight}")
         if not 0.0 <= lsm_weight < 1.0:
             raise ValueError(f"model.lsm_weight must be in [0, 1), got {lsm_weight}")
-        self.frontend = frontend
-        self.encoder = encoder
         self.decoder = decoder
-        self.vocab_size = vocab_size
-        self.subsampling_factor = encoder.subsampling_factor
         self.ctc_weight, self.lsm_weight, self.sos_eos_id = ctc_weight, lsm_weight, sos_eos_id
         self.has_ctc = ctc_weight > 0
         self.ctc_head = nn.Linear(encoder.output_dim, vocab_size) if self.has_ctc else None
-
-    def output_lengths(self, num_samples: torch.Tensor) -> torch.Tensor:
-        """(B,) waveform lengths in samples -> (B,) encoder frames (without speed perturbation)."""
-        return self.encoder.output_lengths(self.frontend.num_frames(num_samples))
-
-    def encode(self, wav: torch.Tensor, wav_lens: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """(B, S) waveforms -> (B, T, 2H) encodings, (B,) lengths."""
-        feats, feat_lens = self.frontend(wav, wav_lens)
-        return self.encoder(feats, feat_lens)
 
     def ctc_log_probs(self, enc: torch.Tensor) -> torch.Tensor:
         """(B, T, 2H) -> (B, T, V) log-probabilities of the auxiliary CTC head."""

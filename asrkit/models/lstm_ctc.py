@@ -10,14 +10,13 @@ from asrkit.models.losses import ctc_loss
 from asrkit.nets.lstm import BLSTMEncoder
 
 
-class BLSTMCTC(nn.Module):
-    """Waveforms in, CTC loss out (blank = 0); see MODEL_INTERFACE.md."""
+class BLSTMEncoderModel(nn.Module):
+    """What both BiLSTM models share: frontend + BLSTM encoder, ``encode`` and ``output_lengths``."""
 
     def __init__(self, frontend: nn.Module, encoder: BLSTMEncoder, vocab_size: int):
         super().__init__()
         self.frontend = frontend
         self.encoder = encoder
-        self.ctc_head = nn.Linear(encoder.output_dim, vocab_size)
         self.vocab_size = vocab_size
         self.subsampling_factor = encoder.subsampling_factor  # feature frames per encoder frame
 
@@ -29,6 +28,14 @@ class BLSTMCTC(nn.Module):
         """(B, S) waveforms -> (B, T, 2H) encodings, (B,) lengths."""
         feats, feat_lens = self.frontend(wav, wav_lens)
         return self.encoder(feats, feat_lens)
+
+
+class BLSTMCTC(BLSTMEncoderModel):
+    """Waveforms in, CTC loss out (blank = 0); see MODEL_INTERFACE.md."""
+
+    def __init__(self, frontend: nn.Module, encoder: BLSTMEncoder, vocab_size: int):
+        super().__init__(frontend, encoder, vocab_size)
+        self.ctc_head = nn.Linear(encoder.output_dim, vocab_size)
 
     def ctc_log_probs(self, enc: torch.Tensor) -> torch.Tensor:
         """(B, T, 2H) -> (B, T, V) log-probabilities."""

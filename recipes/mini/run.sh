@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Mini recipe: synthesize English speech with espeak-ng, train a tiny CTC Transformer, decode and score.
-# This is what `make demo` runs; it needs no downloads and finishes in about 10 minutes on 2 CPU cores.
+# This is what `make demo` runs; it needs no downloads. Training takes about 9 minutes on a lightly loaded
+# 2-core CPU (measured: see README, Results).
 #
 # Usage: recipes/mini/run.sh [--stage N] [--stop-stage N] [--config conf/tiny_ctc.yaml] [--exp exp/tiny_ctc]
 #   stage 0: synthesize data/{train,dev,test}        stage 3: train
