@@ -175,6 +175,35 @@ class ExperimentConfig:
     cmvn: Optional[str] = None  # global CMVN stats JSON (asrkit compute-cmvn); relative to the experiment dir
 
 
+@dataclass(frozen=True)
+class DecodeConfig:
+    """How ``asrkit decode`` / ``asrkit transcribe`` search (``conf/decode_*.yaml``).
+
+    ``mode``: ``greedy`` (best CTC path) | ``ctc_prefix`` (frame-synchronous CTC prefix beam search,
+    optional LM fusion) | ``attention`` (label-synchronous beam search on the attention decoder,
+    optional LM) | ``joint`` (the same with the CTC prefix score, weight ``ctc_weight``) |
+    ``rescore`` (CTC prefix beam search N-best rescored by the attention decoder).
+    """
+    mode: str = "greedy"
+    beam: int = 10
+    nbest: int = 1  # hypotheses written per utterance (OUT/nbest when > 1)
+    batch_size: int = 16  # utterances per search batch
+    ctc_weight: float = 0.3  # joint: weight of the CTC prefix score; rescore: weight of the CTC score
+    # LM shallow fusion: an ARPA file (.arpa or .arpa.gz) or a neural LM dir from 'asrkit train-lm'.
+    lm: Optional[str] = None
+    lm_units: str = "token"  # ARPA only: token (the LM's words are the tokenizer's tokens) | word
+    lm_lookahead: bool = True  # word ARPA only: unigram look-ahead for partial words
+    lm_weight: float = 0.5  # alpha
+    length_bonus: float = 0.0  # beta, per emitted token (per word with a word LM)
+    # CTC prefix search pruning (all null: exact search)
+    token_topk: Optional[int] = 8
+    token_min_logp: Optional[float] = -12.0
+    blank_skip_threshold: Optional[float] = 0.999
+    # Label-synchronous search (attention, joint)
+    pre_beam: int = 0  # candidates per hypothesis scored by partial scorers; 0 = 1.5 x beam
+    max_len_ratio: float = 1.0  # max output tokens = ratio x encoder frames (at most)
+
+
 def _convert(value: Any, tp: Any, where: str) -> Any:
     """Check/convert one YAML value against a field type; ``where`` names the key for errors."""
     origin = typing.get_origin(tp)
