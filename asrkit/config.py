@@ -204,6 +204,37 @@ class DecodeConfig:
     max_len_ratio: float = 1.0  # max output tokens = ratio x encoder frames (at most)
 
 
+@dataclass(frozen=True)
+class LMModelConfig:
+    """Neural LM (``asrkit train-lm``) over the tokenizer's ids. ``name``: ``lstm`` | ``transformer``."""
+    name: str = "lstm"
+    embed_dim: int = 256  # token embedding size; the Transformer's d_model
+    hidden_size: int = 512  # lstm only: units per layer
+    num_layers: int = 2
+    num_heads: int = 4  # transformer only
+    ffn_dim: int = 1024  # transformer only
+    dropout: float = 0.1
+    tie_embeddings: bool = False  # output projection shares the embedding matrix (lstm: hidden_size == embed_dim)
+
+
+@dataclass(frozen=True)
+class LMDataConfig:
+    """Sentence batching for LM training; lengths count tokens plus one (<sos> or <eos>)."""
+    max_tokens: int = 8000  # per batch: sentences x longest sentence (padding included)
+    max_batch_size: int = 128
+    max_len: int = 256  # longer training sentences are dropped (counted in the log); dev sentences are kept
+    bucket_width: int = 4  # tokens: sentences shuffled within buckets of similar length
+
+
+@dataclass(frozen=True)
+class LMExperimentConfig:
+    """An LM dir's ``config.yaml``. ``train`` is the ASR :class:`TrainConfig` (optimizer, schedule, clipping,
+    seed, epochs, keep_best); ``train-lm`` refuses the keys it does not implement (see asrkit.train.lm_trainer)."""
+    model: LMModelConfig = field(default_factory=LMModelConfig)
+    data: LMDataConfig = field(default_factory=LMDataConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
 def _convert(value: Any, tp: Any, where: str) -> Any:
     """Check/convert one YAML value against a field type; ``where`` names the key for errors."""
     origin = typing.get_origin(tp)
@@ -308,8 +339,8 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def load_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> ExperimentConfig:
-    """Load an experiment YAML (plus ``--set`` overrides) into a checked :class:`ExperimentConfig`."""
+def load_yaml_as(cls: Type[T], path: str | os.PathLike, overrides: Sequence[str] = ()) -> T:
+    """Load a YAML file (plus ``--set`` overrides) into the checked dataclass ``cls``."""
     path = os.fspath(path)
     try:
         with open(path, encoding="utf-8") as fh:
@@ -321,13 +352,29 @@ def load_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> Exper
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: top level must be a mapping of sections")
+        raise ConfigError(f"{path}: top level must be a mapping of keys")
     apply_overrides(data, overrides)
     try:
-        return from_dict(ExperimentConfig, data)
+        return from_dict(cls, data)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
 
+
+def load_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> ExperimentConfig:
+    """Load an experiment YAML (plus ``--set`` overrides) into a checked :class:`ExperimentConfig`."""
+    return load_yaml_as(ExperimentConfig, path, overrides)
+
+
+def load_decode_config(path: Optional[str | os.PathLike] = None, overrides: Sequence[str] = ()) -> DecodeConfig:
+    """A decoding YAML (``conf/decode_*.yaml``) plus overrides; defaults (greedy CTC) when ``path`` is None."""
+    if path is None:
+        return from_dict(DecodeConfig, apply_overrides({}, overrides))
+    return load_yaml_as(DecodeConfig, path, overrides)
+
+
+def load_lm_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> LMExperimentConfig:
+    """Load a neural LM YAML (``conf/lm_*.yaml``, or an LM dir's config.yaml) plus ``--set`` overrides."""
+    return load_yaml_as(LMExperimentConfig, path, overrides)
 
 def save_config(cfg: Any, path: str | os.PathLike) -> None:
     with open(path, "w", encoding="utf-8") as fh:

@@ -1,14 +1,43 @@
-"""Every conf/*.yaml loads, builds its model and survives one forward/backward step."""
+"""Every conf/*.yaml loads, builds its model and survives one forward/backward step.
+
+Neural LM configs (``lm_*.yaml``, ``tiny_lm_*.yaml``, for ``asrkit train-lm``) are LMExperimentConfigs:
+they build an LM and take one optimizer step instead. Decoding configs (``decode_*.yaml``) are DecodeConfigs,
+checked against a model here and run in tests/pipeline.
+"""
 import pathlib
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from asrkit.config import load_config
+from asrkit.config import load_config, load_decode_config, load_lm_config
+from asrkit.lm.neural import IGNORE_ID, build_lm, make_lm_batch
 from asrkit.models.registry import build_model
+from asrkit.train.lm_trainer import check_lm_train_config
+from asrkit.train.optim import build_optimizer
 
 CONF = pathlib.Path(__file__).resolve().parents[1] / "conf"
-CONFIGS = sorted(CONF.glob("*.yaml"))
+
+
+def is_lm_config(path: pathlib.Path) -> bool:
+    return path.name.startswith(("lm_", "tiny_lm_"))
+
+
+def is_decode_config(path: pathlib.Path) -> bool:
+    return path.name.startswith("decode_")
+
+
+CONFIGS = sorted(p for p in CONF.glob("*.yaml") if not is_lm_config(p) and not is_decode_config(p))
+LM_CONFIGS = sorted(p for p in CONF.glob("*.yaml") if is_lm_config(p))
+DECODE_CONFIGS = sorted(p for p in CONF.glob("*.yaml") if is_decode_config(p))
+
+
+@pytest.mark.parametrize("path", DECODE_CONFIGS, ids=lambda p: p.name)
+def test_decode_config_fits_the_joint_model(path):
+    from asrkit.pipeline.searcher import check_decode_config
+
+    cfg = load_decode_config(path)
+    check_decode_config(cfg, build_model(load_config(CONF / "tiny_transformer.yaml"), vocab_size=30))
 
 
 def test_there_are_configs():
@@ -32,3 +61,27 @@ def test_config_builds_and_trains_one_step(path):
     grads = [p.grad for p in model.parameters() if p.requires_grad]
     assert all(g is not None and torch.isfinite(g).all() for g in grads), path.name
     assert model.vocab_size == 30 and model.subsampling_factor in (1, 2, 4, 6, 8)
+
+
+def test_there_are_lm_configs():
+    assert {p.name for p in LM_CONFIGS} >= {"lm_lstm.yaml", "lm_transformer.yaml", "tiny_lm_lstm.yaml",
+                                            "tiny_lm_transformer.yaml"}
+
+
+@pytest.mark.parametrize("path", LM_CONFIGS, ids=lambda p: p.name)
+def test_lm_config_builds_and_trains_one_step(path):
+    cfg = load_lm_config(path)
+    check_lm_train_config(cfg)
+    torch.manual_seed(0)
+    lm = build_lm(cfg.model, vocab_size=30).train()
+    optimizer = build_optimizer(lm, cfg.train)
+    ys_in, ys_out = make_lm_batch([[5, 6, 7, 8], [9, 9]])
+    logits = lm(ys_in)
+    assert logits.shape == (2, 5, 30), path.name
+    loss = F.cross_entropy(logits.flatten(0, 1), ys_out.flatten(), ignore_index=IGNORE_ID)
+    assert torch.isfinite(loss)
+    loss.backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in lm.parameters()), path.name
+    before = [p.detach().clone() for p in lm.parameters()]
+    optimizer.step()
+    assert any(not torch.equal(a, p) for a, p in zip(before, lm.parameters())), path.name

@@ -1,23 +1,60 @@
 #!/usr/bin/env python3
-"""Benchmark CTC decoders on identical, seeded, random "peaky" log-probabilities.
+"""Benchmark CTC decoders (asrkit's prefix beam search and peers) on identical, seeded log-probs.
 
-Usage: tools/bench_decode.py [--batch 32] [--frames 250] [--vocabs 29 500] [--beams 10 50]
-                             [--threads 1 2] [--decoders prefix greedy] [--repeats 3]
-                             [--token-topk 8] [--token-min-logp -12] [--blank-skip 0.999]
+Usage: tools/bench_decode.py [--vocabs 29 500 | char bpe500] [--batch 32] [--frames 250]
+           [--beams 10 50] [--threads 1 2] [--lms none token word] [--repeats 3]
+           [--decoders prefix prefix-exact greedy pyctcdecode flashlight] [--lm-dir exp/bench_decode]
+           [--lm-weight 0.5] [--token-topk 8] [--token-min-logp -12] [--blank-skip 0.999]
+           [--fl-token-beam N] [--markdown FILE]
 
-Each utterance stands for 10 s of audio (250 frames at 40 ms). Prints one line per setting with
-utterances per second and the real-time factor (decode seconds / audio seconds). The inputs
-depend only on --seed, batch, frames and vocab, so every decoder sees the same log-probs.
-Decoders: "prefix" (asrkit.search.ctc_prefix, pruning from the flags), "prefix-exact" (no
-pruning, no blank skipping), "greedy"; peers can be added to DECODERS.
+Inputs (every decoder sees the same log-probs; one utterance = 10 s = 250 frames of 40 ms):
+  * an integer vocab (default 29 500): random "peaky" log-probs, one random dominant class per
+    frame (:func:`peaky_log_probs`); tokens are meaningless, so no LM runs on them.
+  * a name (char, bpe500): log-probs made from real text. Sentences of LM_DIR/heldout.txt
+    (sentences no LM saw; tools/make_bench_lm.py writes it, the tokenizers and the LMs) are
+    tokenized with LM_DIR/NAME/tokenizer.json, each token spread over 1-3 frames with blanks
+    between, --confusion of the tokens get a competitor (another token or blank) with 25-65% of
+    the mass, every frame gets noise (:func:`text_log_probs`). LMs: "token" = LM_DIR/NAME/4gram.arpa
+    (over the tokenizer's pieces), "word" = LM_DIR/word_4gram.arpa.
+
+Decoders ("prefix" etc. need only asrkit; the peers come with `pip install -e '.[bench]'`, best in
+a separate venv made by tools/setup_bench_env.sh):
+  prefix        asrkit.search.ctc_prefix_beam_search with the pruning flags
+  prefix-exact  the same search with no token pruning and no blank-frame skipping
+  greedy        best path
+  pyctcdecode   pyctcdecode.build_ctcdecoder(...).decode_beams, its default pruning; LM: word
+  flashlight    torchaudio.models.decoder.ctc_decoder, lexicon-free, log_add=True (flashlight-text's
+                LexiconFreeDecoder directly if torchaudio lacks it), beam_size_token = --fl-token-beam
+                (default: --token-topk + 1, the candidates asrkit keeps); LM: token
+LM fusion is the same everywhere: score = log P_ctc + w ln P_lm (w = --lm-weight; flashlight's
+KenLM gives log10, so it gets lm_weight = w ln 10; pyctcdecode's alpha = w, beta = 0), no bonus.
+asrkit runs a token LM with asrkit.lm.ngram_scorer(units="token"), the word LM with units="word".
+
+--threads N: N = 1 decodes the batch in this process; N > 1 splits it into N contiguous shards
+decoded by N forked worker processes (made before timing, 1 intra-op thread each): the peers are
+single-threaded (flashlight holds the GIL), and asrkit's CPU search runs with one intra-op thread.
+
+Per setting: best-of-`--repeats` wall time after one warm-up; utterances/s, real-time factor
+(decode seconds / audio seconds), CPU ms (all processes). Quality, from the last run, against the
+reference = asrkit's exact search (no pruning) at the same beam and LM: "agree" = fraction of
+utterances whose top hypothesis has the same text; "dll" = mean over utterances of the exact CTC
+log-likelihood (torch ctc_loss, float64) of the top hypothesis minus the reference's; "WER" vs. the
+true text (text inputs). pyctcdecode returns text only (and merges BPE segmentations of a text):
+its token ids are the tokenizer's encoding of that text, or the reference's ids when the texts are
+equal and those are likelier.
 """
 from __future__ import annotations
 
 import argparse
+import logging
+import math
+import multiprocessing
 import os
 import sys
+import tempfile
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -26,7 +63,20 @@ from asrkit.search.ctc_prefix import ctc_prefix_beam_search  # noqa: E402
 from asrkit.search.greedy import greedy_search  # noqa: E402
 
 AUDIO_SECONDS = 10.0
+FRAME_SECONDS = AUDIO_SECONDS / 250  # 40 ms after subsampling
+ASRKIT = ("prefix", "prefix-exact", "greedy")
+PEERS = ("pyctcdecode", "flashlight")
+LM_KINDS = ("none", "token", "word")
+SUPPORTED_LMS = {"prefix": LM_KINDS, "prefix-exact": LM_KINDS, "greedy": ("none",),
+                 "pyctcdecode": ("none", "word"), "flashlight": ("none", "token")}
+Hyp = Any  # a decoder's raw top hypothesis: token ids (List[int]) or text (str)
 
+
+class PeerMissing(RuntimeError):
+    """An optional peer decoder is not installed."""
+
+
+# ----------------------------------------------------------------------------- inputs
 
 def peaky_log_probs(batch: int, frames: int, vocab: int, seed: int, nonblank: float = 0.35) -> torch.Tensor:
     """(B, T, V) CTC-like log-probs. Each frame has one dominant class: blank, or (with probability
@@ -45,86 +95,501 @@ def peaky_log_probs(batch: int, frames: int, vocab: int, seed: int, nonblank: fl
     return lp.scatter_(2, dominant, torch.log1p(-eps))
 
 
-def make_decoders(args: argparse.Namespace) -> Dict[str, Callable[[torch.Tensor, torch.Tensor, int], object]]:
-    def prefix(lp: torch.Tensor, lens: torch.Tensor, beam: int) -> object:
-        return ctc_prefix_beam_search(lp, lens, beam=beam, token_topk=args.token_topk,
-                                      token_min_logp=args.token_min_logp,
-                                      blank_skip_threshold=args.blank_skip).to_lists()
+def _align(n_tokens: int, repeats: Sequence[bool], frames: int, g: torch.Generator) -> List[Tuple[int, int]]:
+    """Random CTC alignment: (start, length) frames of each token, a blank between equal neighbours."""
+    dur = torch.multinomial(torch.tensor([0.6, 0.3, 0.1]), n_tokens, True, generator=g) + 1 if n_tokens else \
+        torch.zeros(0, dtype=torch.long)
+    need = int(sum(repeats))
+    while int(dur.sum()) + need > frames and int(dur.max()) > 1:  # too long: shorten the longest
+        dur[int(dur.argmax())] -= 1
+    free = frames - int(dur.sum()) - need
+    if free < 0:
+        raise ValueError(f"{n_tokens} tokens do not fit in {frames} frames")
+    # Spread the free blank frames over the n+1 gaps (a uniformly random composition).
+    cuts = torch.sort(torch.randint(0, free + 1, (n_tokens,), generator=g)).values
+    gaps = torch.diff(torch.cat([torch.tensor([0]), cuts, torch.tensor([free])]))
+    spans, t = [], 0
+    for i in range(n_tokens):
+        t += int(gaps[i]) + int(repeats[i])
+        spans.append((t, int(dur[i])))
+        t += int(dur[i])
+    return spans
 
-    def exact(lp: torch.Tensor, lens: torch.Tensor, beam: int) -> object:
-        return ctc_prefix_beam_search(lp, lens, beam=beam, token_topk=None, token_min_logp=None,
-                                      blank_skip_threshold=None).to_lists()
 
-    def greedy(lp: torch.Tensor, lens: torch.Tensor, beam: int) -> object:
-        return greedy_search(lp, lens).to_lists()
+def text_log_probs(token_seqs: Sequence[Sequence[int]], frames: int, vocab: int, seed: int,
+                   confusion: float = 0.1, competitors: Optional[Sequence[int]] = None) -> torch.Tensor:
+    """(B, T, V) log-probs that spell the given token sequences (blank id 0).
 
-    return {"prefix": prefix, "prefix-exact": exact, "greedy": greedy}
+    Each token covers 1-3 frames (60/30/10%) with blanks between (always between equal tokens).
+    A fraction `confusion` of the tokens share their frames' mass with a competitor: a random
+    token of `competitors` (80%) or blank (20%) gets a uniform 25-65% of it, so the best path is
+    sometimes wrong and an LM can help. Every frame's dominant mass is 1 - eps as in
+    :func:`peaky_log_probs`, eps spread over all classes."""
+    g = torch.Generator().manual_seed(seed)
+    batch = len(token_seqs)
+    comp = torch.tensor(list(competitors) if competitors is not None else range(1, vocab))
+    main = torch.zeros(batch, frames, dtype=torch.long)  # dominant class per frame (blank default)
+    other = torch.zeros(batch, frames, dtype=torch.long)  # competitor class
+    share = torch.zeros(batch, frames, dtype=torch.float64)  # competitor's share of the mass
+    for b, seq in enumerate(token_seqs):
+        repeats = [i > 0 and seq[i] == seq[i - 1] for i in range(len(seq))]
+        for i, (start, length) in enumerate(_align(len(seq), repeats, frames, g)):
+            main[b, start:start + length] = seq[i]
+            if float(torch.rand((), generator=g)) < confusion:
+                blank = float(torch.rand((), generator=g)) < 0.2
+                rival = 0 if blank else int(comp[torch.randint(len(comp), (), generator=g)])
+                if rival != seq[i]:
+                    other[b, start:start + length] = rival
+                    share[b, start:start + length] = 0.25 + 0.4 * float(torch.rand((), generator=g))
+    eps = 10 ** (torch.rand(batch, frames, 1, generator=g, dtype=torch.float64) * 4 - 5)
+    probs = eps * (torch.randn(batch, frames, vocab, generator=g, dtype=torch.float64) * 2).softmax(-1)
+    mass = 1 - eps[..., 0]
+    probs.scatter_add_(2, main[..., None], (mass * (1 - share))[..., None])
+    probs.scatter_add_(2, other[..., None], (mass * share)[..., None])
+    return probs.log().float()
 
 
-def bench(fn: Callable[[torch.Tensor, torch.Tensor, int], object], lp: torch.Tensor,
-          lens: torch.Tensor, beam: int, repeats: int) -> Tuple[float, float]:
-    """Best-of-`repeats` (wall, process CPU) seconds for one batch, after one warm-up run.
+def pick_texts(sentences: Sequence[str], batch: int, chars: int, seed: int) -> List[str]:
+    """`batch` texts of about `chars` characters: consecutive sentences from a seeded start, cut
+    at the first word end past `chars`."""
+    g = torch.Generator().manual_seed(seed + 1)
+    words = " ".join(sentences).split()
+    texts = []
+    for _ in range(batch):
+        i = int(torch.randint(len(words), (), generator=g))
+        out: List[str] = []
+        while len(" ".join(out)) < chars:
+            out.append(words[i % len(words)])
+            i += 1
+        texts.append(" ".join(out))
+    return texts
 
-    CPU time shows the work itself when other processes share the cores (it exceeds wall time
-    when several threads run).
-    """
-    fn(lp, lens, beam)
+
+@dataclass
+class Setup:
+    """One vocabulary's inputs and what the decoders need to read them."""
+
+    name: str
+    lp: torch.Tensor  # (B, T, V) float32, contiguous
+    lens: torch.Tensor  # (B,)
+    token_list: List[str]
+    tokenizer: Any = None  # text mode: asrkit tokenizer
+    truth: Optional[List[str]] = None  # text mode: the true texts
+    lm_paths: Dict[str, str] = field(default_factory=dict)  # "token"/"word" -> ARPA path
+    lms: Dict[str, Any] = field(default_factory=dict)  # loaded asrkit NgramLMs, by kind
+
+    @property
+    def vocab(self) -> int:
+        return self.lp.shape[2]
+
+    def text(self, ids: Sequence[int]) -> str:
+        if self.tokenizer is not None:
+            return " ".join(self.tokenizer.decode(list(ids)).split())
+        return "".join(self.token_list[i] for i in ids)
+
+    def ids(self, text: str) -> List[int]:
+        if self.tokenizer is not None:
+            return self.tokenizer.encode(text)
+        index = {t: i for i, t in enumerate(self.token_list)}
+        return [index[c] for c in text if c in index]
+
+    def asrkit_lm(self, kind: str) -> Any:
+        """The asrkit scorer for LM `kind` (the ARPA is loaded once)."""
+        from asrkit.lm import load_ngram, ngram_scorer
+
+        if kind not in self.lms:
+            self.lms[kind] = load_ngram(self.lm_paths[kind])
+        return ngram_scorer(self.lms[kind], self.token_list, units=kind)
+
+
+def random_setup(vocab: int, args: argparse.Namespace) -> Setup:
+    lp = peaky_log_probs(args.batch, args.frames, vocab, args.seed).contiguous()
+    # Symbols that are single characters, so text <-> ids is exact (pyctcdecode returns text).
+    tokens = ["<blank>"] + [chr(0x4E00 + i) for i in range(1, vocab)]
+    return Setup(f"V={vocab} random", lp, torch.full((args.batch,), args.frames, dtype=torch.long), tokens)
+
+
+def text_setup(name: str, args: argparse.Namespace) -> Setup:
+    from asrkit.text.tokenizer import load_tokenizer
+
+    folder = os.path.join(args.lm_dir, name)
+    tok_path = os.path.join(folder, "tokenizer.json")
+    heldout = os.path.join(args.lm_dir, "heldout.txt")
+    for path in (tok_path, heldout):
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path} is missing: run tools/make_bench_lm.py --out {args.lm_dir}")
+    tok = load_tokenizer(tok_path)
+    with open(heldout, encoding="utf-8") as fh:
+        sentences = [line.strip() for line in fh if line.strip()]
+    chars = int(round(args.chars_per_second * args.frames * FRAME_SECONDS))
+    texts = pick_texts(sentences, args.batch, chars, args.seed)
+    seqs = [tok.encode(t) for t in texts]
+    competitors = [i for i in range(3, tok.vocab_size)]  # never the specials
+    lp = text_log_probs(seqs, args.frames, tok.vocab_size, args.seed, args.confusion, competitors).contiguous()
+    lm_paths = {"token": os.path.join(folder, f"{args.order}gram.arpa"),
+                "word": os.path.join(args.lm_dir, f"word_{args.order}gram.arpa")}
+    truth = [" ".join(t.split()) for t in texts]
+    return Setup(f"{name} V={tok.vocab_size}", lp, torch.full((args.batch,), args.frames, dtype=torch.long),
+                 list(tok.token_list), tok, truth, lm_paths)
+
+
+# ----------------------------------------------------------------------------- decoders
+# A decoder is a function rows -> list of top hypotheses (ids or text) for those batch rows of
+# the setup; it is built once per setting (outside the timing) and may run in forked workers.
+
+def _asrkit_decoder(name: str, setup: Setup, beam: int, lm: str, args: argparse.Namespace
+                    ) -> Callable[[range], List[Hyp]]:
+    scorers, weights = {}, {}
+    if lm != "none":
+        scorers, weights = {"lm": setup.asrkit_lm(lm)}, {"lm": args.lm_weight}
+    if name == "prefix":
+        prune = dict(token_topk=args.token_topk, token_min_logp=args.token_min_logp,
+                     blank_skip_threshold=args.blank_skip)
+    else:
+        prune = dict(token_topk=None, token_min_logp=None, blank_skip_threshold=None)
+
+    def run(rows: range) -> List[Hyp]:
+        lp, lens = setup.lp[rows.start:rows.stop], setup.lens[rows.start:rows.stop]
+        if name == "greedy":
+            nbest = greedy_search(lp, lens)
+        else:
+            nbest = ctc_prefix_beam_search(lp, lens, beam=beam, nbest=1, scorers=scorers, weights=weights, **prune)
+        return [h.tokens for h in nbest.best()]
+
+    return run
+
+
+def _pyctcdecode_decoder(setup: Setup, beam: int, lm: str, args: argparse.Namespace
+                         ) -> Callable[[range], List[Hyp]]:
+    try:
+        from pyctcdecode import build_ctcdecoder
+    except ImportError as exc:
+        raise PeerMissing(f"pyctcdecode is not installed ({exc})") from exc
+    logging.getLogger("pyctcdecode").setLevel(logging.ERROR)  # alphabet notes, unigram warnings
+    labels = [""] + setup.token_list[1:]  # pyctcdecode: blank is ""; it renames <unk> itself
+    if setup.tokenizer is not None and "\u2581" in labels and not any(len(t) > 1 and t[0] == "\u2581" for t in labels):
+        labels = [" " if t == "\u2581" else t for t in labels]  # char tokenizer: its space
+    kw: Dict[str, Any] = {}
+    if lm == "word":
+        kw = dict(kenlm_model_path=setup.lm_paths["word"], alpha=args.lm_weight, beta=0.0)
+    decoder = build_ctcdecoder(labels, **kw)
+    arrays = [setup.lp[b, :int(setup.lens[b])].numpy() for b in range(setup.lp.shape[0])]
+
+    def run(rows: range) -> List[Hyp]:
+        return [decoder.decode_beams(arrays[b], beam_width=beam)[0][0] for b in rows]
+
+    return run
+
+
+def _flashlight_decoder(setup: Setup, beam: int, lm: str, args: argparse.Namespace,
+                        tmpdir: str) -> Callable[[range], List[Hyp]]:
+    vocab = setup.vocab
+    token_beam = args.fl_token_beam or min(vocab, (args.token_topk or vocab) + 1)
+    lm_path, lm_dict = None, None
+    if lm == "token":
+        # Lexicon-free: the LM is queried with token indices; lm_dict maps them to LM words.
+        lm_path = setup.lm_paths["token"]
+        lm_dict = os.path.join(tmpdir, f"lm_dict_{vocab}.txt")
+        with open(lm_dict, "w", encoding="utf-8") as fh:
+            fh.write("\n".join(setup.token_list) + "\n")
+    opts = dict(beam_size=beam, beam_size_token=token_beam, lm_weight=args.lm_weight * math.log(10),
+                sil_score=0.0, log_add=True)
+    blank = setup.token_list[0]
+    try:
+        from torchaudio.models.decoder import ctc_decoder
+
+        decoder = ctc_decoder(lexicon=None, tokens=setup.token_list, lm=lm_path, lm_dict=lm_dict, nbest=1,
+                              blank_token=blank, sil_token=blank, **opts).decoder
+    except (ImportError, RuntimeError, AttributeError):
+        decoder = _flashlight_text_decoder(setup.token_list, lm_path, opts)
+    lp, lens = setup.lp, setup.lens.tolist()
+    base, stride = lp.data_ptr(), lp.stride(0) * lp.element_size()
+
+    def run(rows: range) -> List[Hyp]:
+        out = []
+        for b in rows:
+            path = decoder.decode(base + b * stride, lens[b], vocab)[0].tokens[1:-1]  # drop begin/end states
+            ids, prev = [], 0
+            for tok in path:  # CTC collapse of the best path of the best prefix
+                if tok != prev and tok != 0:
+                    ids.append(tok)
+                prev = tok
+            out.append(ids)
+        return out
+
+    return run
+
+
+def _flashlight_text_decoder(tokens: List[str], lm_path: Optional[str], opts: Dict[str, Any]) -> Any:
+    """flashlight-text's LexiconFreeDecoder without torchaudio (blank = silence = id 0)."""
+    try:
+        from flashlight.lib.text.decoder import (CriterionType, LexiconFreeDecoder, LexiconFreeDecoderOptions,
+                                                 ZeroLM)
+        from flashlight.lib.text.dictionary import Dictionary
+    except ImportError as exc:
+        raise PeerMissing(f"neither torchaudio's ctc_decoder nor flashlight-text is usable ({exc})") from exc
+    options = LexiconFreeDecoderOptions(beam_size=opts["beam_size"], beam_size_token=opts["beam_size_token"],
+                                        beam_threshold=50.0, lm_weight=opts["lm_weight"], sil_score=0.0,
+                                        log_add=True, criterion_type=CriterionType.CTC)
+    if lm_path is None:
+        lm = ZeroLM()
+    else:
+        from flashlight.lib.text.decoder import KenLM
+
+        lm = KenLM(lm_path, Dictionary(tokens))
+    return LexiconFreeDecoder(options, lm, 0, 0, [])
+
+
+def check_peers(names: Sequence[str]) -> Optional[str]:
+    """A message naming the missing peers and how to install them, or None."""
+    missing = []
+    for name in names:
+        try:
+            if name == "pyctcdecode":
+                import pyctcdecode  # noqa: F401
+            elif name == "flashlight":
+                try:
+                    from torchaudio.models.decoder import ctc_decoder  # noqa: F401
+                    import flashlight.lib.text.decoder  # noqa: F401
+                except (ImportError, RuntimeError):
+                    import flashlight.lib.text.decoder  # noqa: F401
+        except ImportError as exc:
+            missing.append(f"{name} ({exc})")
+    if not missing:
+        return None
+    return (f"peer decoder(s) not installed: {', '.join(missing)}. They are optional benchmark "
+            f"dependencies: run tools/setup_bench_env.sh and use .venv-bench/bin/python "
+            f"(or pip install -e '.[bench]' where numpy<2 is acceptable).")
+
+
+# ----------------------------------------------------------------------------- running
+
+_JOB: Optional[Callable[[range], List[Hyp]]] = None  # the decoder a forked worker runs
+
+
+def _worker(rows: range) -> Tuple[List[Hyp], float]:
+    start = time.process_time()
+    assert _JOB is not None
+    out = _JOB(rows)
+    return out, time.process_time() - start
+
+
+class Runner:
+    """Runs one decoder on the batch, in-process (1 worker) or in N forked workers (shards)."""
+
+    def __init__(self, fn: Callable[[range], List[Hyp]], batch: int, workers: int) -> None:
+        global _JOB
+        self.fn, self.batch, self.workers, self.pool = fn, batch, workers, None
+        bounds = [round(i * batch / workers) for i in range(workers + 1)]
+        self.shards = [range(bounds[i], bounds[i + 1]) for i in range(workers)]
+        if workers > 1:
+            _JOB = fn
+            self.pool = multiprocessing.get_context("fork").Pool(workers)
+
+    def __call__(self) -> Tuple[List[Hyp], float]:
+        """(hypotheses, CPU seconds of all processes)."""
+        if self.pool is None:
+            start = time.process_time()
+            out = self.fn(range(self.batch))
+            return out, time.process_time() - start
+        parts = self.pool.map(_worker, self.shards, chunksize=1)
+        return [h for part, _ in parts for h in part], sum(cpu for _, cpu in parts)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool.join()
+
+
+def bench(run: Callable[[], Tuple[List[Hyp], float]], repeats: int) -> Tuple[float, float, List[Hyp]]:
+    """Best-of-`repeats` (wall, CPU) seconds for one batch after one warm-up, and the last output."""
+    out, _ = run()
     best, best_cpu = float("inf"), float("inf")
     for _ in range(repeats):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        fn(lp, lens, beam)
+        start = time.perf_counter()
+        out, cpu = run()
         best = min(best, time.perf_counter() - start)
-        best_cpu = min(best_cpu, time.process_time() - start_cpu)
-    return best, best_cpu
+        best_cpu = min(best_cpu, cpu)
+    return best, best_cpu, out
 
 
-def _int_or_none(text: str) -> Optional[int]:
-    return None if text.lower() == "none" else int(text)
+def ctc_log_likelihood(lp: torch.Tensor, lens: torch.Tensor, hyps: Sequence[Sequence[int]]) -> torch.Tensor:
+    """(B,) exact log P_ctc(hyp | x), summed over alignments (float64; -inf if impossible)."""
+    targets = torch.tensor([t for h in hyps for t in h], dtype=torch.long)
+    target_lens = torch.tensor([len(h) for h in hyps], dtype=torch.long)
+    nll = torch.nn.functional.ctc_loss(lp.double().transpose(0, 1), targets, lens, target_lens,
+                                       blank=0, reduction="none", zero_infinity=False)
+    return -nll
+
+
+def word_errors(ref: str, hyp: str) -> int:
+    """Levenshtein distance between the word sequences."""
+    r, h = ref.split(), hyp.split()
+    prev = list(range(len(h) + 1))
+    for i, rw in enumerate(r, 1):
+        cur = [i] + [0] * len(h)
+        for j, hw in enumerate(h, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (rw != hw))
+        prev = cur
+    return prev[-1]
+
+
+@dataclass
+class Quality:
+    texts: List[str]
+    ll: torch.Tensor  # (B,)
+    from_text: bool  # the decoder gave text; ll is of the tokenizer's encoding of it
+
+
+def quality(setup: Setup, hyps: List[Hyp]) -> Quality:
+    texts = [setup.text(h) if not isinstance(h, str) else " ".join(h.split()) for h in hyps]
+    ids = [h if not isinstance(h, str) else setup.ids(t) for h, t in zip(hyps, texts)]
+    from_text = any(isinstance(h, str) for h in hyps)
+    return Quality(texts, ctc_log_likelihood(setup.lp, setup.lens, ids), from_text)
+
+
+def compare(q: Quality, ref: Quality, truth: Optional[List[str]]) -> Dict[str, float]:
+    same = torch.tensor([a == b for a, b in zip(q.texts, ref.texts)])
+    agree = float(same.double().mean())
+    ll = q.ll
+    if q.from_text:  # a text has several BPE segmentations: the reference's counts when the text is equal
+        ll = torch.where(same, torch.maximum(ll, ref.ll), ll)
+    diff = ll - ref.ll
+    finite = torch.isfinite(diff)
+    dll = float(diff[finite].mean()) if bool(finite.any()) else float("nan")
+    out = {"agree": agree, "dll": dll, "impossible": int((~finite).sum())}
+    if truth is not None:
+        errors = sum(word_errors(t, h) for t, h in zip(truth, q.texts))
+        out["wer"] = errors / max(1, sum(len(t.split()) for t in truth))
+    return out
+
+
+MD_HEADER = ("| vocab | LM | beam | workers | decoder | utt/s | RTF | ms/batch (CPU ms) | agree | dll | WER |\n"
+             "|---|---|---|---|---|---|---|---|---|---|---|\n")
 
 
 def _float_or_none(text: str) -> Optional[float]:
     return None if text.lower() == "none" else float(text)
 
 
+def _int_or_none(text: str) -> Optional[int]:
+    return None if text.lower() == "none" else int(text)
+
+
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="bench_decode.py", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="bench_decode.py", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n".join(__doc__.splitlines()[1:]))
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--frames", type=int, default=250)
-    p.add_argument("--vocabs", type=int, nargs="+", default=[29, 500])
+    p.add_argument("--vocabs", nargs="+", default=["29", "500"],
+                   help="integers: random log-probs of that size; names: text mode from LM_DIR/NAME")
     p.add_argument("--beams", type=int, nargs="+", default=[10, 50])
-    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--decoders", nargs="+", default=["prefix"])
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="worker processes (see above)")
+    p.add_argument("--decoders", nargs="+", default=["prefix"], help=f"from {ASRKIT + PEERS}")
+    p.add_argument("--lms", nargs="+", default=["none"], choices=LM_KINDS)
+    p.add_argument("--lm-dir", default="exp/bench_decode", help="tools/make_bench_lm.py output")
+    p.add_argument("--order", type=int, default=4, help="n-gram order of the LM files")
+    p.add_argument("--lm-weight", type=float, default=0.5, help="weight of ln P_lm (all decoders)")
+    p.add_argument("--chars-per-second", type=float, default=12.0, help="text mode: speaking rate")
+    p.add_argument("--confusion", type=float, default=0.1, help="text mode: fraction of tokens with a rival")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--token-topk", type=_int_or_none, default=8, help="tokens per frame, or 'none'")
     p.add_argument("--token-min-logp", type=_float_or_none, default=-12.0, help="log-prob floor, or 'none'")
     p.add_argument("--blank-skip", type=_float_or_none, default=0.999,
                    help="blank-frame skip threshold, or 'none'")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--fl-token-beam", type=int, default=None,
+                   help="flashlight beam_size_token (default: --token-topk + 1, or the vocabulary)")
+    p.add_argument("--no-reference", action="store_true", help="skip the exact-search reference and quality")
+    p.add_argument("--markdown", help="append one table row per setting to this file")
     return p.parse_args(argv)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
-    decoders = make_decoders(args)
-    unknown = [d for d in args.decoders if d not in decoders]
+    known = ASRKIT + PEERS
+    unknown = [d for d in args.decoders if d not in known]
     if unknown:
-        print(f"bench_decode.py: unknown decoder(s) {unknown}; choose from {sorted(decoders)}", file=sys.stderr)
+        print(f"bench_decode.py: unknown decoder(s) {unknown}; choose from {list(known)}", file=sys.stderr)
         return 2
-    lens = torch.full((args.batch,), args.frames, dtype=torch.long)
-    print(f"batch {args.batch} x {args.frames} frames ({AUDIO_SECONDS:g} s audio each), device {args.device}, "
-          f"topk {args.token_topk}, min_logp {args.token_min_logp}, blank_skip {args.blank_skip}")
-    for vocab in args.vocabs:
-        lp = peaky_log_probs(args.batch, args.frames, vocab, args.seed).to(args.device)
-        for name in args.decoders:
-            for beam in (args.beams if name != "greedy" else [1]):
-                for threads in args.threads:
-                    torch.set_num_threads(threads)
-                    sec, cpu = bench(decoders[name], lp, lens.to(args.device), beam, args.repeats)
-                    rtf = sec / (args.batch * AUDIO_SECONDS)
-                    print(f"{name:13s} V={vocab:4d} beam={beam:3d} threads={threads}: "
-                          f"{args.batch / sec:8.1f} utt/s  RTF {rtf:.5f}  ({sec * 1000:.1f} ms/batch wall, "
-                          f"{cpu * 1000:.1f} ms CPU = {args.batch / cpu:.1f} utt/CPU-s)", flush=True)
+    message = check_peers([d for d in args.decoders if d in PEERS])
+    if message:
+        print(f"bench_decode.py: {message}", file=sys.stderr)
+        return 2
+    if any(w < 1 for w in args.threads):
+        print("bench_decode.py: --threads must be >= 1", file=sys.stderr)
+        return 2
+    torch.set_num_threads(1)  # every decoder runs one intra-op thread per process (see --threads)
+    md = open(args.markdown, "a", encoding="utf-8") if args.markdown else None
+    if md is not None and md.tell() == 0:
+        md.write(MD_HEADER)
+    print(f"batch {args.batch} x {args.frames} frames ({AUDIO_SECONDS * args.frames / 250:g} s audio each), "
+          f"topk {args.token_topk}, min_logp {args.token_min_logp}, blank_skip {args.blank_skip}, "
+          f"lm_weight {args.lm_weight}, load {os.getloadavg()[0]:.2f}", flush=True)
+    audio = args.batch * args.frames * FRAME_SECONDS
+    tmpdir = tempfile.mkdtemp(prefix="bench_decode_")
+    try:
+        for vocab in args.vocabs:
+            try:
+                setup = random_setup(int(vocab), args) if vocab.isdigit() else text_setup(vocab, args)
+            except (FileNotFoundError, ValueError) as exc:
+                print(f"bench_decode.py: {exc}", file=sys.stderr)
+                return 1
+            for lm in args.lms:
+                if lm != "none" and setup.tokenizer is None:
+                    continue  # random tokens: an LM means nothing
+                if lm != "none" and not os.path.exists(setup.lm_paths[lm]):
+                    print(f"bench_decode.py: {setup.lm_paths[lm]} is missing: run tools/make_bench_lm.py",
+                          file=sys.stderr)
+                    return 1
+                for beam in args.beams:
+                    ref = None
+                    if not args.no_reference:
+                        exact = _asrkit_decoder("prefix-exact", setup, beam, lm, args)
+                        ref = quality(setup, exact(range(args.batch)))
+                    for name in args.decoders:
+                        if lm not in SUPPORTED_LMS[name] or (name == "greedy" and beam != args.beams[0]):
+                            continue
+                        for workers in args.threads:
+                            if name in ASRKIT:
+                                fn = _asrkit_decoder(name, setup, beam, lm, args)
+                            elif name == "pyctcdecode":
+                                fn = _pyctcdecode_decoder(setup, beam, lm, args)
+                            else:
+                                fn = _flashlight_decoder(setup, beam, lm, args, tmpdir)
+                            runner = Runner(fn, args.batch, workers)
+                            try:
+                                sec, cpu, hyps = bench(runner, args.repeats)
+                            finally:
+                                runner.close()
+                            b = 1 if name == "greedy" else beam
+                            line = (f"{name:12s} {setup.name:13s} lm={lm:5s} beam={b:3d} workers={workers}: "
+                                    f"{args.batch / sec:8.1f} utt/s  RTF {sec / audio:.5f}  "
+                                    f"({sec * 1000:.1f} ms/batch wall, {cpu * 1000:.1f} ms CPU)")
+                            cells = ["-", "-", "-"]
+                            if ref is not None:
+                                c = compare(quality(setup, hyps), ref, setup.truth)
+                                line += f"  agree {100 * c['agree']:.1f}%  dll {c['dll']:+.3f}"
+                                cells = [f"{100 * c['agree']:.1f}%", f"{c['dll']:+.3f}", "-"]
+                                if c["impossible"]:
+                                    line += f" ({c['impossible']} impossible)"
+                                    cells[1] += f" ({c['impossible']} inf)"
+                                if "wer" in c:
+                                    line += f"  WER {100 * c['wer']:.1f}%"
+                                    cells[2] = f"{100 * c['wer']:.1f}%"
+                            print(line, flush=True)
+                            if md is not None:
+                                md.write(f"| {setup.name} | {lm} | {b} | {workers} | {name} | "
+                                         f"{args.batch / sec:.1f} | {sec / audio:.5f} | "
+                                         f"{sec * 1000:.1f} ({cpu * 1000:.0f}) | {' | '.join(cells)} |\n")
+                                md.flush()
+    finally:
+        if md is not None:
+            md.close()
+        for f in os.listdir(tmpdir):
+            os.remove(os.path.join(tmpdir, f))
+        os.rmdir(tmpdir)
     return 0
 
 

@@ -16,6 +16,7 @@ SUBCOMMANDS = {
     "decode": ("asrkit.cli.decode", "decode a Kaldi data dir with a trained model into a Kaldi text file"),
     "score": ("asrkit.cli.score", "WER/CER of a hypothesis text against a reference, sclite-style reports"),
     "train": ("asrkit.cli.train", "train a model from a YAML config into an experiment dir"),
+    "train-lm": ("asrkit.cli.train_lm", "train a neural LM (LSTM or Transformer) on text into an LM dir"),
     "train-ngram": ("asrkit.cli.train_ngram", "train an ARPA n-gram LM (word or token units) with KenLM's lmplz"),
     "train-tokenizer": ("asrkit.cli.train_tokenizer", "train a char or sentencepiece tokenizer on a text file"),
     "transcribe": ("asrkit.cli.transcribe", "transcribe audio files with a trained model"),

@@ -4,6 +4,7 @@
 * :class:`NgramScorer` — the LM's words are the tokenizer's tokens (``--units token``).
 * :class:`WordNgramScorer` — a word LM applied at the "▁" word boundaries of char/sentencepiece tokens.
 * :func:`ngram_scorer` — pick and build one of the two from a path.
+* :class:`LSTMLM` / :class:`TransformerLM` (``asrkit train-lm``), :func:`load_neural_lm` and :class:`NeuralLMScorer`.
 """
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ import torch
 
 from asrkit.lm.arpa import ArpaError, ArpaLM, read_arpa
 from asrkit.lm.ngram import LN10, NgramLM, NgramScorer, NgramState, load_ngram
+from asrkit.lm.neural import (LSTMLM, NeuralLMScorer, NeuralLMState, TransformerLM, build_lm, load_neural_lm,
+                              make_lm_batch, sentence_log_likelihood)
 from asrkit.lm.word_ngram import WordNgramScorer, WordNgramState
 
 __all__ = ["ArpaError", "ArpaLM", "read_arpa", "LN10", "NgramLM", "NgramScorer", "NgramState",
-           "load_ngram", "WordNgramScorer", "WordNgramState", "ngram_scorer"]
+           "load_ngram", "WordNgramScorer", "WordNgramState", "ngram_scorer", "LSTMLM", "TransformerLM",
+           "NeuralLMScorer", "NeuralLMState", "build_lm", "load_neural_lm", "make_lm_batch", "sentence_log_likelihood"]
 
 
 def ngram_scorer(lm: Union[str, os.PathLike, NgramLM], token_list: Sequence[str], units: str = "token",

@@ -62,6 +62,18 @@ class CTCAttentionTransformer(CTCTransformer):
         """(N, V) log P(next token | prefix ys (N, L), memory (N, T, D)); see TransformerDecoder.decode_step."""
         return self.decoder.decode_step(ys, memory, memory_lens, state)
 
+    def score_tokens(self, enc: torch.Tensor, enc_lens: torch.Tensor, tokens: torch.Tensor,
+                     token_lens: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced (B,) log P(y_1 .. y_L, <eos> | x) summed over the tokens, in one decoder pass.
+
+        enc (B, T, D), enc_lens (B,): encoder output; tokens (B, L) padded with -1; token_lens (B,).
+        Used by attention rescoring of an N-best list (rows = hypotheses, enc repeated per row).
+        """
+        ys_in, ys_out, ys_lens = decoder_io(tokens, token_lens, self.sos_eos_id)
+        log_probs = self.decoder(ys_in, ys_lens, enc, enc_lens).float().log_softmax(-1)  # (B, L+1, V)
+        picked = log_probs.gather(-1, ys_out.clamp(min=0).unsqueeze(-1)).squeeze(-1)  # (B, L+1)
+        return picked.masked_fill(ys_out < 0, 0.0).sum(1)
+
     def forward(self, batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         enc, enc_lens, intermediates = self._encode_with_intermediates(batch)
         out: Dict[str, torch.Tensor] = {}

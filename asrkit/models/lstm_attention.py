@@ -8,7 +8,7 @@ size like :func:`ctc_loss`. The decoder reads ``<sos> y_1 .. y_L`` and predicts 
 """
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +17,7 @@ from torch import nn
 from asrkit.models.losses import ctc_loss
 from asrkit.models.lstm_ctc import BLSTMEncoderModel
 from asrkit.nets.lstm import BLSTMEncoder
-from asrkit.nets.lstm_decoder import LSTMAttentionDecoder
+from asrkit.nets.lstm_decoder import LSTMAttentionDecoder, LSTMDecoderState
 
 IGNORE_ID = -1  # token padding in batches
 
@@ -53,6 +53,23 @@ class BLSTMAttention(BLSTMEncoderModel):
         ys_out = torch.cat([tokens, tokens.new_full((b, 1), IGNORE_ID)], dim=1)
         ys_out[torch.arange(b, device=tokens.device), token_lens] = self.sos_eos_id
         return ys_in, ys_out
+
+    def decode_step(self, ys: torch.Tensor, memory: torch.Tensor, memory_lens: torch.Tensor,
+                    state: Optional[LSTMDecoderState] = None) -> Tuple[torch.Tensor, LSTMDecoderState]:
+        """(N, V) log P(next token | prefix ys (N, L), memory (N, T, D)); see LSTMAttentionDecoder.decode_step."""
+        return self.decoder.decode_step(ys, memory, memory_lens, state)
+
+    def score_tokens(self, enc: torch.Tensor, enc_lens: torch.Tensor, tokens: torch.Tensor,
+                     token_lens: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced (B,) log P(y_1 .. y_L, <eos> | x) summed over the tokens, in one decoder pass.
+
+        enc (B, T, 2H), enc_lens (B,): encoder output; tokens (B, L) padded with -1; token_lens (B,).
+        """
+        ys_in, ys_out = self.decoder_io(tokens, token_lens)
+        logits, _ = self.decoder(enc, enc_lens, ys_in)  # (B, L+1, V)
+        log_probs = logits.float().log_softmax(-1)
+        picked = log_probs.gather(-1, ys_out.clamp(min=0).unsqueeze(-1)).squeeze(-1)  # (B, L+1)
+        return picked.masked_fill(ys_out == IGNORE_ID, 0.0).sum(1)
 
     def forward(self, batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         """Named terms (see module doc) plus ``attention`` (B, L+1, T): detached alignments for plotting."""

@@ -1,19 +1,31 @@
-"""Batch-first decoding: greedy and prefix beam search over CTC outputs, fused scorers.
+"""Batch-first decoding: greedy and prefix beam search over CTC outputs, label-synchronous
+(joint CTC/attention) beam search, attention rescoring, fused scorers.
 
 Imports torch only; models and LMs meet :class:`BatchScorer` structurally.
 """
+from asrkit.search.beam_search import beam_search, joint_beam_search
 from asrkit.search.ctc_prefix import ctc_prefix_beam_search
+from asrkit.search.ctc_prefix_score import CTCPrefixScorer, CTCPrefixState
 from asrkit.search.greedy import ctc_greedy_search, greedy_search
 from asrkit.search.hypotheses import Hypothesis, NBest
 from asrkit.search.interfaces import BatchScorer
-from asrkit.search.scorers import LengthBonus
+from asrkit.search.rescore import attention_rescore
+from asrkit.search.scorers import DecoderScorer, DecoderScorerState, LengthBonus, StepDecoder
 
 __all__ = [
     "BatchScorer",
+    "CTCPrefixScorer",
+    "CTCPrefixState",
+    "DecoderScorer",
+    "DecoderScorerState",
     "Hypothesis",
     "LengthBonus",
     "NBest",
+    "StepDecoder",
+    "attention_rescore",
+    "beam_search",
     "ctc_greedy_search",
     "ctc_prefix_beam_search",
     "greedy_search",
+    "joint_beam_search",
 ]

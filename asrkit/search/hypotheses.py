@@ -67,6 +67,11 @@ class NBest:
         empty = Hypothesis([], float("-inf"), float("-inf"), [])
         return [hyps[0] if hyps else empty for hyps in self.to_lists()]
 
+    def top(self, n: int) -> "NBest":
+        """The first ``n`` hypotheses of every utterance (the list is sorted best first)."""
+        return NBest(self.tokens[:, :n], self.lengths[:, :n], self.scores[:, :n], self.ctc_scores[:, :n],
+                     self.token_frames[:, :n])
+
     @staticmethod
     def cat(parts: Sequence["NBest"]) -> "NBest":
         """Concatenate along the batch (e.g. halves of a batch split after running out of memory)."""

@@ -1,14 +1,14 @@
-"""Generic scorers that meet :class:`asrkit.search.interfaces.BatchScorer`.
-
-Only the model-independent pieces live here for now; model and LM adapters come later.
+"""Scorers that meet :class:`asrkit.search.interfaces.BatchScorer`: the length bonus and the
+attention-decoder adapter. (The CTC prefix score lives in :mod:`asrkit.search.ctc_prefix_score`;
+LM scorers live in :mod:`asrkit.lm`.)
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, NamedTuple, Optional, Protocol, Tuple
 
 import torch
 
-from asrkit.search.interfaces import BLANK_ID
+from asrkit.search.interfaces import BLANK_ID, SOS_EOS_ID
 
 
 class LengthBonus:
@@ -45,3 +45,88 @@ class LengthBonus:
 
     def final_score(self, state: torch.Tensor) -> torch.Tensor:
         return state
+
+
+class StepDecoder(Protocol):
+    """What :class:`DecoderScorer` needs: CTCAttentionTransformer, BLSTMAttention and both decoders have it."""
+
+    def decode_step(self, ys: torch.Tensor, memory: torch.Tensor, memory_lens: torch.Tensor,
+                    state: Any = None) -> Tuple[torch.Tensor, Any]:
+        """ys (N, L) prefixes starting with <sos>; memory (N, T, D); memory_lens (N,); state for ys[:, :-1]
+        (None: from scratch) -> ((N, V) log P(next token | ys), state for ys)."""
+        ...
+
+
+class DecoderScorerState(NamedTuple):
+    """Rows are hypotheses (row n = b*beam + k)."""
+
+    ys: torch.Tensor  # (N, L) prefixes: <sos> y_1 .. y_{L-1}
+    dec: Any  # the decoder's own incremental state (tensors / tuples / NamedTuples, N on dim 0)
+    log_probs: torch.Tensor  # (N, V) log P(next token | ys): score() is a gather
+    memory: torch.Tensor  # (N, T, D) encoder output, expanded once; rows never move between utterances
+    memory_lens: torch.Tensor  # (N,)
+
+
+def index_rows(tree: Any, index: torch.Tensor) -> Any:
+    """Select rows ``index`` (M,) on dim 0 of every tensor of a pytree (tuple, NamedTuple, list, dict)."""
+    if isinstance(tree, torch.Tensor):
+        return tree.index_select(0, index)
+    if tree is None:
+        return None
+    if isinstance(tree, tuple) and hasattr(tree, "_fields"):
+        return type(tree)(*(index_rows(x, index) for x in tree))
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(index_rows(x, index) for x in tree)
+    if isinstance(tree, dict):
+        return {k: index_rows(v, index) for k, v in tree.items()}
+    raise TypeError(f"decoder state: cannot index a {type(tree).__name__}")
+
+
+class DecoderScorer:
+    """An autoregressive attention decoder as a full scorer of a label-synchronous search.
+
+    decoder: any :class:`StepDecoder`; memory (B, T, D), memory_lens (B,): encoder output.
+    ``init_state`` expands the memory to N = B*beam rows and runs the <sos> step; every state
+    caches the (N, V) next-token log-probabilities, so ``score`` is a gather and ``select_state``
+    runs one ``decode_step`` for the new tokens. The appended token of every row is real
+    (label-synchronous search): this scorer does not suit the frame-synchronous CTC search, whose
+    ``-1`` ("prefix unchanged") it cannot express. ``final_score`` is log P(<eos> | prefix).
+    ``select_state`` must keep each row within its utterance (``index // beam == row // beam``,
+    as :func:`asrkit.search.beam_search.beam_search` does): the expanded memory is not re-indexed.
+    ``vocab_size`` is known after ``init_state``. Call under ``torch.no_grad()`` in eval mode.
+    """
+
+    def __init__(self, decoder: StepDecoder, memory: torch.Tensor, memory_lens: torch.Tensor,
+                 sos_id: int = SOS_EOS_ID, eos_id: int = SOS_EOS_ID) -> None:
+        if memory.dim() != 3 or memory_lens.shape != memory.shape[:1]:
+            raise ValueError(f"memory must be (B, T, D) with lengths (B,), got {tuple(memory.shape)} "
+                             f"and {tuple(memory_lens.shape)}")
+        self.decoder, self.memory, self.memory_lens = decoder, memory, memory_lens
+        self.sos_id, self.eos_id = sos_id, eos_id
+        self.vocab_size: Optional[int] = None
+
+    def init_state(self, batch: int, beam: int, device: torch.device) -> DecoderScorerState:
+        if batch != self.memory.shape[0]:
+            raise ValueError(f"DecoderScorer holds {self.memory.shape[0]} utterances, the search has {batch}")
+        memory = self.memory.to(device).repeat_interleave(beam, 0)  # (N, T, D)
+        lens = self.memory_lens.to(device).repeat_interleave(beam, 0)
+        ys = torch.full((batch * beam, 1), self.sos_id, dtype=torch.long, device=device)
+        log_probs, dec = self.decoder.decode_step(ys, memory, lens, None)
+        self.vocab_size = log_probs.shape[-1]
+        return DecoderScorerState(ys, dec, log_probs, memory, lens)
+
+    def score(self, state: DecoderScorerState, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (N, C) -> (N, C) log P(token | prefix)."""
+        return state.log_probs.gather(1, tokens.clamp(min=0))
+
+    def select_state(self, state: DecoderScorerState, index: torch.Tensor,
+                     tokens: torch.Tensor) -> DecoderScorerState:
+        """Rows ``index`` (M,) extended by ``tokens`` (M,): one decoder step."""
+        ys = torch.cat([state.ys.index_select(0, index), tokens.clamp(min=0)[:, None]], dim=1)  # (M, L+1)
+        log_probs, dec = self.decoder.decode_step(ys, state.memory, state.memory_lens,
+                                                  index_rows(state.dec, index))
+        return DecoderScorerState(ys, dec, log_probs, state.memory, state.memory_lens)
+
+    def final_score(self, state: DecoderScorerState) -> torch.Tensor:
+        """(N,) log P(<eos> | prefix)."""
+        return state.log_probs[:, self.eos_id]

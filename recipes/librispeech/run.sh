@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# LibriSpeech recipe: Kaldi data dirs -> BPE tokenizer + CMVN -> Transformer (joint CTC/attention) -> average -> decode -> score.
+# LibriSpeech recipe: Kaldi data dirs -> BPE tokenizer + CMVN -> Transformer (joint CTC/attention) -> average
+# -> language models -> decode -> score.
 #
 # Usage: recipes/librispeech/run.sh --corpus-dir /path/to/LibriSpeech [--stage N] [--stop-stage N]
 #            [--config conf/transformer.yaml] [--exp exp/transformer] [--train-sets "train-clean-100 ..."]
+#            [--decode-config conf/decode_joint.yaml] [--lm-text FILE] [--lm none|ngram|neural]
 #   stage 0: download (only with --download true) ; stage 1: data dirs + utt2dur + validation
 #   stage 2: BPE tokenizer + global CMVN ; stage 3: train ; stage 4: average the best checkpoints
-#   stage 5: decode dev/test sets ; stage 6: score
+#   stage 5: language model (a word 4-gram through KenLM, or a Transformer LM) on --lm-text
+#            (default: the training transcripts; LibriSpeech's 800M-word LM corpus is better)
+#   stage 6: decode dev/test sets with --decode-config (+ the LM) ; stage 7: score
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -23,6 +27,12 @@ config="$root/conf/transformer.yaml"
 exp=exp/transformer
 bpe_size=5000
 average_best=10
+decode_config="$root/conf/decode_joint.yaml"
+lm=ngram            # none | ngram (word 4-gram, fused at word boundaries) | neural (conf/lm_transformer.yaml)
+lm_text=            # plain text, one sentence per line; empty: the training transcripts
+lm_order=4
+lm_config="$root/conf/lm_transformer.yaml"
+lm_weight=0.3
 nj=8
 . "$root/tools/parse_options.sh"
 
@@ -70,17 +80,37 @@ if run_stage 4; then
   asrkit average --model "$exp" --best "$average_best"
 fi
 
-if run_stage 5; then
-  for part in $eval_sets; do
-    log 5 "decoding $part"
-    asrkit decode --model "$exp" --data "$(dir_of "$part")" --out "$exp/decode_${part//-/_}"
-  done
+if run_stage 5 && [ "$lm" != none ]; then
+  text_opts=(--text data/train/text)
+  [ -n "$lm_text" ] && text_opts=(--text "$lm_text" --plain-text)
+  if [ "$lm" = ngram ]; then
+    log 5 "training a word $lm_order-gram on ${lm_text:-data/train/text} (KenLM lmplz; tools/install_kenlm.sh builds it)"
+    asrkit train-ngram --order "$lm_order" "${text_opts[@]}" exp/lm/word${lm_order}gram.arpa.gz
+  else
+    log 5 "training the neural LM $lm_config on ${lm_text:-data/train/text} (dev: $(dir_of "$valid_set")/text)"
+    asrkit train-lm --config "$lm_config" "${text_opts[@]}" --dev-text "$(dir_of "$valid_set")/text" \
+      --tokenizer data/lang/tokenizer.json --out exp/lm/neural
+  fi
 fi
+
+lm_opts=()
+case "$lm" in
+  ngram) lm_opts=(--lm exp/lm/word${lm_order}gram.arpa.gz --lm-weight "$lm_weight" --set lm_units=word) ;;
+  neural) lm_opts=(--lm exp/lm/neural --lm-weight "$lm_weight") ;;
+esac
 
 if run_stage 6; then
   for part in $eval_sets; do
+    log 6 "decoding $part with $decode_config ${lm_opts[*]}"
+    asrkit decode --model "$exp" --data "$(dir_of "$part")" --out "$exp/decode_${part//-/_}" \
+      --decode-config "$decode_config" "${lm_opts[@]}"
+  done
+fi
+
+if run_stage 7; then
+  for part in $eval_sets; do
     d="$exp/decode_${part//-/_}"
-    log 6 "scoring $part"
+    log 7 "scoring $part"
     asrkit score --ref "$(dir_of "$part")/text" --hyp "$d/text" --utt2spk "$(dir_of "$part")/utt2spk" \
       --out "$d/scoring" | head -n 1
   done

@@ -1,6 +1,7 @@
 """Transcriber: experiment dir -> frontend -> encoder -> search -> transcripts with timestamps."""
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -11,11 +12,12 @@ from torch import nn
 from tqdm import tqdm
 
 from asrkit.audio.io import AudioError, load_audio
-from asrkit.config import ExperimentConfig, load_config
+from asrkit.config import DecodeConfig, ExperimentConfig, load_config, save_config
 from asrkit.data.datadir import read_data_dir
 from asrkit.data.table import write_table
 from asrkit.models.registry import build_model
-from asrkit.search.greedy import ctc_greedy_search
+from asrkit.pipeline.searcher import Searcher
+from asrkit.search import Hypothesis
 from asrkit.text.tokenizer import Tokenizer, load_tokenizer
 from asrkit.train.checkpoint import MODEL_FILE, load_checkpoint
 
@@ -26,8 +28,10 @@ log = logging.getLogger("asrkit.pipeline")
 class Transcript:
     text: str
     tokens: List[int]
-    # start time (seconds) of each token: the first encoder frame that emitted it
+    # start time (seconds) of each token: the encoder frame that emitted it (empty for attention search)
     token_times: List[float] = field(default_factory=list)
+    score: float = 0.0  # the search's total score (log domain)
+    ctc_score: float = 0.0  # log P_ctc of the tokens (summed over alignments; the best path for greedy)
 
 
 def load_from_dir(exp_dir: str, checkpoint: Optional[str] = None,
@@ -55,36 +59,42 @@ def pad_waveforms(wavs: Sequence[torch.Tensor]) -> Tuple[torch.Tensor, torch.Ten
 
 
 class Transcriber:
-    """Batch transcription with a trained model (greedy CTC)."""
+    """Batch transcription with a trained model; ``decode`` picks the search (default: greedy CTC)."""
 
     def __init__(self, model: nn.Module, cfg: ExperimentConfig, tokenizer: Tokenizer,
-                 device: str | torch.device = "cpu"):
+                 device: str | torch.device = "cpu", decode: Optional[DecodeConfig] = None):
         self.model, self.cfg, self.tokenizer = model.eval(), cfg, tokenizer
         self.device = torch.device(device)
+        self.decode_cfg = decode or DecodeConfig()
+        self.searcher = Searcher(self.decode_cfg, model, tokenizer, self.device)
         self.sample_rate = cfg.frontend.sample_rate
         # seconds per encoder frame = feature hop x subsampling factor
         self.frame_shift = model.frontend.frame_shift_seconds * model.subsampling_factor
 
     @classmethod
-    def from_dir(cls, exp_dir: str, device: str = "cpu", checkpoint: Optional[str] = None) -> "Transcriber":
+    def from_dir(cls, exp_dir: str, device: str = "cpu", checkpoint: Optional[str] = None,
+                 decode: Optional[DecodeConfig] = None) -> "Transcriber":
         model, cfg, tokenizer = load_from_dir(exp_dir, checkpoint, device)
-        return cls(model, cfg, tokenizer, device)
+        return cls(model, cfg, tokenizer, device, decode)
+
+    def _transcript(self, hyp: Hypothesis) -> Transcript:
+        return Transcript(self.tokenizer.decode(hyp.tokens), hyp.tokens,
+                          [round(f * self.frame_shift, 3) for f in hyp.token_frames if f >= 0],
+                          hyp.score, hyp.ctc_score)
 
     @torch.inference_mode()
-    def transcribe(self, wavs: Sequence[torch.Tensor]) -> List[Transcript]:
-        """Transcribe a batch of mono waveforms at the model's sample rate."""
+    def transcribe_nbest(self, wavs: Sequence[torch.Tensor]) -> List[List[Transcript]]:
+        """Up to ``decode.nbest`` transcripts per mono waveform (at the model's sample rate), best first."""
         if not wavs:
             return []
         wav, wav_lens = pad_waveforms(wavs)
         enc, enc_lens = self.model.encode(wav.to(self.device), wav_lens.to(self.device))
-        tokens, token_lens, frames = ctc_greedy_search(self.model.ctc_log_probs(enc), enc_lens,
-                                                       blank=self.tokenizer.blank_id)
-        out = []
-        for ids, n, fr in zip(tokens.tolist(), token_lens.tolist(), frames.tolist()):
-            ids = ids[:n]
-            out.append(Transcript(self.tokenizer.decode(ids), ids,
-                                  [round(f * self.frame_shift, 3) for f in fr[:n]]))
-        return out
+        nbest = self.searcher.search(self.model, enc, enc_lens)
+        return [[self._transcript(h) for h in hyps] or [Transcript("", [])] for hyps in nbest.to_lists()]
+
+    def transcribe(self, wavs: Sequence[torch.Tensor]) -> List[Transcript]:
+        """The best transcript of each mono waveform (at the model's sample rate)."""
+        return [hyps[0] for hyps in self.transcribe_nbest(wavs)]
 
     def load(self, path: str) -> torch.Tensor:
         """Read an audio file (or ``cmd |``) as a mono waveform at the model's rate; raises AudioError."""
@@ -93,15 +103,19 @@ class Transcriber:
     def transcribe_files(self, paths: Sequence[str]) -> List[Transcript]:
         return self.transcribe([self.load(p) for p in paths])
 
-    def decode_data_dir(self, data_dir: str, out_dir: str, batch_size: int = 16) -> dict:
+    def decode_data_dir(self, data_dir: str, out_dir: str, batch_size: Optional[int] = None) -> dict:
         """Transcribe every utterance of a Kaldi data dir into ``out_dir/text``.
 
-        Unreadable utterances are logged, listed in ``out_dir/failed``, and left
-        out of ``text`` (so scoring counts them as deletions), never a crash.
+        Also writes ``out_dir/decode.yaml`` (every search setting used) and, with ``decode.nbest > 1``,
+        ``out_dir/nbest.jsonl`` (one JSON object per hypothesis: utt, rank, text, score, ctc_score).
+        Unreadable utterances are logged, listed in ``out_dir/failed``, and left out of ``text``
+        (so scoring counts them as deletions), never a crash.
         """
+        batch_size = batch_size or self.decode_cfg.batch_size
         os.makedirs(out_dir, exist_ok=True)
+        save_config(self.decode_cfg, os.path.join(out_dir, "decode.yaml"))
         dd = read_data_dir(data_dir)
-        hyps, failed = {}, {}
+        hyps, nbests, failed = {}, {}, {}
         utts = list(dd.utterances())
         # Longest first keeps padding low and surfaces memory problems early.
         utts.sort(key=lambda u: -(u.duration or 0.0))
@@ -114,9 +128,16 @@ class Transcriber:
                 except AudioError as exc:
                     log.warning("skipping %s", exc)
                     failed[u.utt] = str(exc).replace("\n", " ")
-            for name, tr in zip(names, self.transcribe(wavs)):
-                hyps[name] = tr.text
+            for name, alternatives in zip(names, self.transcribe_nbest(wavs)):
+                hyps[name] = alternatives[0].text
+                nbests[name] = alternatives
         write_table(os.path.join(out_dir, "text"), hyps)
+        if self.decode_cfg.nbest > 1:
+            with open(os.path.join(out_dir, "nbest.jsonl"), "w", encoding="utf-8") as fh:
+                for name in sorted(nbests):
+                    for rank, tr in enumerate(nbests[name], 1):
+                        fh.write(json.dumps({"utt": name, "rank": rank, "text": tr.text, "score": tr.score,
+                                             "ctc_score": tr.ctc_score}, ensure_ascii=False) + "\n")
         if failed:
             write_table(os.path.join(out_dir, "failed"), failed)
         log.info("decoded %d utterances into %s/text (%d failed)", len(hyps), out_dir, len(failed))

@@ -1,0 +1,27 @@
+"""The search options shared by ``asrkit decode`` and ``asrkit transcribe``."""
+from __future__ import annotations
+
+import argparse
+
+from asrkit.config import DecodeConfig, load_decode_config
+
+
+def add_decode_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("search", "a conf/decode_*.yaml file, overridden by --set and the shortcuts below")
+    g.add_argument("--decode-config", help="decoding YAML (default: greedy CTC)")
+    g.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a decoding setting, e.g. --set beam=20 (repeatable)")
+    g.add_argument("--mode", help="greedy | ctc_prefix | attention | joint | rescore")
+    g.add_argument("--beam", type=int)
+    g.add_argument("--lm", help="ARPA file or neural LM dir (asrkit train-lm) for shallow fusion")
+    g.add_argument("--lm-weight", type=float)
+
+
+def decode_config_from_args(args: argparse.Namespace) -> DecodeConfig:
+    """The DecodeConfig the arguments describe; raises ConfigError naming a bad key."""
+    overrides = list(args.overrides)
+    for key in ("mode", "beam", "lm", "lm_weight"):
+        value = getattr(args, key)
+        if value is not None:
+            overrides.append(f"{key}={value}")
+    return load_decode_config(args.decode_config, overrides)

@@ -1,0 +1,146 @@
+"""Connects a trained model (and an optional LM) to a search, as a :class:`~asrkit.config.DecodeConfig` says.
+
+Modes (``decode.mode``):
+
+* ``greedy``: best CTC path.
+* ``ctc_prefix``: frame-synchronous CTC prefix beam search; an LM is fused as
+  ``log P_ctc + lm_weight * log P_lm + length_bonus * #tokens`` (per word with a word-unit n-gram).
+* ``attention``: label-synchronous beam search on the attention decoder (+ LM).
+* ``joint``: the same with the CTC prefix score, ``(1 - ctc_weight) * att + ctc_weight * ctc`` (+ LM).
+* ``rescore``: ``ctc_prefix`` N-best (beam ``beam``, LM included) rescored by the attention decoder,
+  ``ctc_weight * ctc + (1 - ctc_weight) * att`` plus the N-best's LM and bonus part.
+
+Everything a mode needs is checked when the :class:`Searcher` is built, so a bad combination
+(``joint`` on a CTC-only model, a neural LM trained with another tokenizer, ...) fails before any
+audio is read, with a message that names the setting.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional
+
+import torch
+from torch import nn
+
+from asrkit.config import ConfigError, DecodeConfig
+from asrkit.lm import ngram_scorer
+from asrkit.lm.neural import NeuralLMScorer, load_neural_lm
+from asrkit.search import (CTCPrefixScorer, DecoderScorer, LengthBonus, NBest, attention_rescore, beam_search,
+                           ctc_prefix_beam_search, greedy_search)
+from asrkit.text.tokenizer import WORD_MARK, Tokenizer
+
+MODES = ("greedy", "ctc_prefix", "attention", "joint", "rescore")
+_NEEDS_CTC = ("greedy", "ctc_prefix", "joint", "rescore")
+_NEEDS_DECODER = ("attention", "joint", "rescore")
+
+
+def _has_ctc(model: nn.Module) -> bool:
+    return hasattr(model, "ctc_log_probs") and getattr(model, "has_ctc", True)
+
+
+def _has_decoder(model: nn.Module) -> bool:
+    return hasattr(model, "decode_step") and hasattr(model, "score_tokens")
+
+
+def check_decode_config(cfg: DecodeConfig, model: nn.Module) -> None:
+    """Raise ConfigError naming the ``decode.*`` key that cannot work with this model."""
+    if cfg.mode not in MODES:
+        raise ConfigError(f"decode.mode '{cfg.mode}' is unknown (choose from: {', '.join(MODES)})")
+    if cfg.mode in _NEEDS_CTC and not _has_ctc(model):
+        raise ConfigError(f"decode.mode '{cfg.mode}' needs a CTC head; this model has none "
+                          f"(use decode.mode: attention)")
+    if cfg.mode in _NEEDS_DECODER and not _has_decoder(model):
+        raise ConfigError(f"decode.mode '{cfg.mode}' needs an attention decoder; this "
+                          f"{type(model).__name__} has none (use greedy or ctc_prefix)")
+    if cfg.beam < 1:
+        raise ConfigError(f"decode.beam must be >= 1, got {cfg.beam}")
+    if not 1 <= cfg.nbest <= cfg.beam:
+        raise ConfigError(f"decode.nbest must be in [1, decode.beam={cfg.beam}], got {cfg.nbest}")
+    if cfg.mode == "greedy" and cfg.nbest != 1:
+        raise ConfigError("decode.nbest > 1 needs a beam search (decode.mode is greedy)")
+    if cfg.batch_size < 1:
+        raise ConfigError(f"decode.batch_size must be >= 1, got {cfg.batch_size}")
+    if not 0.0 <= cfg.ctc_weight <= 1.0:
+        raise ConfigError(f"decode.ctc_weight must be in [0, 1], got {cfg.ctc_weight}")
+    if cfg.lm_units not in ("token", "word"):
+        raise ConfigError(f"decode.lm_units must be 'token' or 'word', got '{cfg.lm_units}'")
+    if cfg.lm is not None and cfg.mode == "greedy":
+        raise ConfigError("decode.lm is set but decode.mode is greedy (LM fusion needs a beam search)")
+    if cfg.pre_beam < 0 or cfg.max_len_ratio <= 0:
+        raise ConfigError("decode.pre_beam must be >= 0 and decode.max_len_ratio > 0")
+
+
+def load_lm_scorer(cfg: DecodeConfig, tokenizer: Tokenizer, device: torch.device) -> Any:
+    """The LM named by ``decode.lm``: a neural LM dir (``asrkit train-lm``) or an ARPA file."""
+    path = cfg.lm
+    if path is None:
+        return None
+    if os.path.isdir(path):
+        lm, lm_tokenizer = load_neural_lm(path, device=device)
+        if list(lm_tokenizer.token_list) != list(tokenizer.token_list):
+            raise ConfigError(f"decode.lm {path}: the LM was trained with another tokenizer than the ASR model "
+                              f"({lm_tokenizer.vocab_size} vs {tokenizer.vocab_size} tokens, or a different order)")
+        return NeuralLMScorer(lm)
+    if not os.path.isfile(path):
+        raise ConfigError(f"decode.lm {path}: no such file or directory")
+    return ngram_scorer(path, tokenizer.token_list, units=cfg.lm_units, device=device, lookahead=cfg.lm_lookahead)
+
+
+class Searcher:
+    """``search(model, enc, enc_lens) -> NBest`` for one DecodeConfig; scorers that do not depend on the
+    audio (the LM, the length bonus) are built once."""
+
+    def __init__(self, cfg: DecodeConfig, model: nn.Module, tokenizer: Tokenizer, device: torch.device):
+        check_decode_config(cfg, model)
+        self.cfg, self.tokenizer = cfg, tokenizer
+        self.lm = load_lm_scorer(cfg, tokenizer, device)
+        self.bonus: Optional[LengthBonus] = None
+        if cfg.length_bonus and cfg.lm is not None and cfg.lm_units == "word" and not os.path.isdir(cfg.lm):
+            # With a word LM the bonus counts words: tokens that start one.
+            starts = torch.tensor([t.startswith(WORD_MARK) for t in tokenizer.token_list])
+            self.bonus = LengthBonus(starts)
+
+    def _fusion(self) -> tuple[Dict[str, Any], Dict[str, float]]:
+        """LM and length-bonus scorers and weights shared by every beam search mode."""
+        scorers: Dict[str, Any] = {}
+        weights: Dict[str, float] = {}
+        if self.lm is not None:
+            scorers["lm"], weights["lm"] = self.lm, self.cfg.lm_weight
+        if self.cfg.length_bonus:
+            if self.bonus is not None:
+                scorers["length_bonus"] = self.bonus
+            weights["length_bonus"] = self.cfg.length_bonus
+        return scorers, weights
+
+    def _ctc_prefix(self, log_probs: torch.Tensor, lens: torch.Tensor, beam: int, nbest: int) -> NBest:
+        c = self.cfg
+        scorers, weights = self._fusion()
+        return ctc_prefix_beam_search(log_probs, lens, beam=beam, nbest=nbest, scorers=scorers, weights=weights,
+                                      token_topk=c.token_topk, token_min_logp=c.token_min_logp,
+                                      blank_skip_threshold=c.blank_skip_threshold)
+
+    def search(self, model: nn.Module, enc: torch.Tensor, enc_lens: torch.Tensor) -> NBest:
+        """enc (B, T, D), enc_lens (B,) -> NBest (B, decode.nbest), best first."""
+        c = self.cfg
+        if c.mode == "greedy":
+            return greedy_search(model.ctc_log_probs(enc), enc_lens)
+        if c.mode == "ctc_prefix":
+            return self._ctc_prefix(model.ctc_log_probs(enc), enc_lens, c.beam, c.nbest)
+        if c.mode == "rescore":
+            nbest = self._ctc_prefix(model.ctc_log_probs(enc), enc_lens, c.beam, c.beam)
+            n = nbest.nbest
+            rows = torch.arange(enc.shape[0], device=enc.device).repeat_interleave(n)  # (B*N,)
+
+            def score_fn(tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+                return model.score_tokens(enc[rows], enc_lens[rows], tokens, lengths)
+
+            return attention_rescore(nbest, score_fn, c.ctc_weight).top(c.nbest)
+        scorers, weights = self._fusion()
+        scorers["decoder"] = DecoderScorer(model, enc, enc_lens)
+        weights["decoder"] = 1.0
+        if c.mode == "joint":
+            scorers["ctc"] = CTCPrefixScorer(model.ctc_log_probs(enc), enc_lens)
+            weights["decoder"], weights["ctc"] = 1.0 - c.ctc_weight, c.ctc_weight
+        max_lens = (enc_lens.double() * c.max_len_ratio).ceil().long().clamp(min=1)
+        return beam_search(scorers, weights, max_lens, beam=c.beam, nbest=c.nbest,
+                           pre_beam=c.pre_beam or None)

@@ -1,0 +1,194 @@
+"""Every decoding mode through the pipeline, on a joint CTC/attention model overfitted to four espeak utterances."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from asrkit.cli import main
+from asrkit.config import ConfigError, DecodeConfig, load_config, load_decode_config, save_config
+from asrkit.data.dataset import AsrDataset, collate
+from asrkit.data.table import read_table
+from asrkit.models.registry import build_model
+from asrkit.pipeline import Transcriber
+from asrkit.text.tokenizer import CharTokenizer
+from asrkit.train.checkpoint import save_model_weights
+
+REPO = Path(__file__).resolve().parents[2]
+MODES = ("greedy", "ctc_prefix", "attention", "joint", "rescore")
+
+
+def _tiny_config(name: str = "ctc_attention"):
+    return load_config(REPO / "conf" / "tiny_transformer.yaml", [
+        f"model.name={name}", "specaug.enabled=false", "model.encoder.dropout=0.0", "model.decoder.dropout=0.0",
+        "model.encoder.d_model=64", "model.encoder.num_layers=2", "model.encoder.ffn_dim=128",
+        "model.decoder.num_layers=1", "model.decoder.ffn_dim=128", "model.lsm_weight=0.0", "model.ctc_weight=0.5",
+        "frontend.n_mels=40", "tokenizer.path=tokenizer.json", "cmvn=null"])
+
+
+@pytest.fixture(scope="module")
+def overfit(tiny_corpus, tmp_path_factory):
+    """(exp dir, model, cfg, tokenizer, 4 waveforms, their texts): greedy CTC and greedy attention both exact."""
+    torch.manual_seed(0)
+    cfg = _tiny_config()
+    tok = CharTokenizer.train(read_table(tiny_corpus / "train" / "text").values())
+    ds = AsrDataset(tiny_corpus / "train", 16000, tokenizer=tok)
+    batch = collate([ds[i] for i in range(4)])
+    model = build_model(cfg, tok.vocab_size)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    wavs = [batch["wav"][i, : int(n)] for i, n in enumerate(batch["wav_lens"])]
+    for step in range(600):
+        model.train()
+        loss = model(batch)["loss"]
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        opt.step()
+        if step % 25 == 24:
+            model.eval()
+            exact = all(_texts(Transcriber(model, cfg, tok, decode=DecodeConfig(mode=mode, beam=1)), wavs)
+                        == batch["texts"] for mode in ("greedy", "attention"))
+            if exact:
+                break
+    model.eval()
+    exp = tmp_path_factory.mktemp("overfit_exp")
+    save_config(cfg, exp / "config.yaml")
+    tok.save(exp / "tokenizer.json")
+    save_model_weights(model, exp / "model.pt")
+    return exp, model, cfg, tok, wavs, batch["texts"]
+
+
+def _texts(transcriber: Transcriber, wavs) -> list:
+    return [t.text for t in transcriber.transcribe(wavs)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_transcribes_the_overfitted_utterances(overfit, mode):
+    _, model, cfg, tok, wavs, texts = overfit
+    tr = Transcriber(model, cfg, tok, decode=DecodeConfig(mode=mode, beam=4))
+    assert _texts(tr, wavs) == texts
+    # batching does not change a result
+    assert [_texts(tr, [w])[0] for w in wavs] == texts
+
+
+def test_nbest_is_sorted_and_distinct(overfit):
+    _, model, cfg, tok, wavs, texts = overfit
+    for mode in ("ctc_prefix", "joint", "rescore"):
+        tr = Transcriber(model, cfg, tok, decode=DecodeConfig(mode=mode, beam=4, nbest=3))
+        for alternatives, ref in zip(tr.transcribe_nbest(wavs), texts):
+            assert alternatives[0].text == ref
+            assert 1 < len(alternatives) <= 3
+            scores = [a.score for a in alternatives]
+            assert scores == sorted(scores, reverse=True), mode
+            assert len({tuple(a.tokens) for a in alternatives}) == len(alternatives), mode
+
+
+def test_ctc_timestamps_follow_the_tokens(overfit):
+    _, model, cfg, tok, wavs, _ = overfit
+    for mode in ("greedy", "ctc_prefix", "rescore"):
+        for t in Transcriber(model, cfg, tok, decode=DecodeConfig(mode=mode, beam=4)).transcribe(wavs):
+            assert len(t.token_times) == len(t.tokens) and t.token_times == sorted(t.token_times)
+            assert t.token_times[-1] <= len(wavs[0]) / 16000 * 2
+
+
+def _unigram_arpa(path: Path, tok: CharTokenizer, banned: str) -> None:
+    """A token-unit unigram LM: every token equally likely except ``banned`` (log10 prob -6)."""
+    words = [t for t in tok.token_list[3:]] + ["</s>", "<unk>"]
+    lines = ["\\data\\", f"ngram 1={len(words) + 1}", "", "\\1-grams:", "-99\t<s>"]
+    lines += [f"{-6.0 if w == banned else -1.0}\t{w}" for w in words]
+    lines += ["", "\\end\\", ""]
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def test_lm_fusion_through_the_pipeline(overfit, tmp_path):
+    _, model, cfg, tok, wavs, texts = overfit
+    arpa = tmp_path / "uni.arpa"
+    banned = max("".join(texts).replace(" ", ""), key="".join(texts).count)  # the most frequent letter
+    _unigram_arpa(arpa, tok, banned)
+    plain = _texts(Transcriber(model, cfg, tok, decode=DecodeConfig(mode="ctc_prefix", beam=4)), wavs)
+    for mode in ("ctc_prefix", "joint"):
+        zero = DecodeConfig(mode=mode, beam=4, lm=str(arpa), lm_weight=0.0)
+        assert _texts(Transcriber(model, cfg, tok, decode=zero), wavs) == plain
+        strong = DecodeConfig(mode=mode, beam=4, lm=str(arpa), lm_weight=5.0)
+        fused = _texts(Transcriber(model, cfg, tok, decode=strong), wavs)
+        assert sum(t.count(banned) for t in fused) < sum(t.count(banned) for t in texts), mode
+
+
+@pytest.mark.parametrize("change, key", [
+    (dict(mode="beam"), "decode.mode"),
+    (dict(mode="ctc_prefix", beam=2, nbest=3), "decode.nbest"),
+    (dict(mode="greedy", lm="x.arpa"), "decode.lm"),
+    (dict(mode="ctc_prefix", lm="/no/such/lm.arpa"), "/no/such/lm.arpa"),
+    (dict(mode="joint", ctc_weight=1.5), "decode.ctc_weight"),
+    (dict(mode="ctc_prefix", lm_units="words"), "decode.lm_units"),
+])
+def test_bad_settings_are_named(overfit, change, key):
+    _, model, cfg, tok, _, _ = overfit
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        Transcriber(model, cfg, tok, decode=DecodeConfig(**change))
+
+
+@pytest.mark.parametrize("name, mode", [("ctc_transformer", "joint"), ("ctc_transformer", "attention"),
+                                        ("ctc_transformer", "rescore")])
+def test_modes_the_model_cannot_run_are_refused(name, mode):
+    cfg = _tiny_config(name)
+    model = build_model(cfg, 10)
+    with pytest.raises(ConfigError, match="attention decoder"):
+        Transcriber(model, cfg, CharTokenizer(list("ABCDEFG")), decode=DecodeConfig(mode=mode))
+
+
+def test_attention_model_without_ctc_head_needs_attention_mode():
+    cfg = load_config(REPO / "conf" / "tiny_blstm_location_attention.yaml", ["model.ctc_weight=0.0"])
+    model = build_model(cfg, 10)
+    with pytest.raises(ConfigError, match="CTC head"):
+        Transcriber(model, cfg, CharTokenizer(list("ABCDEFG")), decode=DecodeConfig(mode="joint"))
+    Transcriber(model, cfg, CharTokenizer(list("ABCDEFG")), decode=DecodeConfig(mode="attention"))
+
+
+def test_decode_cli_writes_text_nbest_and_settings(overfit, tiny_corpus, tmp_path, capsys):
+    exp, _, _, _, _, texts = overfit
+    data = tmp_path / "data"
+    shutil.copytree(tiny_corpus / "train", data)
+    refs = read_table(data / "text")
+    out = tmp_path / "dec"
+    assert main(["decode", "--model", str(exp), "--data", str(data), "--out", str(out),
+                 "--decode-config", str(REPO / "conf" / "decode_joint.yaml"), "--beam", "4",
+                 "--set", "nbest=2", "--set", "ctc_weight=0.4"]) == 0
+    hyps = read_table(out / "text")
+    assert set(hyps) == set(refs)
+    assert sum(hyps[u] == refs[u] for u in refs) >= 4  # the 4 overfitted ones at least
+    used = load_decode_config(out / "decode.yaml")
+    assert (used.mode, used.beam, used.nbest, used.ctc_weight) == ("joint", 4, 2, 0.4)
+    rows = [json.loads(line) for line in (out / "nbest.jsonl").read_text().splitlines()]
+    assert {r["utt"] for r in rows} == set(refs) and {r["rank"] for r in rows} <= {1, 2}
+    assert all(r["text"] == hyps[r["utt"]] for r in rows if r["rank"] == 1)
+
+    capsys.readouterr()
+    assert main(["decode", "--model", str(exp), "--data", str(data), "--out", str(out), "--set", "beam=0"]) == 1
+    assert "decode.beam" in capsys.readouterr().err
+    assert main(["decode", "--model", str(exp), "--data", str(data), "--out", str(out), "--set", "bogus=1"]) == 1
+    assert "bogus" in capsys.readouterr().err
+
+
+def test_transcribe_cli_json_nbest(overfit, tiny_corpus, capsys):
+    exp, *_ = overfit
+    wav = sorted(read_table(tiny_corpus / "train" / "wav.scp").values())[0]
+    capsys.readouterr()
+    assert main(["transcribe", "--model", str(exp), "--json", "--mode", "rescore", "--beam", "3",
+                 "--set", "nbest=2", wav]) == 0
+    obj = json.loads(capsys.readouterr().out.strip())
+    assert obj["text"] == obj["nbest"][0]["text"] and len(obj["nbest"]) == 2
+    assert len(obj["token_times"]) == len(obj["tokens"])
+
+
+def test_decode_config_file_and_overrides(tmp_path):
+    cfg = load_decode_config(REPO / "conf" / "decode_ctc_prefix_lm.yaml", ["beam=20", "lm=lm/x.arpa"])
+    assert cfg.mode == "ctc_prefix" and cfg.beam == 20 and cfg.lm == "lm/x.arpa" and cfg.lm_weight == 0.5
+    assert load_decode_config() == DecodeConfig()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("mode: joint\nbeam_size: 3\n")
+    with pytest.raises(ConfigError, match="beam_size"):
+        load_decode_config(bad)

@@ -1,0 +1,130 @@
+"""tools/bench_decode.py: runs tiny with asrkit's decoders only (no peers, no KenLM binaries)."""
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import math
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from asrkit.search.ctc_prefix import ctc_prefix_beam_search
+from asrkit.search.greedy import greedy_search
+from asrkit.text.tokenizer import CharTokenizer
+
+REPO = Path(__file__).resolve().parents[2]
+TOOL = REPO / "tools" / "bench_decode.py"
+SENTENCES = ["THE CAT SAT ON THE MAT", "A DOG RAN IN THE PARK", "SHE READ A GOOD BOOK",
+             "WE WALKED HOME TOGETHER", "THE SUN IS VERY WARM", "HE DRANK A CUP OF TEA"]
+
+
+@pytest.fixture(scope="module")
+def tool():
+    spec = importlib.util.spec_from_file_location("bench_decode", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _write_bigram_arpa(path: Path, sentences, split) -> None:
+    """A small but valid back-off bigram ARPA (maximum-likelihood bigrams, flat back-off)."""
+    uni, bi = Counter(), Counter()
+    for s in sentences:
+        units = ["<s>"] + split(s) + ["</s>"]
+        uni.update(units)
+        bi.update(zip(units, units[1:]))
+    uni["<unk>"] += 1
+    total = sum(uni.values())
+    lines = ["\\data\\", f"ngram 1={len(uni)}", f"ngram 2={len(bi)}", "", "\\1-grams:"]
+    for w, c in sorted(uni.items()):
+        prob = -99.0 if w == "<s>" else math.log10(c / total)
+        lines.append(f"{prob:.4f}\t{w}\t-0.3010")
+    lines += ["", "\\2-grams:"]
+    for (a, b), c in sorted(bi.items()):
+        lines.append(f"{math.log10(c / uni[a]):.4f}\t{a} {b}")
+    lines += ["", "\\end\\", ""]
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def lm_dir(tmp_path_factory) -> Path:
+    """What tools/make_bench_lm.py writes, for a char tokenizer, with hand-made order-2 LMs."""
+    root = tmp_path_factory.mktemp("bench_lm")
+    (root / "heldout.txt").write_text("\n".join(SENTENCES) + "\n")
+    tok = CharTokenizer.train(SENTENCES)
+    (root / "char").mkdir()
+    tok.save(root / "char" / "tokenizer.json")
+    _write_bigram_arpa(root / "char" / "2gram.arpa", SENTENCES, lambda s: tok.pieces(tok.encode(s)))
+    _write_bigram_arpa(root / "word_2gram.arpa", SENTENCES, str.split)
+    return root
+
+
+def test_text_log_probs_spell_the_tokens(tool):
+    seqs = [[5, 5, 7, 3, 9], [4], [], [6, 8, 8, 8]]
+    lp = tool.text_log_probs(seqs, frames=20, vocab=12, seed=1, confusion=0.0)
+    assert lp.shape == (4, 20, 12)
+    assert torch.allclose(lp.double().logsumexp(-1), torch.zeros(4, 20, dtype=torch.float64), atol=1e-5)
+    best = greedy_search(lp, torch.full((4,), 20)).best()
+    assert [h.tokens for h in best] == seqs  # repeats got their blank, nothing else competes
+
+
+def test_ctc_log_likelihood_sums_all_alignments(tool):
+    lp = torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64).log_softmax(-1)
+    lens = torch.tensor([5, 4])
+    hyps = [[1, 2, 2], [2, 1]]
+    expect = []
+    for b, hyp in enumerate(hyps):  # brute force over all 3**T frame paths
+        total = 0.0
+        for path in itertools.product(range(3), repeat=int(lens[b])):
+            collapsed = [k for i, k in enumerate(path) if k != 0 and (i == 0 or k != path[i - 1])]
+            if collapsed == hyp:
+                total += math.exp(sum(float(lp[b, t, k]) for t, k in enumerate(path)))
+        expect.append(math.log(total))
+    assert torch.allclose(tool.ctc_log_likelihood(lp, lens, hyps), torch.tensor(expect, dtype=torch.float64))
+    # A beam search's own CTC score only counts alignments that stayed in its beam: a lower bound.
+    best = ctc_prefix_beam_search(lp, lens, beam=2, token_topk=None, token_min_logp=None,
+                                  blank_skip_threshold=None).best()
+    ll = tool.ctc_log_likelihood(lp, lens, [h.tokens for h in best])
+    assert all(float(a) >= h.ctc_score - 1e-9 for a, h in zip(ll, best))
+
+
+def test_tiny_matrix_with_lms(tool, lm_dir, tmp_path, capsys):
+    md = tmp_path / "results.md"
+    rc = tool.main(["--vocabs", "7", "char", "--batch", "3", "--frames", "40", "--beams", "4",
+                    "--threads", "1", "--decoders", "prefix", "prefix-exact", "greedy",
+                    "--lms", "none", "token", "word", "--order", "2", "--lm-dir", str(lm_dir),
+                    "--repeats", "1", "--markdown", str(md)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rows = [line for line in md.read_text().splitlines() if line.startswith("| ") and "utt/s" not in line]
+    # random V=7: 3 decoders, no LM; char: 3 decoders without LM + 2 per LM kind (greedy has none)
+    assert len(rows) == 3 + 3 + 2 + 2, md.read_text()
+    exact_rows = [r for r in rows if "| prefix-exact |" in r]
+    assert all("| 100.0% | +0.000 |" in r for r in exact_rows)  # the reference agrees with itself
+    assert "lm=token" in out and "lm=word" in out and "WER" in out
+
+
+def test_worker_processes(tool, capsys):
+    rc = tool.main(["--vocabs", "6", "--batch", "4", "--frames", "30", "--beams", "3", "--threads", "2",
+                    "--decoders", "prefix", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "workers=2" in out and "agree 100.0%" in out
+
+
+def test_missing_peer_is_a_clear_error(tool, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "pyctcdecode", None)  # import fails as if not installed
+    rc = tool.main(["--vocabs", "6", "--batch", "2", "--frames", "10", "--decoders", "prefix", "pyctcdecode"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "pyctcdecode" in err and "setup_bench_env.sh" in err
+
+
+def test_missing_lm_files_name_the_builder(tool, tmp_path, capsys):
+    rc = tool.main(["--vocabs", "char", "--lm-dir", str(tmp_path), "--batch", "2", "--frames", "10"])
+    assert rc == 1
+    assert "make_bench_lm.py" in capsys.readouterr().err
