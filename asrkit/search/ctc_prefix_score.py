@@ -41,6 +41,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from asrkit.search.greedy import check_ctc_inputs
 from asrkit.search.interfaces import BLANK_ID, SOS_EOS_ID
 
 NEG_INF = float("-inf")
@@ -71,10 +72,7 @@ class CTCPrefixScorer:
 
     def __init__(self, log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int = BLANK_ID,
                  eos_id: int = SOS_EOS_ID, logp_floor: float = -1e4) -> None:
-        if log_probs.dim() != 3:
-            raise ValueError(f"log_probs must be (batch, frames, vocab), got shape {tuple(log_probs.shape)}")
-        if lengths.shape != log_probs.shape[:1]:
-            raise ValueError(f"lengths must be ({log_probs.shape[0]},), got shape {tuple(lengths.shape)}")
+        check_ctc_inputs(log_probs, lengths)  # shapes, lengths within the frames, no NaN (host syncs: once)
         batch, frames, vocab = log_probs.shape
         if frames == 0:  # one padded frame keeps every tensor op well-defined
             log_probs, frames = log_probs.new_zeros(batch, 1, vocab), 1

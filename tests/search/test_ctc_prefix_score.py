@@ -159,3 +159,10 @@ def test_blank_scores_minus_inf_and_zero_frames_allow_only_the_empty_hypothesis(
     assert torch.isfinite(got[0, 1:]).all()
     assert got[1, 2] == 0.0 and got[1, 1] == float("-inf") and got[1, 3] == float("-inf")
     assert float(got[0, 2]) == pytest.approx(3 * math.log(0.25), abs=1e-6)
+
+
+def test_bad_inputs_are_named() -> None:
+    with pytest.raises(ValueError, match="utterance 1.*length 9"):
+        CTCPrefixScorer(torch.zeros(2, 8, 4).log_softmax(-1), torch.tensor([8, 9]))
+    with pytest.raises(ValueError, match="holds 2 utterances"):
+        CTCPrefixScorer(torch.zeros(2, 8, 4).log_softmax(-1), torch.tensor([8, 5])).init_state(3, 1, CPU)
