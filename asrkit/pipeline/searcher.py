@@ -25,8 +25,8 @@ from torch import nn
 from asrkit.config import ConfigError, DecodeConfig
 from asrkit.lm import ngram_scorer
 from asrkit.lm.neural import NeuralLMScorer, load_neural_lm
-from asrkit.search import (CTCPrefixScorer, DecoderScorer, LengthBonus, NBest, attention_rescore, beam_search,
-                           ctc_prefix_beam_search, greedy_search)
+from asrkit.search import (LengthBonus, NBest, attention_rescore, ctc_prefix_beam_search, greedy_search,
+                           joint_beam_search)
 from asrkit.text.tokenizer import WORD_MARK, Tokenizer
 
 MODES = ("greedy", "ctc_prefix", "attention", "joint", "rescore")
@@ -136,11 +136,8 @@ class Searcher:
 
             return attention_rescore(nbest, score_fn, c.ctc_weight).top(c.nbest)
         scorers, weights = self._fusion()
-        scorers["decoder"] = DecoderScorer(model, enc, enc_lens)
-        weights["decoder"] = 1.0
-        if c.mode == "joint":
-            scorers["ctc"] = CTCPrefixScorer(model.ctc_log_probs(enc), enc_lens)
-            weights["decoder"], weights["ctc"] = 1.0 - c.ctc_weight, c.ctc_weight
-        max_lens = (enc_lens.double() * c.max_len_ratio).ceil().long().clamp(min=1)
-        return beam_search(scorers, weights, max_lens, beam=c.beam, nbest=c.nbest,
-                           pre_beam=c.pre_beam or None)
+        joint = c.mode == "joint"
+        return joint_beam_search(model, enc, enc_lens, model.ctc_log_probs(enc) if joint else None,
+                                 ctc_weight=c.ctc_weight if joint else 0.0, beam=c.beam, nbest=c.nbest,
+                                 max_len_ratio=c.max_len_ratio, pre_beam=c.pre_beam or None, scorers=scorers,
+                                 weights=weights)
