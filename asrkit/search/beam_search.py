@@ -32,11 +32,10 @@ import torch
 
 from asrkit.search.ctc_prefix_score import CTCPrefixScorer
 from asrkit.search.hypotheses import NBest
-from asrkit.search.interfaces import BLANK_ID, SOS_EOS_ID, BatchScorer
+from asrkit.search.interfaces import BLANK_ID, LENGTH_BONUS, SOS_EOS_ID, BatchScorer, active_scorers
 from asrkit.search.scorers import DecoderScorer, StepDecoder
 
 NEG_INF = float("-inf")
-LENGTH_BONUS = "length_bonus"
 CTC = "ctc"  # the scorer whose unweighted total becomes NBest.ctc_scores
 _CHECK_EVERY = 8  # steps between host-side end-of-search checks
 
@@ -200,17 +199,9 @@ def beam_search(scorers: Mapping[str, BatchScorer], weights: Mapping[str, float]
         raise ValueError(f"pre_beam must be >= 1, got {pre_beam}")
     if max_lens.dim() != 1 or max_lens.is_floating_point():
         raise ValueError(f"max_lens must be (batch,) integers, got {max_lens.dtype} of shape {tuple(max_lens.shape)}")
-    for name in weights:
-        if name not in scorers and name != LENGTH_BONUS:
-            raise ValueError(f"weight {name!r} has no scorer; scorers: {sorted(scorers)}")
-    for name in scorers:
-        if name not in weights:
-            raise ValueError(f"scorer {name!r} has no weight; give weights={{{name!r}: ...}}")
-    active = {n: sc for n, sc in scorers.items() if float(weights[n]) != 0.0}
+    active, w, bonus = active_scorers(scorers, weights)
     if not active:
         raise ValueError("beam_search needs at least one scorer with a nonzero weight")
-    w = {n: float(weights[n]) for n in active}
-    bonus = float(weights.get(LENGTH_BONUS, 0.0)) if LENGTH_BONUS not in scorers else 0.0
     # Most a step can add to a score: the length bonus; anything with a negative weight is unbounded.
     gain = max(bonus, 0.0) + max(w.get(LENGTH_BONUS, 0.0), 0.0)
     if any(weight < 0 for name, weight in w.items() if name != LENGTH_BONUS):

@@ -41,13 +41,12 @@ import torch
 
 from asrkit.search.greedy import check_ctc_inputs
 from asrkit.search.hypotheses import NBest, backtrack, pack_emissions
-from asrkit.search.interfaces import BLANK_ID, BatchScorer
+from asrkit.search.interfaces import BLANK_ID, BatchScorer, active_scorers
 
 _HASH_MUL = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64; odd, so the hash mixes all bits
 _SENT_HASH = -0x3C6EF372FE94F82B  # hash of an impossible hypothesis: never equals a parent hash
 _SENT_PARENT = 0x5BE0CD19137E2179  # parent hash of the empty prefix and of impossible hypotheses
 NEG_INF = float("-inf")
-LENGTH_BONUS = "length_bonus"
 _DENSE_MATCH_MAX_BEAM = 20  # measured crossover of the two parent searches (CPU)
 
 
@@ -365,18 +364,9 @@ def ctc_prefix_beam_search(
         raise ValueError(f"token_topk must be >= 1 or None, got {token_topk}")
     if blank_skip_threshold is not None and not 0.0 < blank_skip_threshold < 1.0:
         raise ValueError(f"blank_skip_threshold must be in (0, 1) or None, got {blank_skip_threshold}")
-    scorers = dict(scorers or {})
-    weights = dict(weights or {})
-    for name in weights:
-        if name not in scorers and name != LENGTH_BONUS:
-            raise ValueError(f"weight {name!r} has no scorer; scorers: {sorted(scorers)}")
-    for name in scorers:
-        if name not in weights:
-            raise ValueError(f"scorer {name!r} has no weight; give weights={{{name!r}: ...}}")
-    bonus = float(weights.get(LENGTH_BONUS, 0.0)) if LENGTH_BONUS not in scorers else 0.0
-    active: Dict[str, BatchScorer] = {n: sc for n, sc in scorers.items() if float(weights[n]) != 0.0}
+    active, active_weights, bonus = active_scorers(scorers or {}, weights or {})
     dtype = torch.float64 if log_probs.dtype == torch.float64 else torch.float32
     lp = log_probs.to(dtype)
     return _search_split(lp, lengths.to(lp.device, torch.long), beam=beam, nbest=nbest, scorers=active,
-                         weights={n: float(weights[n]) for n in active}, bonus=bonus, topk=token_topk,
+                         weights=active_weights, bonus=bonus, topk=token_topk,
                          min_logp=token_min_logp, skip=blank_skip_threshold)

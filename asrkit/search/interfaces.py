@@ -8,13 +8,14 @@ values), so a search can call scorers inside its per-frame loop.
 """
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Dict, Mapping, Protocol, Tuple, runtime_checkable
 
 import torch
 
 BLANK_ID = 0
 UNK_ID = 1
 SOS_EOS_ID = 2
+LENGTH_BONUS = "length_bonus"  # a weight of this name without a scorer adds a constant per emitted token
 
 
 @runtime_checkable
@@ -50,3 +51,22 @@ class BatchScorer(Protocol):
         """(N,) log-score of ending the hypothesis here (e.g. log P(</s> | history)); zeros if not
         applicable."""
         ...
+
+
+def active_scorers(scorers: Mapping[str, BatchScorer], weights: Mapping[str, float]
+                   ) -> Tuple[Dict[str, BatchScorer], Dict[str, float], float]:
+    """Check a fusion's scorers against its weights; drop the scorers weighted 0.
+
+    Every scorer needs a weight and every weight a scorer, except ``length_bonus``, which without a
+    scorer of that name is a constant per emitted token. Returns (active scorers, their weights as
+    floats, that constant bonus or 0).
+    """
+    for name in weights:
+        if name not in scorers and name != LENGTH_BONUS:
+            raise ValueError(f"weight {name!r} has no scorer; scorers: {sorted(scorers)}")
+    for name in scorers:
+        if name not in weights:
+            raise ValueError(f"scorer {name!r} has no weight; give weights={{{name!r}: ...}}")
+    bonus = float(weights.get(LENGTH_BONUS, 0.0)) if LENGTH_BONUS not in scorers else 0.0
+    active = {n: sc for n, sc in scorers.items() if float(weights[n]) != 0.0}
+    return active, {n: float(weights[n]) for n in active}, bonus

@@ -13,6 +13,7 @@ import glob
 import logging
 import os
 import shutil
+import sys
 from dataclasses import replace
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -128,6 +129,19 @@ def prepare_experiment(cfg: ExperimentConfig, exp_dir: str, tokenizer_path: Opti
     return cfg, resuming
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record is logged, not the stream current at creation:
+    a handler made inside one pytest capture (or tqdm redirect) must not write to a closed stream later."""
+
+    @property  # type: ignore[override]
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler.__init__ assigns it; the property ignores that
+        pass
+
+
 def setup_logging(exp_dir: str, is_main: bool = True) -> None:
     """Rank 0 logs to ``exp_dir/train.log`` and the console; other ranks print warnings only."""
     root = logging.getLogger("asrkit")
@@ -141,7 +155,7 @@ def setup_logging(exp_dir: str, is_main: bool = True) -> None:
         fh = logging.FileHandler(os.path.abspath(os.path.join(exp_dir, "train.log")))
         fh.setFormatter(fmt)
         root.addHandler(fh)
-    if not any(type(h) is logging.StreamHandler for h in root.handlers):
-        sh = logging.StreamHandler()
+    if not any(isinstance(h, _StderrHandler) for h in root.handlers):
+        sh = _StderrHandler()
         sh.setFormatter(fmt)
         root.addHandler(sh)

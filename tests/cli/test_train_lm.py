@@ -1,7 +1,6 @@
 """asrkit train-lm end to end: a self-contained LM dir, resuming, refusing another LM, clear input errors."""
 from __future__ import annotations
 
-import logging
 import random
 import shutil
 from pathlib import Path
@@ -19,17 +18,6 @@ from asrkit.train.lm_data import read_text
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 WORDS = ["THE CAT", "A DOG", "SAT ON", "RAN TO", "THE MAT", "A TREE"]
-
-
-@pytest.fixture(autouse=True)
-def _drop_log_handlers():
-    """setup_logging's console handler keeps the sys.stderr of the test that made it (pytest's capture,
-    closed afterwards): drop asrkit's handlers after each test so later tests log to their own."""
-    yield
-    root = logging.getLogger("asrkit")
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-        handler.close()
 
 
 def sentences(n: int, seed: int) -> List[str]:

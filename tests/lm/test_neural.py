@@ -3,7 +3,6 @@ search, no host sync inside the CTC prefix search, fusion behaviour, and trainin
 from __future__ import annotations
 
 import math
-import logging
 import random
 import re
 import sys
@@ -29,17 +28,6 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 V = 9
 EXACT = dict(token_topk=None, token_min_logp=None, blank_skip_threshold=None)
 SYNC_METHODS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__")
-
-
-@pytest.fixture(autouse=True)
-def _drop_log_handlers():
-    """setup_logging's console handler keeps the sys.stderr of the test that made it (pytest's capture,
-    closed afterwards): drop asrkit's handlers after each test so later tests log to their own."""
-    yield
-    root = logging.getLogger("asrkit")
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-        handler.close()
 
 
 def make_lm(kind: str, vocab: int = V, seed: int = 0) -> torch.nn.Module:

@@ -82,7 +82,7 @@ def test_rescoring_with_a_real_tiny_model_runs() -> None:
     out = attention_rescore(nbest, lambda t, n: model.score_tokens(enc[rows], enc_lens[rows], t, n), ctc_weight=0.3)
     assert out.scores.shape == nbest.scores.shape
     assert (out.scores[:, :-1] >= out.scores[:, 1:]).all()
-    def rows(x: NBest) -> list:
+    def hyps(x: NBest) -> list:
         return sorted(map(tuple, x.tokens.flatten(0, 1).tolist()))
 
-    assert rows(out) == rows(nbest)  # the same hypotheses, re-sorted
+    assert hyps(out) == hyps(nbest)  # the same hypotheses, re-sorted
