@@ -5,7 +5,7 @@ Usage: tools/bench_decode.py [--vocabs 29 500 | char bpe500] [--batch 32] [--fra
            [--beams 10 50] [--threads 1 2] [--lms none token word] [--repeats 3]
            [--decoders prefix prefix-exact greedy pyctcdecode flashlight] [--lm-dir exp/bench_decode]
            [--lm-weight 0.5] [--token-topk 8] [--token-min-logp -12] [--blank-skip 0.999]
-           [--fl-token-beam N] [--markdown FILE]
+           [--fl-token-beam N] [--markdown FILE] [--profile N]
 
 Inputs (every decoder sees the same log-probs; one utterance = 10 s = 250 frames of 40 ms):
   * an integer vocab (default 29 500): random "peaky" log-probs, one random dominant class per
@@ -46,6 +46,7 @@ equal and those are likelier.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import math
 import multiprocessing
@@ -237,11 +238,12 @@ def text_setup(name: str, args: argparse.Namespace) -> Setup:
 # A decoder is a function rows -> list of top hypotheses (ids or text) for those batch rows of
 # the setup; it is built once per setting (outside the timing) and may run in forked workers.
 
-def _asrkit_decoder(name: str, setup: Setup, beam: int, lm: str, args: argparse.Namespace
-                    ) -> Callable[[range], List[Hyp]]:
+def _asrkit_decoder(name: str, setup: Setup, beam: int, lm: str, args: argparse.Namespace,
+                    trace: bool = False) -> Callable[[range], List[Hyp]]:
     scorers, weights = {}, {}
     if lm != "none":
-        scorers, weights = {"lm": setup.asrkit_lm(lm)}, {"lm": args.lm_weight}
+        scorer = setup.asrkit_lm(lm)
+        scorers, weights = {"lm": _traced(scorer) if trace else scorer}, {"lm": args.lm_weight}
     if name == "prefix":
         prune = dict(token_topk=args.token_topk, token_min_logp=args.token_min_logp,
                      blank_skip_threshold=args.blank_skip)
@@ -259,6 +261,50 @@ def _asrkit_decoder(name: str, setup: Setup, beam: int, lm: str, args: argparse.
     return run
 
 
+def _traced(scorer: Any) -> Any:
+    """The scorer with its score/select_state calls marked as profiler ranges."""
+    from torch.profiler import record_function
+
+    for method in ("score", "select_state", "final_score"):
+        inner = getattr(scorer, method)
+
+        def wrapped(*a: Any, _inner: Any = inner, _name: str = f"lm.{method}", **k: Any) -> Any:
+            with record_function(_name):
+                return _inner(*a, **k)
+
+        setattr(scorer, method, wrapped)
+    return scorer
+
+
+def profile_asrkit(name: str, setup: Setup, beam: int, lm: str, args: argparse.Namespace) -> None:
+    """One batch of an asrkit decoder under torch.profiler: the top ops by self CPU time, calls per
+    search step, and the share of the LM scorer's calls."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn = _asrkit_decoder(name, setup, beam, lm, args, trace=True)
+    fn(range(args.batch))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        fn(range(args.batch))
+        total = time.perf_counter() - start
+    events = prof.key_averages()
+    ops = [e for e in events if not e.key.startswith("lm.")]
+    calls = sum(e.count for e in ops if e.key.startswith("aten::"))
+    steps = args.frames
+    if name == "prefix" and args.blank_skip is not None:  # the loop visits only the kept frames
+        steps = int((setup.lp[..., 0] <= math.log(args.blank_skip)).sum(1).max())
+    print(f"  profile {name} {setup.name} lm={lm} beam={beam}: {total * 1000:.1f} ms under the profiler, "
+          f"{calls} aten calls = {calls / steps:.0f} per step ({steps} steps)")
+    for e in events:
+        if e.key.startswith("lm."):
+            print(f"    {e.key:18s} {e.count:6d} calls {e.cpu_time_total / 1000:9.1f} ms incl. children "
+                  f"({100 * e.cpu_time_total / 1e6 / total:.0f}% of the batch)")
+    top = sorted(ops, key=lambda e: e.self_cpu_time_total, reverse=True)[:args.profile]
+    for e in top:
+        print(f"    {e.key:34s} {e.count:7d} calls {e.self_cpu_time_total / 1000:8.1f} ms self "
+              f"{e.self_cpu_time_total / max(1, e.count):7.1f} us/call")
+
+
 def _pyctcdecode_decoder(setup: Setup, beam: int, lm: str, args: argparse.Namespace
                          ) -> Callable[[range], List[Hyp]]:
     try:
@@ -266,7 +312,10 @@ def _pyctcdecode_decoder(setup: Setup, beam: int, lm: str, args: argparse.Namesp
     except ImportError as exc:
         raise PeerMissing(f"pyctcdecode is not installed ({exc})") from exc
     logging.getLogger("pyctcdecode").setLevel(logging.ERROR)  # alphabet notes, unigram warnings
-    labels = [""] + setup.token_list[1:]  # pyctcdecode: blank is ""; it renames <unk> itself
+    # pyctcdecode: blank is ""; it renames <unk> itself. Known quirk (0.5.0, BPE mode): a piece
+    # ending in "▁" (its "▁⁇▁" for <unk>, the lone "▁") sets a word-break flag shared by all
+    # beams, so another beam's next piece can start a new word ("ANOTHER W AY"); kept as is.
+    labels = [""] + setup.token_list[1:]
     if setup.tokenizer is not None and "\u2581" in labels and not any(len(t) > 1 and t[0] == "\u2581" for t in labels):
         labels = [" " if t == "\u2581" else t for t in labels]  # char tokenizer: its space
     kw: Dict[str, Any] = {}
@@ -342,17 +391,11 @@ def _flashlight_text_decoder(tokens: List[str], lm_path: Optional[str], opts: Di
 
 def check_peers(names: Sequence[str]) -> Optional[str]:
     """A message naming the missing peers and how to install them, or None."""
+    modules = {"pyctcdecode": "pyctcdecode", "flashlight": "flashlight.lib.text.decoder"}  # flashlight-text
     missing = []
     for name in names:
         try:
-            if name == "pyctcdecode":
-                import pyctcdecode  # noqa: F401
-            elif name == "flashlight":
-                try:
-                    from torchaudio.models.decoder import ctc_decoder  # noqa: F401
-                    import flashlight.lib.text.decoder  # noqa: F401
-                except (ImportError, RuntimeError):
-                    import flashlight.lib.text.decoder  # noqa: F401
+            importlib.import_module(modules[name])
         except ImportError as exc:
             missing.append(f"{name} ({exc})")
     if not missing:
@@ -502,6 +545,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--fl-token-beam", type=int, default=None,
                    help="flashlight beam_size_token (default: --token-topk + 1, or the vocabulary)")
     p.add_argument("--no-reference", action="store_true", help="skip the exact-search reference and quality")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="after timing an asrkit beam search (1 worker), profile one batch: top N ops")
     p.add_argument("--markdown", help="append one table row per setting to this file")
     return p.parse_args(argv)
 
@@ -579,6 +624,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                                     line += f"  WER {100 * c['wer']:.1f}%"
                                     cells[2] = f"{100 * c['wer']:.1f}%"
                             print(line, flush=True)
+                            if args.profile and name in ("prefix", "prefix-exact") and workers == 1:
+                                profile_asrkit(name, setup, beam, lm, args)
                             if md is not None:
                                 md.write(f"| {setup.name} | {lm} | {b} | {workers} | {name} | "
                                          f"{args.batch / sec:.1f} | {sec / audio:.5f} | "

@@ -48,7 +48,8 @@ if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
 echo '*' > "$venv/.gitignore"  # keep the venv out of git status
-pth="$venv/lib/python$("$venv/bin/python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')/site-packages/_asrkit_main_venv.pth"
+site_dir="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+pth="$site_dir/_asrkit_main_venv.pth"
 rm -f "$pth"  # pip must not see (or try to replace) the main venv's packages while installing
 "$venv/bin/python" -m pip install -q --upgrade pip
 

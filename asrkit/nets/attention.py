@@ -1,7 +1,7 @@
 """Multi-head attention through ``torch.nn.functional.scaled_dot_product_attention``."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +28,19 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        q, k, v = self._split(self.q_proj(query)), self._split(self.k_proj(key)), self._split(self.v_proj(value))
+        return self.forward_projected(query, *self.project_kv(key, value), mask)
+
+    def project_kv(self, key: torch.Tensor, value: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """key, value (B, Tk, D) -> the projected keys and values that :meth:`forward` attends to, each
+        (B, H, Tk, Dh). A caller that attends to the same keys at many steps (an incremental decoder over
+        the encoder memory) projects them once and passes them to :meth:`forward_projected`."""
+        return self._split(self.k_proj(key)), self._split(self.v_proj(value))
+
+    def forward_projected(self, query: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """:meth:`forward` with keys/values from :meth:`project_kv`: query (B, Tq, D), k and v (B, H, Tk, Dh),
+        mask as in :meth:`forward` -> (B, Tq, D)."""
+        q = self._split(self.q_proj(query))
         attn_mask = None if mask is None else _no_empty_rows(mask).unsqueeze(1)  # (B, 1, Tq|1, Tk) over heads
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
                                              dropout_p=self.dropout if self.training else 0.0)

@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from asrkit.nets.decoder import TransformerDecoder
+from asrkit.nets.decoder import DecoderState, TransformerDecoder
+from asrkit.search.scorers import index_rows
 
 
 def make(pre_ln=True, tie=False, layers=2):
@@ -56,7 +57,8 @@ def test_incremental_decode_step_matches_full_forward(pre_ln):
     state = None
     for i in range(1, 6):
         logp, state = dec.decode_step(ys[:, :i], memory, mlens, state)
-        assert len(state) == 3 and state[0].shape == (3, i, 16)
+        assert len(state.layers) == 3 and state.layers[0].shape == (3, i, 16)
+        assert len(state.memory_kv) == 3 and all(t.shape == (3, 4, 9, 4) for kv in state.memory_kv for t in kv)
         torch.testing.assert_close(logp, full[:, i - 1], atol=1e-5, rtol=1e-5)
         fresh, _ = dec.decode_step(ys[:, :i], memory, mlens, None)  # recompute from scratch
         torch.testing.assert_close(logp, fresh, atol=1e-5, rtol=1e-5)
@@ -70,11 +72,58 @@ def test_state_reorders_along_the_batch_dim():
     ys = torch.tensor([[2, 4], [2, 8]])
     _, state = dec.decode_step(ys, memory, mlens)
     index = torch.tensor([1, 1, 0])
-    state = tuple(s.index_select(0, index) for s in state)
+    state = index_rows(state, index)
+    assert isinstance(state, DecoderState)
     nxt = torch.tensor([[3], [5], [6]])
     logp, _ = dec.decode_step(torch.cat([ys[index], nxt], 1), memory[index], mlens[index], state)
     ref, _ = dec.decode_step(torch.cat([ys[index], nxt], 1), memory[index], mlens[index])
     torch.testing.assert_close(logp, ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("pre_ln", [True, False])
+def test_cached_memory_projection_matches_from_scratch_steps_under_reordering(pre_ln):
+    """Every step: the carried state (projected memory keys/values included), reordered by index_select
+    like the beam search does, gives the same log-probs and state as decoding the reordered prefixes anew."""
+    dec = make(pre_ln)
+    gen = torch.Generator().manual_seed(3)
+    n, t = 5, 9
+    memory = torch.randn(n, t, 16, generator=gen)
+    mlens = torch.tensor([9, 7, 4, 9, 2])  # padded frames hold large values: they must stay masked out
+    memory = memory.masked_fill(torch.arange(t)[None, :, None] >= mlens[:, None, None], 50.0)
+    ys = torch.full((n, 1), 2)
+    logp, state = dec.decode_step(ys, memory, mlens)
+    for _ in range(6):
+        index = torch.randint(0, n, (n,), generator=gen)  # rows move, duplicate and vanish
+        ys = torch.cat([ys[index], torch.randint(3, 11, (n, 1), generator=gen)], 1)
+        memory, mlens = memory[index], mlens[index]
+        logp, state = dec.decode_step(ys, memory, mlens, index_rows(state, index))
+        fresh, fresh_state = dec.decode_step(ys, memory, mlens, None)
+        torch.testing.assert_close(logp, fresh, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(state.layers, fresh_state.layers, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(state.memory_kv, fresh_state.memory_kv, atol=0, rtol=0)  # moved, not recomputed
+        full = dec(ys, torch.full((n,), ys.size(1)), memory, mlens).log_softmax(-1)[:, -1]  # training path
+        torch.testing.assert_close(logp, full, atol=1e-5, rtol=1e-5)
+
+
+def test_projected_source_attention_equals_forward():
+    dec = make()
+    attn = dec.layers[0].src_attn
+    q, mem = torch.randn(3, 4, 16), torch.randn(3, 7, 16)
+    mask = torch.tensor([[True] * 7, [True] * 3 + [False] * 4, [False] * 7]).unsqueeze(1)  # incl. an empty row
+    torch.testing.assert_close(attn.forward_projected(q, *attn.project_kv(mem, mem), mask), attn(q, mem, mem, mask),
+                               atol=0, rtol=0)
+
+
+def test_decode_step_rejects_a_state_for_other_memory_or_of_another_kind():
+    dec = make()
+    memory, mlens = torch.randn(2, 6, 16), torch.tensor([6, 5])
+    ys = torch.tensor([[2, 4], [2, 8]])
+    _, state = dec.decode_step(ys, memory, mlens)
+    longer = torch.cat([ys, ys[:, :1]], 1)
+    with pytest.raises(ValueError, match="6 frames, memory has 8"):
+        dec.decode_step(longer, torch.randn(2, 8, 16), mlens, state)
+    with pytest.raises(TypeError, match="DecoderState"):
+        dec.decode_step(longer, memory, mlens, tuple(state.layers))
 
 
 def test_cross_attention_weights_are_distributions_over_valid_frames():
