@@ -193,6 +193,7 @@ class DecodeConfig:
     lm: Optional[str] = None
     lm_units: str = "token"  # ARPA only: token (the LM's words are the tokenizer's tokens) | word
     lm_lookahead: bool = True  # word ARPA only: unigram look-ahead for partial words
+    lm_unk_offset: float = 0.0  # word ARPA only: ln score added to out-of-vocabulary words (e.g. -10)
     lm_weight: float = 0.5  # alpha
     length_bonus: float = 0.0  # beta, per emitted token (per word with a word LM)
     # CTC prefix search pruning (all null: exact search)

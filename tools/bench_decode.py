@@ -194,13 +194,13 @@ class Setup:
         index = {t: i for i, t in enumerate(self.token_list)}
         return [index[c] for c in text if c in index]
 
-    def asrkit_lm(self, kind: str) -> Any:
+    def asrkit_lm(self, kind: str, unk_offset: float = 0.0) -> Any:
         """The asrkit scorer for LM `kind` (the ARPA is loaded once)."""
         from asrkit.lm import load_ngram, ngram_scorer
 
         if kind not in self.lms:
             self.lms[kind] = load_ngram(self.lm_paths[kind])
-        return ngram_scorer(self.lms[kind], self.token_list, units=kind)
+        return ngram_scorer(self.lms[kind], self.token_list, units=kind, unk_offset=unk_offset)
 
 
 def random_setup(vocab: int, args: argparse.Namespace) -> Setup:
@@ -242,7 +242,7 @@ def _asrkit_decoder(name: str, setup: Setup, beam: int, lm: str, args: argparse.
                     trace: bool = False) -> Callable[[range], List[Hyp]]:
     scorers, weights = {}, {}
     if lm != "none":
-        scorer = setup.asrkit_lm(lm)
+        scorer = setup.asrkit_lm(lm, args.unk_offset)
         scorers, weights = {"lm": _traced(scorer) if trace else scorer}, {"lm": args.lm_weight}
     if name == "prefix":
         prune = dict(token_topk=args.token_topk, token_min_logp=args.token_min_logp,
@@ -534,6 +534,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--lm-dir", default="exp/bench_decode", help="tools/make_bench_lm.py output")
     p.add_argument("--order", type=int, default=4, help="n-gram order of the LM files")
     p.add_argument("--lm-weight", type=float, default=0.5, help="weight of ln P_lm (all decoders)")
+    p.add_argument("--unk-offset", type=float, default=0.0,
+                   help="asrkit word LM: ln offset for out-of-vocabulary words (pyctcdecode: unk_score_offset)")
     p.add_argument("--chars-per-second", type=float, default=12.0, help="text mode: speaking rate")
     p.add_argument("--confusion", type=float, default=0.1, help="text mode: fraction of tokens with a rival")
     p.add_argument("--repeats", type=int, default=3)

@@ -62,7 +62,7 @@ fi
 work="$(mktemp -d "${TMPDIR:-/tmp}/kenlm_build.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 log "downloading $spec source distribution"
-"$python" -m pip download "$spec" --no-binary :all: --no-deps --quiet -d "$work"
+"$python" -m pip download "$spec" --no-binary kenlm --only-binary cmake,ninja --no-deps --quiet -d "$work"
 archive="$(ls "$work"/kenlm-*.tar.gz | head -n 1)"
 tar -xzf "$archive" -C "$work"
 src="$(ls -d "$work"/kenlm-*/ | head -n 1)"

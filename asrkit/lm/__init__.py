@@ -26,11 +26,12 @@ __all__ = ["ArpaError", "ArpaLM", "read_arpa", "LN10", "NgramLM", "NgramScorer",
 
 def ngram_scorer(lm: Union[str, os.PathLike, NgramLM], token_list: Sequence[str], units: str = "token",
                  device: torch.device | str | None = None, lookahead: bool = True,
-                 blank_id: int = 0, unk_id: int = 1, sos_eos_id: int = 2) -> Union[NgramScorer, WordNgramScorer]:
+                 blank_id: int = 0, unk_id: int = 1, sos_eos_id: int = 2,
+                 unk_offset: float = 0.0) -> Union[NgramScorer, WordNgramScorer]:
     """Build the search scorer for an n-gram LM.
 
     ``units="token"``: the ARPA's words are the tokenizer's tokens; ``units="word"``: the ARPA is a
-    word LM scored at word boundaries (``lookahead`` is the partial-word option of WordNgramScorer).
+    word LM scored at word boundaries (``lookahead`` and ``unk_offset`` are WordNgramScorer's options).
     """
     if not isinstance(lm, NgramLM):
         lm = load_ngram(lm, device=device)
@@ -40,5 +41,5 @@ def ngram_scorer(lm: Union[str, os.PathLike, NgramLM], token_list: Sequence[str]
         return NgramScorer(lm, token_list, blank_id=blank_id, sos_eos_id=sos_eos_id)
     if units == "word":
         return WordNgramScorer(lm, token_list, lookahead=lookahead, blank_id=blank_id, unk_id=unk_id,
-                               sos_eos_id=sos_eos_id)
+                               sos_eos_id=sos_eos_id, unk_offset=unk_offset)
     raise ValueError(f"n-gram units must be 'token' or 'word', got '{units}'")

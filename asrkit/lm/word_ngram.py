@@ -21,6 +21,11 @@ LA(new prefix) - LA(old prefix), and completing the word adds ln P(word | histor
 so a finished sentence gets exactly the word LM score while the search can already prune
 misspelt prefixes. With ``lookahead=False`` letters score 0 and the whole word score lands
 on the boundary (add a per-token length bonus scorer in the search if needed).
+
+``unk_offset`` (ln, default 0 = the LM's own ``<unk>`` score) is added to every word outside the LM
+and, with look-ahead, to partial words that no LM word starts with (their look-ahead is then
+``<unk>``'s plus the offset): a negative offset keeps the search from spelling out-of-vocabulary
+words, as pyctcdecode's ``unk_score_offset`` does.
 """
 from __future__ import annotations
 
@@ -68,8 +73,8 @@ class WordNgramScorer:
     """Batched scorer (asrkit.search protocol) applying a word LM at word boundaries of tokens."""
 
     def __init__(self, lm: NgramLM, token_list: Sequence[str], lookahead: bool = True,
-                 blank_id: int = 0, unk_id: int = 1, sos_eos_id: int = 2) -> None:
-        self.lm, self.lookahead = lm, lookahead
+                 blank_id: int = 0, unk_id: int = 1, sos_eos_id: int = 2, unk_offset: float = 0.0) -> None:
+        self.lm, self.lookahead, self.unk_offset = lm, lookahead, float(unk_offset)
         device = lm.device
         kinds, hashes, nchars = [], [], []
         for i, tok in enumerate(token_list):
@@ -116,7 +121,7 @@ class WordNgramScorer:
         pkeys = sorted(prefixes)
         self.prefix_keys = torch.tensor(pkeys + [_SENTINEL], dtype=torch.long, device=device)
         self.prefix_la = torch.tensor([prefixes[k] for k in pkeys] + [0.0], dtype=torch.float32, device=device)
-        self.unk_la = float(unigram[lm.unk_id])
+        self.unk_la = float(unigram[lm.unk_id]) + self.unk_offset
 
     def _to(self, device: torch.device) -> None:
         device = torch.device(device)
@@ -148,6 +153,8 @@ class WordNgramScorer:
                    nchar: torch.Tensor) -> WordNgramState:
         word = self._word_id(key)
         word_lp = self.lm.logprob(hist, bo, word.unsqueeze(1))[:, 0]
+        if self.unk_offset:
+            word_lp = torch.where(word == self.lm.unk_id, word_lp + self.unk_offset, word_lp)
         return WordNgramState(hist, bo, key, nchar, word, word_lp, self._lookahead(key, nchar))
 
     # -- protocol --

@@ -83,7 +83,8 @@ def load_lm_scorer(cfg: DecodeConfig, tokenizer: Tokenizer, device: torch.device
         return NeuralLMScorer(lm)
     if not os.path.isfile(path):
         raise ConfigError(f"decode.lm {path}: no such file or directory")
-    return ngram_scorer(path, tokenizer.token_list, units=cfg.lm_units, device=device, lookahead=cfg.lm_lookahead)
+    return ngram_scorer(path, tokenizer.token_list, units=cfg.lm_units, device=device, lookahead=cfg.lm_lookahead,
+                        unk_offset=cfg.lm_unk_offset)
 
 
 class Searcher:

@@ -345,3 +345,27 @@ def test_word_scorer_lookahead_by_hand():
     # LA(CA) = LA(CAT) = P(CAT) = -1.2; "CAZ" is no word's prefix: LA = P(<unk>) = -1.5;
     # "▁" completes "CA" (unknown): P(<unk> | <s>) = bo(<s>) + P(<unk>) = -0.6 - 1.5, minus LA(CA)
     assert got.tolist() == pytest.approx([0.0, -1.5 + 1.2, -0.6 - 1.5 + 1.2], abs=TOL)
+
+
+def test_word_scorer_unk_offset_penalises_only_out_of_vocabulary_words():
+    lm = load_ngram(FIXTURES / "words_3gram.arpa")
+    tokens = CHAR_TOKENS + ["M"]
+    ids = {t: i for i, t in enumerate(tokens)}
+    plain = WordNgramScorer(lm, tokens, lookahead=True)
+    offset = WordNgramScorer(lm, tokens, lookahead=True, unk_offset=-7.0)
+    for text, oov in (("CAT", False), ("CA", True)):
+        totals = []
+        for scorer in (plain, offset):
+            state, total = scorer.init_state(1, 1, torch.device("cpu")), 0.0
+            for ch in text:
+                total += float(scorer.score(state, torch.tensor([[ids[ch]]]))[0, 0])
+                state = scorer.select_state(state, torch.tensor([0]), torch.tensor([ids[ch]]))
+            totals.append(total + float(scorer.final_score(state)[0]))
+        assert totals[1] - totals[0] == pytest.approx(-7.0 if oov else 0.0, abs=TOL)
+    # a partial word that no LM word starts with gets <unk>'s look-ahead plus the offset at once
+    state = offset.init_state(1, 1, torch.device("cpu"))
+    state = offset.select_state(state, torch.tensor([0]), torch.tensor([ids["C"]]))
+    got = offset.score(state, torch.tensor([[ids["Z"]]]))[0, 0] - plain.score(
+        plain.select_state(plain.init_state(1, 1, torch.device("cpu")), torch.tensor([0]), torch.tensor([ids["C"]])),
+        torch.tensor([[ids["Z"]]]))[0, 0]
+    assert float(got) == pytest.approx(-7.0, abs=TOL)
