@@ -6,6 +6,8 @@
 #
 # Usage: recipes/mini/run.sh [--stage N] [--stop-stage N] [--config conf/tiny_ctc.yaml] [--exp exp/tiny_ctc]
 #                            [--lm-config conf/lm_lstm_small.yaml] [--decode-config conf/decode_ctc_prefix_lm.yaml]
+#                            [--workdir DIR (default: this folder; data/ and exp/ go there)]
+#                            [--train-opts "--set key=value ..."] [--lm-opts "--set key=value ..."]
 #   stage 0: synthesize data/{train,dev,test}        stage 4: train the LM on the training transcripts
 #   stage 1: validate the data dirs                  stage 5: decode the test split: greedy, then with the LM
 #   stage 2: tokenizer + global CMVN stats           stage 6: score both and print the WER report
@@ -13,9 +15,9 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-cd "$here"
 
 stage=0
+workdir="$here"
 stop_stage=100
 config="$root/conf/tiny_ctc.yaml"
 exp=exp/tiny_ctc
@@ -26,12 +28,15 @@ snr_db=25
 seed=1
 jobs=2
 train_opts=""
+lm_opts=""
 lm_config="$root/conf/lm_lstm_small.yaml"
 lm_dir=exp/lm_lstm
 decode_config="$root/conf/decode_ctc_prefix_lm.yaml"
 lm_weight=0.8     # alpha and beta chosen on data/dev (README, Results)
 length_bonus=2.5
 . "$root/tools/parse_options.sh"
+mkdir -p "$workdir"
+cd "$workdir"
 
 # One BLAS thread per process: with the data-loader worker on the other core this is the fastest setting
 # on 2 cores, and it does not collapse when something else is running (2 threads then run 4x slower).
@@ -70,8 +75,9 @@ fi
 
 if run_stage 4; then
   log 4 "training the LM $lm_config into $lm_dir (dev perplexity on data/dev)"
+  # shellcheck disable=SC2086
   asrkit train-lm --config "$lm_config" --text data/train/text --dev-text data/dev/text \
-    --tokenizer data/lang/tokenizer.json --out "$lm_dir"
+    --tokenizer data/lang/tokenizer.json --out "$lm_dir" $lm_opts
 fi
 
 if run_stage 5; then
@@ -89,6 +95,6 @@ if run_stage 6; then
   done
   asrkit score --ref data/test/text --hyp "$exp/decode_test_lm/text" --utt2spk data/test/utt2spk \
     --out "$exp/decode_test_lm/scoring"
-  echo "alignments: $here/$exp/decode_test_lm/scoring/result.pra"
+  echo "alignments: $PWD/$exp/decode_test_lm/scoring/result.pra"
   head -n 30 "$exp/decode_test_lm/scoring/result.pra"
 fi
