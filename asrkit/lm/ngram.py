@@ -50,18 +50,27 @@ def _backoff_log10(ngrams: List[dict], context: Tuple[str, ...], word: str) -> f
         context = context[1:]
 
 
-def _close_suffixes(lm: ArpaLM) -> List[Dict[Tuple[str, ...], Tuple[float, float]]]:
-    """Copy the tables, inserting every missing suffix (w2..wk) of a listed k-gram."""
+def _close_contexts(lm: ArpaLM) -> List[Dict[Tuple[str, ...], Tuple[float, float]]]:
+    """Copy the tables, inserting every missing suffix (w2..wk) and prefix (w1..w(k-1)) of a listed k-gram.
+
+    An inserted n-gram gets the probability back-off gave it (filled bottom-up from the complete
+    lower orders) and back-off 0, so no score changes: a query whose longest match is now an
+    inserted n-gram gets that same back-off value (the context back-offs it adds on top are the
+    ones it added before), and as a context an inserted n-gram adds 0, like an absent one. Closed
+    under suffixes, the lookup chain of :meth:`NgramLM._lookup` finds every n-gram; closed under
+    prefixes too, the longest suffix of a history that is in the model decides every score, so
+    the model is a finite automaton over those suffixes (:meth:`NgramLM.dense_tables`).
+    """
     tables: List[dict] = [dict(t) for t in lm.ngrams]
-    for k in range(lm.order, 1, -1):  # top-down: an inserted suffix may lack its own suffix
+    for k in range(lm.order, 1, -1):  # top-down: an inserted (k-1)-gram may lack its own suffix or prefix
         lower = tables[k - 2]
         for words in list(tables[k - 1]):
-            suffix = words[1:]
-            if suffix not in lower:
-                if k == 2:
-                    raise ValueError(f"word '{suffix[0]}' occurs in the {k}-gram '{' '.join(words)}' "
-                                     f"but not in the 1-grams")
-                lower[suffix] = (None, 0.0)
+            for sub in (words[1:], words[:-1]):
+                if sub not in lower:
+                    if k == 2:
+                        raise ValueError(f"word '{sub[0]}' occurs in the {k}-gram '{' '.join(words)}' "
+                                         f"but not in the 1-grams")
+                    lower[sub] = (None, 0.0)
     for k in range(2, lm.order + 1):  # bottom-up: fill probabilities from complete lower orders
         table = tables[k - 1]
         for words, (prob, bo) in table.items():
@@ -81,7 +90,7 @@ class NgramLM(torch.nn.Module):
 
     def __init__(self, arpa: ArpaLM, device: torch.device | str | None = None) -> None:
         super().__init__()
-        tables = _close_suffixes(arpa)
+        tables = _close_contexts(arpa)
         unigrams = tables[0]
         for needed in (BOS, EOS):
             if (needed,) not in unigrams:
