@@ -15,7 +15,7 @@ import os
 import shutil
 import sys
 from dataclasses import replace
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from asrkit.config import ConfigError, ExperimentConfig, load_config, save_config, to_dict
 from asrkit.train.checkpoint import INDEX_FILE, MODEL_FILE, CheckpointIndex
@@ -72,14 +72,16 @@ def _wipe(exp_dir: str) -> None:
         shutil.rmtree(os.path.join(exp_dir, sub), ignore_errors=True)
 
 
-def prepare_experiment(cfg: ExperimentConfig, exp_dir: str, tokenizer_path: Optional[str] = None,
-                       cmvn_path: Optional[str] = None, resume: str = "auto",
-                       write: bool = True) -> Tuple[ExperimentConfig, bool]:
+def prepare_experiment(cfg: Any, exp_dir: str, tokenizer_path: Optional[str] = None,
+                       cmvn_path: Optional[str] = None, resume: str = "auto", write: bool = True,
+                       load: Callable[[str], Any] = load_config) -> Tuple[Any, bool]:
     """Check ``exp_dir`` against ``cfg``, copy the tokenizer and CMVN stats into it and write the resolved
     ``config.yaml`` (paths relative to ``exp_dir``, so the directory can be moved).
 
-    ``resume``: ``auto`` (continue if there are checkpoints), ``require`` (error if there are none) or
-    ``overwrite`` (delete the old experiment's files first). ``write=False`` only checks (ranks > 0).
+    ``cfg``: an ExperimentConfig, or any config with a ``tokenizer`` section (an LM's, read back with
+    ``load``; without a ``cmvn`` key no stats are copied). ``resume``: ``auto`` (continue if there are
+    checkpoints), ``require`` (error if there are none) or ``overwrite`` (delete the old experiment's files
+    first). ``write=False`` only checks (ranks > 0).
     Returns the resolved config and whether training resumes from a checkpoint.
     """
     if resume not in RESUME_MODES:
@@ -88,10 +90,13 @@ def prepare_experiment(cfg: ExperimentConfig, exp_dir: str, tokenizer_path: Opti
     if not os.path.isfile(tok_src):
         raise FileNotFoundError(
             f"tokenizer '{tok_src}' not found: create one with 'asrkit train-tokenizer --text DATA/text OUT.json'")
-    cmvn_src = cmvn_path or cfg.cmvn
+    has_cmvn = hasattr(cfg, "cmvn")
+    cmvn_src = (cmvn_path or cfg.cmvn) if has_cmvn else None
     if cmvn_src and not os.path.isfile(cmvn_src):
         raise FileNotFoundError(f"CMVN stats '{cmvn_src}' not found: create them with 'asrkit compute-cmvn'")
-    cfg = replace(cfg, tokenizer=replace(cfg.tokenizer, path="tokenizer.json"), cmvn="cmvn.json" if cmvn_src else None)
+    cfg = replace(cfg, tokenizer=replace(cfg.tokenizer, path="tokenizer.json"))
+    if has_cmvn:
+        cfg = replace(cfg, cmvn="cmvn.json" if cmvn_src else None)
     tok_dst, cmvn_dst = os.path.join(exp_dir, "tokenizer.json"), os.path.join(exp_dir, "cmvn.json")
 
     existing = _state_files(exp_dir) if os.path.isdir(exp_dir) else []
@@ -102,14 +107,14 @@ def prepare_experiment(cfg: ExperimentConfig, exp_dir: str, tokenizer_path: Opti
     if existing:
         cfg_path = os.path.join(exp_dir, "config.yaml")
         try:
-            old = load_config(cfg_path)
+            old = load(cfg_path)
         except ConfigError as exc:
             raise ExperimentError(f"{exp_dir} holds {', '.join(existing[:3])} but its config cannot be read "
                                   f"({exc}); use another --out, or --overwrite to start again") from None
         diffs = config_differences(old, cfg)
         if _differs(tok_src, tok_dst):
             diffs.append(f"tokenizer: {tok_src} differs from {tok_dst}")
-        if _differs(cmvn_src, cmvn_dst) and (cmvn_src or old.cmvn):
+        if has_cmvn and _differs(cmvn_src, cmvn_dst) and (cmvn_src or old.cmvn):
             diffs.append(f"cmvn: {cmvn_src or 'none'} differs from {cmvn_dst if old.cmvn else 'none'}")
         if diffs:
             raise ExperimentError(

@@ -20,31 +20,27 @@ and divided by their token count, so accumulated batches weigh like one big batc
 from __future__ import annotations
 
 import contextlib
-import glob
 import logging
 import math
 import os
-import shutil
 import time
-from dataclasses import replace
 from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from asrkit.config import ConfigError, LMExperimentConfig, load_lm_config, save_config
+from asrkit.config import ConfigError, LMExperimentConfig, load_lm_config
 from asrkit.lm.neural import IGNORE_ID, build_lm, check_lm_model_config, make_lm_batch
 from asrkit.text.tokenizer import load_tokenizer
-from asrkit.train.checkpoint import (FORMAT_VERSION, INDEX_FILE, MODEL_FILE, CheckpointIndex, load_checkpoint,
+from asrkit.train.checkpoint import (FORMAT_VERSION, MODEL_FILE, CheckpointIndex, load_checkpoint,
                                      rng_state, save_atomic, save_model_weights, set_rng_state)
-from asrkit.train.experiment import ExperimentError, config_differences, setup_logging
+from asrkit.train.experiment import prepare_experiment, setup_logging
 from asrkit.train.lm_data import LMCorpus, check_data_config, load_corpus, sentence_batches
 from asrkit.train.optim import OPTIMIZERS, SCHEDULERS, build_optimizer, build_scheduler
 from asrkit.train.trainer import AMP_DTYPES, TrainingError, seed_everything
 
 log = logging.getLogger("asrkit.train.lm")
-RESUME_MODES = ("auto", "require", "overwrite")
 
 
 def perplexity(loss: float) -> float:
@@ -71,58 +67,6 @@ def check_lm_train_config(cfg: LMExperimentConfig) -> None:
                           "(it checkpoints at epoch ends)")
     if t.accum_grad < 1 or t.max_nonfinite_steps < 1 or t.epochs < 0:
         raise ConfigError("train.accum_grad and train.max_nonfinite_steps must be >= 1, train.epochs >= 0")
-
-
-def _state_files(out_dir: str) -> List[str]:
-    names = [n for n in (INDEX_FILE, MODEL_FILE) if os.path.exists(os.path.join(out_dir, n))]
-    return names + sorted(os.path.basename(p) for p in glob.glob(os.path.join(out_dir, "epoch*.pt")))
-
-
-def prepare_lm_dir(cfg: LMExperimentConfig, out_dir: str, tokenizer_path: Optional[str] = None,
-                   resume: str = "auto") -> Tuple[LMExperimentConfig, bool]:
-    """Check ``out_dir`` against ``cfg``, copy the tokenizer into it, write config.yaml.
-
-    Returns the resolved config (tokenizer.path = tokenizer.json) and whether training resumes.
-    """
-    if resume not in RESUME_MODES:
-        raise ValueError(f"resume must be one of {', '.join(RESUME_MODES)}, got {resume!r}")
-    tok_src = tokenizer_path or cfg.tokenizer.path
-    if not os.path.isfile(tok_src):
-        raise FileNotFoundError(f"tokenizer '{tok_src}' not found: create one with "
-                                f"'asrkit train-tokenizer --text DATA/text OUT.json'")
-    cfg = replace(cfg, tokenizer=replace(cfg.tokenizer, path="tokenizer.json"))
-    tok_dst = os.path.join(out_dir, "tokenizer.json")
-    existing = _state_files(out_dir) if os.path.isdir(out_dir) else []
-    if existing and resume == "overwrite":
-        for name in existing:
-            os.remove(os.path.join(out_dir, name))
-        shutil.rmtree(os.path.join(out_dir, "tensorboard"), ignore_errors=True)
-        existing = []
-    if existing:
-        try:
-            old = load_lm_config(os.path.join(out_dir, "config.yaml"))
-        except ConfigError as exc:
-            raise ExperimentError(f"{out_dir} holds {', '.join(existing[:3])} but its config cannot be read ({exc}); "
-                                  f"use another --out, or --overwrite to start again") from None
-        diffs = config_differences(old, cfg)
-        if not os.path.isfile(tok_dst) or not _same_file(tok_src, tok_dst):
-            diffs.append(f"tokenizer: {tok_src} differs from {tok_dst}")
-        if diffs:
-            raise ExperimentError(f"{out_dir} already holds a different LM ({', '.join(existing[:3])}); it differs in: "
-                                  f"{'; '.join(diffs[:8])}. Use another --out, or --overwrite to start again")
-    resuming = bool(existing) and CheckpointIndex(out_dir).latest is not None
-    if resume == "require" and not resuming:
-        raise ExperimentError(f"--resume: {out_dir} has no checkpoint to resume from ({INDEX_FILE} names none)")
-    os.makedirs(out_dir, exist_ok=True)
-    if os.path.abspath(tok_src) != os.path.abspath(tok_dst):
-        shutil.copyfile(tok_src, tok_dst)
-    save_config(cfg, os.path.join(out_dir, "config.yaml"))
-    return cfg, resuming
-
-
-def _same_file(a: str, b: str) -> bool:
-    with open(a, "rb") as fa, open(b, "rb") as fb:
-        return fa.read() == fb.read()
 
 
 class LMTrainer:
@@ -279,7 +223,7 @@ class LMTrainer:
 def train_lm(cfg: LMExperimentConfig, out_dir: str, text: str, dev_text: Optional[str] = None,
              tokenizer: Optional[str] = None, plain_text: bool = False, device: Optional[str] = None,
              resume: str = "auto") -> Dict[str, float]:
-    """Check everything, prepare ``out_dir`` (see :func:`prepare_lm_dir`), train; the last epoch's summary.
+    """Check everything, prepare ``out_dir`` (see :func:`asrkit.train.experiment.prepare_experiment`), train; the last epoch's summary.
 
     Bad inputs (missing or empty text, a tokenizer that does not fit the text) raise before ``out_dir``
     is touched, with messages naming the file.
@@ -293,7 +237,7 @@ def train_lm(cfg: LMExperimentConfig, out_dir: str, text: str, dev_text: Optiona
     train = load_corpus(text, tok, tok_path, plain_text, cfg.data.max_len)
     dev = load_corpus(dev_text, tok, tok_path, plain_text) if dev_text else None
     dev_ = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    resolved, _ = prepare_lm_dir(cfg, out_dir, tok_path, resume)
+    resolved, _ = prepare_experiment(cfg, out_dir, tok_path, resume=resume, load=load_lm_config)
     setup_logging(out_dir)
     for corpus in (train, dev):
         if corpus is not None:

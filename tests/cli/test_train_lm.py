@@ -107,7 +107,7 @@ def test_another_lm_or_tokenizer_in_the_dir_is_refused_unless_overwrite(data, tm
     capsys.readouterr()
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "already holds a different LM" in err and str(other) in err and "--overwrite" in err
+    assert "already holds a different experiment" in err and str(other) in err and "--overwrite" in err
     assert main(args(data, out, "train.epochs=1", "model.hidden_size=64", "model.embed_dim=64")) == 2
     assert "model.hidden_size: 128 -> 64" in capsys.readouterr().err
     assert main(argv + ["--overwrite"]) == 0
