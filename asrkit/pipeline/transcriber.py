@@ -84,12 +84,24 @@ class Transcriber:
 
     @torch.inference_mode()
     def transcribe_nbest(self, wavs: Sequence[torch.Tensor]) -> List[List[Transcript]]:
-        """Up to ``decode.nbest`` transcripts per mono waveform (at the model's sample rate), best first."""
+        """Up to ``decode.nbest`` transcripts per mono waveform (at the model's sample rate), best first.
+
+        A batch that runs out of GPU memory (encoder or search) is split in half and retried.
+        """
         if not wavs:
             return []
-        wav, wav_lens = pad_waveforms(wavs)
-        enc, enc_lens = self.model.encode(wav.to(self.device), wav_lens.to(self.device))
-        nbest = self.searcher.search(self.model, enc, enc_lens)
+        try:
+            wav, wav_lens = pad_waveforms(wavs)
+            enc, enc_lens = self.model.encode(wav.to(self.device), wav_lens.to(self.device))
+            nbest = self.searcher.search(self.model, enc, enc_lens)
+        except torch.cuda.OutOfMemoryError:
+            if len(wavs) <= 1:
+                raise
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            half = len(wavs) // 2
+            log.warning("out of memory on a batch of %d utterances: decoding it in halves", len(wavs))
+            return self.transcribe_nbest(wavs[:half]) + self.transcribe_nbest(wavs[half:])
         return [[self._transcript(h) for h in hyps] or [Transcript("", [])] for hyps in nbest.to_lists()]
 
     def transcribe(self, wavs: Sequence[torch.Tensor]) -> List[Transcript]:

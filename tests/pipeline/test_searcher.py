@@ -192,3 +192,26 @@ def test_decode_config_file_and_overrides(tmp_path):
     bad.write_text("mode: joint\nbeam_size: 3\n")
     with pytest.raises(ConfigError, match="beam_size"):
         load_decode_config(bad)
+
+
+def test_out_of_memory_batches_are_split_in_half(overfit, monkeypatch):
+    _, model, cfg, tok, wavs, texts = overfit
+    tr = Transcriber(model, cfg, tok, decode=DecodeConfig(mode="joint", beam=2))
+    real, sizes = tr.searcher.search, []
+
+    def flaky(model_, enc, enc_lens):
+        sizes.append(enc.shape[0])
+        if enc.shape[0] > 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(model_, enc, enc_lens)
+
+    monkeypatch.setattr(tr.searcher, "search", flaky)
+    assert _texts(tr, wavs) == texts
+    assert sizes == [4, 2, 1, 1, 2, 1, 1]
+
+    def always(*args):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(tr.searcher, "search", always)
+    with pytest.raises(torch.cuda.OutOfMemoryError):  # a single utterance cannot be split
+        tr.transcribe(wavs[:1])
