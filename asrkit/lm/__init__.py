@@ -9,12 +9,12 @@
 from __future__ import annotations
 
 import os
-from typing import Sequence, Union
+from typing import Optional, Sequence, Union
 
 import torch
 
 from asrkit.lm.arpa import ArpaError, ArpaLM, read_arpa
-from asrkit.lm.ngram import LN10, NgramLM, NgramScorer, NgramState, load_ngram
+from asrkit.lm.ngram import DENSE_MAX_ENTRIES, LN10, NgramLM, NgramScorer, NgramState, load_ngram
 from asrkit.lm.neural import (LSTMLM, NeuralLMScorer, NeuralLMState, TransformerLM, build_lm, load_neural_lm,
                               make_lm_batch, sentence_log_likelihood)
 from asrkit.lm.word_ngram import WordNgramScorer, WordNgramState
@@ -27,18 +27,21 @@ __all__ = ["ArpaError", "ArpaLM", "read_arpa", "LN10", "NgramLM", "NgramScorer",
 def ngram_scorer(lm: Union[str, os.PathLike, NgramLM], token_list: Sequence[str], units: str = "token",
                  device: torch.device | str | None = None, lookahead: bool = True,
                  blank_id: int = 0, unk_id: int = 1, sos_eos_id: int = 2,
-                 unk_offset: float = 0.0) -> Union[NgramScorer, WordNgramScorer]:
+                 unk_offset: float = 0.0, dense: Optional[bool] = None,
+                 dense_max_entries: int = DENSE_MAX_ENTRIES) -> Union[NgramScorer, WordNgramScorer]:
     """Build the search scorer for an n-gram LM.
 
     ``units="token"``: the ARPA's words are the tokenizer's tokens; ``units="word"``: the ARPA is a
-    word LM scored at word boundaries (``lookahead`` and ``unk_offset`` are WordNgramScorer's options).
+    word LM scored at word boundaries (``lookahead`` and ``unk_offset`` are WordNgramScorer's options;
+    ``dense`` and ``dense_max_entries`` are NgramScorer's: dense tables or the lookup path).
     """
     if not isinstance(lm, NgramLM):
         lm = load_ngram(lm, device=device)
     elif device is not None:
         lm.to(device)
     if units == "token":
-        return NgramScorer(lm, token_list, blank_id=blank_id, sos_eos_id=sos_eos_id)
+        return NgramScorer(lm, token_list, blank_id=blank_id, sos_eos_id=sos_eos_id, dense=dense,
+                           dense_max_entries=dense_max_entries)
     if units == "word":
         return WordNgramScorer(lm, token_list, lookahead=lookahead, blank_id=blank_id, unk_id=unk_id,
                                sos_eos_id=sos_eos_id, unk_offset=unk_offset)

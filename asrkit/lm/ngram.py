@@ -10,12 +10,15 @@ order-(k-1) table and the unigram id is the word id. Keys are built right to lef
 bigram, trigram, ... ending in the candidate; a miss gives id -1, and every longer n-gram
 then misses too. That needs every n-gram's suffix ``(w2 .. wk)`` in the model; ARPA files
 from SRILM-style pruning can lack some, so the loader inserts them with their back-off
-probability and a zero back-off, which leaves every score unchanged.
+probability and a zero back-off, which leaves every score unchanged. It inserts missing
+prefixes ``(w1 .. w(k-1))`` the same way, which makes the model a finite automaton whose state
+is the longest suffix of the history in the model (:meth:`NgramLM.dense_tables`).
 
 Back-off: ln P(w | h) = p(longest n-gram ``h_m w`` in the model) + sum of the back-off
 weights of the contexts of h longer than ``h_m``. The context back-offs depend on h only, so
 a hypothesis state caches their suffix sums (``bo_sums``): a score call is then one
-searchsorted per order over (N, C) and a few gathers. Words not in the model map to
+searchsorted per order over (N, C) and a few gathers. :class:`NgramScorer` compiles LMs that
+fit (states x tokens) into dense tables instead: one gather per call. Words not in the model map to
 ``<unk>``; an ARPA without ``<unk>`` gets it with log10 prob -100 (as KenLM does).
 The loader is pure Python: fine for pruned models of a few million n-grams.
 """
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -32,6 +35,9 @@ from asrkit.lm.arpa import BOS, EOS, UNK, ArpaLM, read_arpa
 
 LN10 = math.log(10.0)
 UNK_MISSING_LOG10 = -100.0  # KenLM's default when the ARPA has no <unk>
+# Largest dense token LM (states x tokens): 2**26 entries = 512 MB of tables; a BPE-500 4-gram on 4000
+# sentences needs 35M (264 MB), a char 6-gram well under 1M.
+DENSE_MAX_ENTRIES = 2 ** 26
 _KEY_SENTINEL = torch.iinfo(torch.int64).max  # appended to every key table: no clamp needed
 
 
@@ -199,6 +205,64 @@ class NgramLM(torch.nn.Module):
             return hist
         return torch.cat([hist[:, 1:], words.unsqueeze(1)], dim=1)
 
+    @property
+    def num_states(self) -> int:
+        """States of the LM as an automaton (see :meth:`dense_tables`)."""
+        return 1 if self.order == 1 else len(self.vocab) + sum(self.sizes[1:self.order - 1])
+
+    @torch.no_grad()
+    def dense_tables(self, columns: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The LM as a finite automaton, for the LM word ids ``columns`` (C,).
+
+        Its states are the k-grams of the model, k = 1 .. order-1: the unigram w is state w, row r
+        of the order-k table (k >= 2) is state ``V + sizes[1] + .. + sizes[k-2] + r`` (V words);
+        an order-1 LM has one state. A history's state is its longest suffix in the model (the
+        start is ``<s>``); as the tables are closed under prefixes, it decides every score.
+        Returns ``logp`` (S, C) float32, ln P(columns[c] | state s), ``next_state`` (S, C) int32,
+        the state after appending columns[c], and ``eos`` (S,) float32, ln P(</s> | s).
+
+        Built one order at a time from the back-off recursion, in float64 (no gather per n-gram
+        lookup): row s is the row of s's suffix (s minus its first word) plus bo(s), with the listed
+        (k+1)-grams s + w written over it; ``next_state`` the same, with s + w as the next state
+        where it is one (k+1 < order). Memory: 8 bytes per entry, plus float64 work rows.
+        """
+        dev, n_words = self.device, len(self.vocab)
+        cols = columns.to(dev, torch.long)
+        logp = torch.empty(self.num_states, len(cols), dtype=torch.float32, device=dev)
+        next_state = torch.zeros(self.num_states, len(cols), dtype=torch.int32, device=dev) if self.order == 1 \
+            else torch.empty(self.num_states, len(cols), dtype=torch.int32, device=dev)  # every row written
+        eos = torch.empty(self.num_states, dtype=torch.float32, device=dev)
+        lp = self.prob_1[:n_words].double().unsqueeze(0)  # (1, V): the empty context
+        st = torch.arange(n_words, dtype=torch.int32, device=dev).unsqueeze(0)  # (1, V): unigram states
+        if self.order == 1:
+            logp.copy_(lp.index_select(1, cols))
+            eos.copy_(lp[:, self.eos_id])
+            return logp, next_state, eos
+        parent = torch.zeros(n_words, dtype=torch.long, device=dev)  # unigrams back off to the empty context
+        offset = 0
+        for k in range(1, self.order):  # the states of k words, rows offset .. offset + rows - 1
+            rows = n_words if k == 1 else self.sizes[k - 1]
+            bo = (self.bo_1[:n_words] if k == 1 else getattr(self, f"bo_{k}")[:rows]).double()
+            lp = lp.index_select(0, parent).add_(bo.unsqueeze(1))  # (rows, V): backed off to the suffix state
+            st = st.index_select(0, parent)  # (rows, V)
+            # the listed (k+1)-grams: first word + suffix row; their prefix row (state) and last word
+            keys = getattr(self, f"keys_{k + 1}")[:-1]
+            first, rest = keys // self.sizes[k - 1], keys % self.sizes[k - 1]
+            if k == 1:
+                prefix, last = first, rest
+            else:
+                prefix, last = self._lookup(k, first, prefix.take(rest)), last.take(rest)
+                if bool((prefix < 0).any()):
+                    raise RuntimeError(f"{k + 1}-grams whose prefix is not a {k}-gram; the tables are not closed")
+            lp[prefix, last] = getattr(self, f"prob_{k + 1}")[:-1].double()
+            if k + 1 < self.order:
+                st[prefix, last] = torch.arange(len(keys), dtype=torch.int32, device=dev) + (offset + rows)
+            logp[offset:offset + rows] = lp.index_select(1, cols)
+            next_state[offset:offset + rows] = st.index_select(1, cols)
+            eos[offset:offset + rows] = lp[:, self.eos_id]
+            parent, offset = rest, offset + rows
+        return logp, next_state, eos
+
     def sentence_logprobs(self, words: Sequence[str], eos: bool = True) -> List[float]:
         """ln P of each word (and of </s> when ``eos``) of one sentence after <s>; for checks."""
         hist, bo = self.start(1)
@@ -229,38 +293,71 @@ class NgramScorer:
 
     ``token_list[i]`` is token i's string; tokens absent from the LM score as ``<unk>``.
     The blank scores 0 and never enters the history; ``sos_eos_id`` scores as ``</s>``.
+
+    Two paths with the same scores. Dense (the default while ``S * V_tok <= dense_max_entries``,
+    S = ``lm.num_states``): the LM compiled at construction into tables on its device,
+    ``logp`` (S, V_tok) float32 and ``next_state`` (S, V_tok) int32 (:meth:`NgramLM.dense_tables`,
+    blank column 0 / unchanged state, sos/eos column ln P(</s>) / unchanged state); the state is an
+    (N,) int64 state id and every call is one gather. Lookup (``dense=False``, or larger LMs): the
+    state is an :class:`NgramState` and a score call searches the n-gram tables.
     """
 
-    def __init__(self, lm: NgramLM, token_list: Sequence[str], blank_id: int = 0, sos_eos_id: int = 2) -> None:
+    def __init__(self, lm: NgramLM, token_list: Sequence[str], blank_id: int = 0, sos_eos_id: int = 2,
+                 dense: Optional[bool] = None, dense_max_entries: int = DENSE_MAX_ENTRIES) -> None:
         self.lm = lm
         self.blank_id, self.sos_eos_id = blank_id, sos_eos_id
         ids = [lm.eos_id if i == sos_eos_id else lm.index(t) for i, t in enumerate(token_list)]
         self.tok_to_lm = torch.tensor(ids, dtype=torch.long, device=lm.device)  # (V_tok,)
+        self.vocab = len(ids)
+        self.dense = lm.num_states * self.vocab <= dense_max_entries if dense is None else bool(dense)
+        if self.dense:
+            self.start_id = 0 if lm.order == 1 else lm.bos_id  # the unigram state <s>
+            self.logp, self.next_state, self.eos_logp = lm.dense_tables(self.tok_to_lm)  # (S, V_tok) x2, (S,)
+            own = torch.arange(lm.num_states, dtype=torch.int32, device=lm.device)
+            for tok in (blank_id, sos_eos_id):  # scored as 0 / </s>; neither enters the history
+                if 0 <= tok < self.vocab:
+                    self.next_state[:, tok] = own
+            if 0 <= blank_id < self.vocab:
+                self.logp[:, blank_id] = 0.0
 
     def _to(self, device: torch.device) -> None:
-        if self.lm.device != torch.device(device):
-            self.lm.to(device)
-            self.tok_to_lm = self.tok_to_lm.to(device)
+        # .to is a no-op for a tensor already there; the LM may be shared and moved by another scorer
+        self.lm.to(device)
+        self.tok_to_lm = self.tok_to_lm.to(device)
+        if self.dense:
+            self.logp, self.next_state, self.eos_logp = (
+                t.to(device) for t in (self.logp, self.next_state, self.eos_logp))
 
-    def init_state(self, batch: int, beam: int, device: torch.device) -> NgramState:
+    def init_state(self, batch: int, beam: int, device: torch.device) -> Union[torch.Tensor, NgramState]:
         self._to(device)
+        if self.dense:
+            return torch.full((batch * beam,), self.start_id, dtype=torch.long, device=device)
         return NgramState(*self.lm.start(batch * beam, device))
 
-    def score(self, state: NgramState, tokens: torch.Tensor) -> torch.Tensor:
+    def score(self, state: Union[torch.Tensor, NgramState], tokens: torch.Tensor) -> torch.Tensor:
         """tokens (N, C) -> (N, C) ln P(token | history); 0 for the blank."""
+        if self.dense:  # one gather from the state rows of the flat (S * V_tok,) table
+            return self.logp.view(-1).take(state.unsqueeze(1) * self.vocab + tokens)
         lp = self.lm.logprob(state.hist, state.bo_sums, self.tok_to_lm.take(tokens))
         return torch.where(tokens == self.blank_id, 0.0, lp)
 
-    def select_state(self, state: NgramState, index: torch.Tensor, tokens: torch.Tensor) -> NgramState:
+    def select_state(self, state: Union[torch.Tensor, NgramState], index: torch.Tensor,
+                     tokens: torch.Tensor) -> Union[torch.Tensor, NgramState]:
         """Rows ``index`` (M,) extended by ``tokens`` (M,); -1, blank and sos/eos leave a row unchanged."""
+        if self.dense:
+            old = state.take(index)  # (M,)
+            new = self.next_state.view(-1).take(old * self.vocab + tokens.clamp(min=0))
+            return torch.where(tokens >= 0, new, old)  # int64
         hist, bo = state.hist[index], state.bo_sums[index]
         grow = (tokens >= 0) & (tokens != self.blank_id) & (tokens != self.sos_eos_id)  # (M,)
         new_hist = self.lm.push(hist, self.tok_to_lm.take(tokens.clamp(min=0)))
         hist = torch.where(grow.unsqueeze(1), new_hist, hist)
         return NgramState(hist, torch.where(grow.unsqueeze(1), self.lm.backoff_sums(hist), bo))
 
-    def final_score(self, state: NgramState) -> torch.Tensor:
+    def final_score(self, state: Union[torch.Tensor, NgramState]) -> torch.Tensor:
         """(N,) ln P(</s> | history)."""
+        if self.dense:
+            return self.eos_logp.take(state)
         eos = torch.full((state.bo_sums.shape[0], 1), self.lm.eos_id, dtype=torch.long,
                          device=state.bo_sums.device)
         return self.lm.logprob(state.hist, state.bo_sums, eos)[:, 0]

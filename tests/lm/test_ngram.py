@@ -139,12 +139,14 @@ def test_ngram_word_missing_from_unigrams(tmp_path):
 WORDS = ["THE", "THEY", "THEN", "CAT", "CATS", "CAR", "A", "AT", "SAT", "ON", "ONE", "DOG"]
 
 
+@pytest.mark.parametrize("dense", [True, False])
 @pytest.mark.parametrize("order,closed", [(1, True), (2, False), (3, False), (4, True), (4, False)])
-def test_token_scorer_batched_matches_reference(tmp_path, order, closed):
+def test_token_scorer_batched_matches_reference(tmp_path, order, closed, dense):
     path = write_random_arpa(tmp_path / "lm.arpa", WORDS, order, seed=order * 10 + closed, closed=closed)
     ref = RefLM(path)
     tokens = ["<blank>", "<unk>", "<sos/eos>"] + WORDS + ["OOV"]
-    scorer = NgramScorer(load_ngram(path), tokens)
+    scorer = NgramScorer(load_ngram(path), tokens, dense=dense)
+    assert scorer.dense == dense
     rng = random.Random(order)
     n, vocab = 6, len(tokens)
     state = scorer.init_state(2, 3, torch.device("cpu"))
@@ -175,9 +177,11 @@ def test_token_scorer_batched_matches_reference(tmp_path, order, closed):
         assert float(totals[r]) == pytest.approx(ref_totals[r], abs=1e-3)
 
 
-def test_token_units_with_char_pieces():
+@pytest.mark.parametrize("dense", [True, False])
+def test_token_units_with_char_pieces(dense):
     tokens = ["<blank>", "<unk>", "<sos/eos>", "\u2581", "A", "B", "C", "Z"]
-    scorer = ngram_scorer(FIXTURES / "chars_2gram.arpa", tokens, units="token")
+    scorer = ngram_scorer(FIXTURES / "chars_2gram.arpa", tokens, units="token", dense=dense)
+    assert scorer.dense == dense
     ref = RefLM(FIXTURES / "chars_2gram.arpa")
     state = scorer.init_state(1, 1, torch.device("cpu"))
     state = scorer.select_state(state, torch.tensor([0]), torch.tensor([4]))  # "A"
@@ -200,13 +204,40 @@ def test_kenlm_agrees(tmp_path, order):
         assert lm.sentence_logprobs(words) == pytest.approx(want, abs=TOL)
 
 
+@pytest.mark.parametrize("dense", [True, False])
+@pytest.mark.parametrize("order", [2, 3, 4])
+def test_token_scorer_agrees_with_kenlm(tmp_path, order, dense):
+    """Both scorer paths, a batch of random sentences scored token by token, against KenLM."""
+    kenlm = pytest.importorskip("kenlm")
+    path = write_random_arpa(tmp_path / "lm.arpa", WORDS, order, seed=order + 20, closed=True)
+    tokens = ["<blank>", "<unk>", "<sos/eos>"] + WORDS + ["OOV"]
+    scorer, model = NgramScorer(load_ngram(path), tokens, dense=dense), kenlm.Model(str(path))
+    rng = random.Random(order)
+    sents = [rng.choices(range(3, len(tokens)), k=rng.randint(0, 8)) for _ in range(16)]
+    n = len(sents)
+    state = scorer.init_state(n, 1, torch.device("cpu"))
+    got = [[] for _ in range(n)]
+    for t in range(max(map(len, sents))):
+        toks = torch.tensor([s[t] if t < len(s) else -1 for s in sents])
+        lp = scorer.score(state, toks.clamp(min=0).unsqueeze(1))[:, 0]
+        for r in range(n):
+            if t < len(sents[r]):
+                got[r].append(float(lp[r]))
+        state = scorer.select_state(state, torch.arange(n), toks)
+    final = scorer.final_score(state)
+    for r, sent in enumerate(sents):
+        want = [s[0] * LN10 for s in model.full_scores(" ".join(tokens[i] for i in sent))]
+        assert got[r] + [float(final[r])] == pytest.approx(want, abs=TOL)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_cuda_matches_cpu(tmp_path):
+@pytest.mark.parametrize("dense", [True, False])
+def test_cuda_matches_cpu(tmp_path, dense):
     path = write_random_arpa(tmp_path / "lm.arpa", WORDS, 4, seed=3, closed=False)
     tokens = ["<blank>", "<unk>", "<sos/eos>"] + WORDS
     results = []
     for device in ("cpu", "cuda"):
-        scorer = ngram_scorer(path, tokens, units="token", device=device)
+        scorer = ngram_scorer(path, tokens, units="token", device=device, dense=dense)
         state = scorer.init_state(4, 1, torch.device(device))
         cand = torch.arange(len(tokens), device=device).expand(4, -1)
         torch.cuda.set_sync_debug_mode("error" if device == "cuda" else 0)

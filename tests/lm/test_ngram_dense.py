@@ -1,0 +1,209 @@
+"""The token n-gram scorer's dense state machine against its lookup path, and the prefix closure."""
+import itertools
+import random
+
+import pytest
+import torch
+
+import asrkit.search.ctc_prefix as ctc_prefix
+from asrkit.lm import NgramScorer, load_ngram, ngram_scorer
+from asrkit.search import ctc_prefix_beam_search
+from test_ngram import FIXTURES, LN10, TOL, WORDS, RefLM, write_random_arpa
+
+DENSE_TOL = 1e-5
+
+
+def walk_both(dense, lookup, vocab, rng, n=8, steps=14):
+    """Score every token with both scorers along random beam-style walks (blanks, -1, sos/eos,
+    duplicated rows) and assert they agree; returns the walked token lists."""
+    cpu = torch.device("cpu")
+    sd, sl = dense.init_state(n // 2, 2, cpu), lookup.init_state(n // 2, 2, cpu)
+    cand = torch.arange(vocab).expand(n, vocab)
+    walks = [[] for _ in range(n)]
+    for _ in range(steps):
+        torch.testing.assert_close(dense.score(sd, cand), lookup.score(sl, cand), atol=DENSE_TOL, rtol=0)
+        torch.testing.assert_close(dense.final_score(sd), lookup.final_score(sl), atol=DENSE_TOL, rtol=0)
+        index = [rng.randrange(n) for _ in range(n)]
+        picks = [rng.choice([-1, 0, 2] + list(range(1, vocab)) * 3) for _ in range(n)]
+        sd = dense.select_state(sd, torch.tensor(index), torch.tensor(picks))
+        sl = lookup.select_state(sl, torch.tensor(index), torch.tensor(picks))
+        walks = [walks[i] + [t] for i, t in zip(index, picks)]
+    torch.testing.assert_close(dense.final_score(sd), lookup.final_score(sl), atol=DENSE_TOL, rtol=0)
+    return walks
+
+
+def both_paths(lm, tokens, **kw):
+    dense, lookup = NgramScorer(lm, tokens, dense=True, **kw), NgramScorer(lm, tokens, dense=False, **kw)
+    assert dense.dense and not lookup.dense
+    return dense, lookup
+
+
+# tokens the LM lacks ("OOV", "ZZ"), a duplicated piece ("CAT" twice) and one that is an LM word only as <s>
+TOKENS = ["<blank>", "<unk>", "<sos/eos>"] + WORDS + ["OOV", "CAT", "ZZ", "<s>"]
+
+
+@pytest.mark.parametrize("order,closed", [(1, True), (2, True), (2, False), (3, False), (4, True), (4, False),
+                                          (5, False)])
+def test_dense_equals_lookup_on_random_lms(tmp_path, order, closed):
+    path = write_random_arpa(tmp_path / "lm.arpa", WORDS, order, seed=100 + order * 2 + closed, closed=closed)
+    lm = load_ngram(path)
+    dense, lookup = both_paths(lm, TOKENS)
+    assert dense.logp.shape == dense.next_state.shape == (lm.num_states, len(TOKENS))
+    assert dense.logp.dtype == torch.float32 and dense.next_state.dtype == torch.int32
+    walk_both(dense, lookup, len(TOKENS), random.Random(order))
+
+
+@pytest.mark.parametrize("name", ["words_3gram", "words_3gram_pruned", "chars_2gram", "no_unk_2gram"])
+def test_dense_equals_lookup_on_fixtures(name):
+    lm = load_ngram(FIXTURES / f"{name}.arpa")
+    tokens = ["<blank>", "<unk>", "<sos/eos>", "\u2581"] + sorted({w for w in lm.vocab if w[0] != "<"} |
+                                                                {"A", "B", "C", "Z", "MAYBE"})
+    walk_both(*both_paths(lm, tokens), len(tokens), random.Random(len(name)))
+
+
+def test_dense_with_other_special_ids(tmp_path):
+    """blank and sos/eos elsewhere in the token list (sos/eos = the last token)."""
+    path = write_random_arpa(tmp_path / "lm.arpa", WORDS, 3, seed=9, closed=False)
+    tokens = ["<unk>", "<blank>"] + WORDS + ["<sos/eos>"]
+    dense, lookup = both_paths(load_ngram(path), tokens, blank_id=1, sos_eos_id=len(tokens) - 1)
+    rng = random.Random(3)
+    cand = torch.arange(len(tokens)).expand(4, -1)
+    sd, sl = dense.init_state(4, 1, torch.device("cpu")), lookup.init_state(4, 1, torch.device("cpu"))
+    for _ in range(10):
+        torch.testing.assert_close(dense.score(sd, cand), lookup.score(sl, cand), atol=DENSE_TOL, rtol=0)
+        assert (dense.score(sd, cand)[:, 1] == 0).all()
+        picks = torch.tensor([rng.randrange(-1, len(tokens)) for _ in range(4)])
+        sd, sl = dense.select_state(sd, torch.arange(4), picks), lookup.select_state(sl, torch.arange(4), picks)
+    torch.testing.assert_close(dense.final_score(sd), lookup.final_score(sl), atol=DENSE_TOL, rtol=0)
+
+
+def test_dense_is_chosen_by_size():
+    lm = load_ngram(FIXTURES / "words_3gram.arpa")
+    tokens = ["<blank>", "<unk>", "<sos/eos>", "THE", "CAT"]
+    entries = lm.num_states * len(tokens)
+    assert NgramScorer(lm, tokens).dense
+    assert NgramScorer(lm, tokens, dense_max_entries=entries).dense
+    assert not NgramScorer(lm, tokens, dense_max_entries=entries - 1).dense
+    assert NgramScorer(lm, tokens, dense=True, dense_max_entries=1).dense
+    assert not NgramScorer(lm, tokens, dense=False).dense
+    assert not ngram_scorer(lm, tokens, units="token", dense_max_entries=entries - 1).dense
+    assert ngram_scorer(lm, tokens, units="token", dense=True, dense_max_entries=1).dense
+
+
+# ---------------------------------------------------------------- closure under prefixes
+# A 4-gram model whose listed n-grams lack contexts at every level ("A B C" and "A B" for the
+# 4-gram "A B C D", "X Y" for "X Y Z", the suffix "C D" of "B C D"), with back-offs on the
+# contexts that are listed, so a wrong inserted probability or back-off would show.
+HOLES = """\\data\\
+ngram 1=10
+ngram 2=5
+ngram 3=3
+ngram 4=2
+
+\\1-grams:
+-1.3\t<unk>\t0
+-99\t<s>\t-0.4
+-1.1\t</s>
+-0.9\tA\t-0.3
+-1.0\tB\t-0.25
+-1.2\tC\t-0.2
+-1.4\tD\t-0.1
+-1.5\tX\t-0.35
+-1.6\tY\t-0.45
+-1.7\tZ\t-0.15
+
+\\2-grams:
+-0.5\t<s> A\t-0.2
+-0.6\tB C\t-0.3
+-0.7\tY Z\t-0.12
+-0.8\tC </s>
+-0.4\tA D\t-0.5
+
+\\3-grams:
+-0.3\tB C D\t-0.22
+-0.2\tX Y Z\t-0.33
+-0.25\t<s> A D\t-0.1
+
+\\4-grams:
+-0.1\tA B C D
+-0.15\t<s> A D Z
+
+\\end\\
+"""
+
+
+def test_prefix_closure_changes_no_score(tmp_path):
+    """Every history of up to order-1 words (after <s> or not) and every word: the closed tables
+    give the dictionary reference's score, and the dense automaton the same."""
+    path = tmp_path / "holes.arpa"
+    path.write_text(HOLES, encoding="utf-8")
+    lm, ref = load_ngram(path), RefLM(path)
+    # inserted: 3-grams "A B C" (prefix) and "A D Z" (suffix); 2-grams "A B", "X Y" (prefixes), "C D", "D Z"
+    assert lm.sizes[1:] == [5 + 4, 3 + 2, 2]
+    assert lm.num_states == 10 + 9 + 5
+    words = ["A", "B", "C", "D", "X", "Y", "Z", "</s>", "<unk>"]
+    hists = [["<s>"] + list(h) for n in range(3) for h in itertools.product(words[:7], repeat=n)]
+    hists += [list(h) for h in itertools.product(words[:7], repeat=3)]
+    rows = len(hists)
+    hist = torch.tensor([[lm.pad_id] * (3 - len(h)) + [lm.index(w) for w in h] for h in hists])
+    cand = torch.tensor([lm.index(w) for w in words]).expand(rows, -1)
+    got = lm.logprob(hist, lm.backoff_sums(hist), cand)
+    want = torch.tensor([[ref.logprob(h if h[0] == "<s>" else ["<x>"] + h, w) for w in words] for h in hists])
+    torch.testing.assert_close(got, want.float(), atol=TOL, rtol=0)
+    # the automaton: walk each history from <s> (the ones without <s> start after "<s> Z Z Z")
+    tokens = ["<blank>", "<unk>", "<sos/eos>"] + words[:7]
+    dense, lookup = both_paths(lm, tokens)
+    prefix = ["Z", "Z", "Z"]
+    state = dense.init_state(rows, 1, torch.device("cpu"))
+    walked = [h[1:] if h[0] == "<s>" else prefix + h for h in hists]
+    for t in range(max(map(len, walked))):
+        toks = torch.tensor([tokens.index(w[t]) if t < len(w) else -1 for w in walked])
+        state = dense.select_state(state, torch.arange(rows), toks)
+    got = dense.score(state, torch.arange(3, len(tokens)).expand(rows, -1))
+    want = torch.tensor([[ref.logprob(["<s>"] + w, x) for x in tokens[3:]] for w in walked])
+    torch.testing.assert_close(got, want.float(), atol=TOL, rtol=0)
+    walk_both(dense, lookup, len(tokens), random.Random(5), steps=20)
+
+
+def test_pruned_fixture_gets_its_missing_context():
+    lm = load_ngram(FIXTURES / "words_3gram_pruned.arpa")
+    # 9 listed bigrams + "CAT SAT" (suffix of "THE CAT SAT") + "A DOG" (prefix of "A DOG SAT")
+    assert lm.sizes[1] == 11 and lm.num_states == 10 + 11
+    ids = torch.tensor([[lm.index("A"), lm.index("DOG")]])
+    assert lm._lookup(2, ids[:, 0], ids[:, 1]).item() >= 0
+    # P(DOG | <s> A) = bo(<s> A) + P(A DOG), the inserted P(A DOG) = bo(A) + P(DOG): as before
+    assert lm.sentence_logprobs(["A", "DOG"], eos=False)[1] == pytest.approx((-0.1 - 0.35 - 1.6) * LN10, abs=TOL)
+
+
+# ---------------------------------------------------------------- inside the search
+def test_dense_scorer_in_prefix_search_never_syncs_and_equals_lookup(tmp_path, monkeypatch):
+    path = write_random_arpa(tmp_path / "lm.arpa", WORDS, 4, seed=11, closed=False)
+    tokens = ["<blank>", "<unk>", "<sos/eos>"] + WORDS
+    lm = load_ngram(path)
+    dense, lookup = both_paths(lm, tokens)
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("host sync inside the frame loop")
+
+    real_loop, ran = ctc_prefix._frame_loop, []
+
+    def guarded(*args, **kwargs):
+        with pytest.MonkeyPatch.context() as mp:
+            for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__"):
+                mp.setattr(torch.Tensor, name, forbidden)
+            out = real_loop(*args, **kwargs)
+        ran.append(True)
+        return out
+
+    gen = torch.Generator().manual_seed(4)
+    lp = torch.randn(3, 40, len(tokens), generator=gen).mul(3).log_softmax(-1)
+    lengths = torch.tensor([40, 17, 33])
+    results = []
+    for scorer in (dense, lookup):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(ctc_prefix, "_frame_loop", guarded)
+            results.append(ctc_prefix_beam_search(lp, lengths, beam=6, scorers={"lm": scorer},
+                                                  weights={"lm": 0.7, "length_bonus": 0.5}))
+    assert len(ran) == 2
+    assert results[0].to_lists() and torch.equal(results[0].tokens, results[1].tokens)
+    torch.testing.assert_close(results[0].scores, results[1].scores, atol=1e-4, rtol=0)
