@@ -81,14 +81,20 @@ if run_stage 4; then
 fi
 
 if run_stage 5 && [ "$lm" != none ]; then
+  mkdir -p exp/lm
   text_opts=(--text data/train/text)
-  [ -n "$lm_text" ] && text_opts=(--text "$lm_text" --plain-text)
+  dev_text="$(dir_of "$valid_set")/text"
+  if [ -n "$lm_text" ]; then  # plain text: the dev transcripts lose their utterance ids to match
+    text_opts=(--text "$lm_text" --plain-text)
+    cut -d' ' -f2- "$dev_text" > exp/lm/dev.txt
+    dev_text=exp/lm/dev.txt
+  fi
   if [ "$lm" = ngram ]; then
     log 5 "training a word $lm_order-gram on ${lm_text:-data/train/text} (KenLM lmplz; tools/install_kenlm.sh builds it)"
     asrkit train-ngram --order "$lm_order" "${text_opts[@]}" exp/lm/word${lm_order}gram.arpa.gz
   else
-    log 5 "training the neural LM $lm_config on ${lm_text:-data/train/text} (dev: $(dir_of "$valid_set")/text)"
-    asrkit train-lm --config "$lm_config" "${text_opts[@]}" --dev-text "$(dir_of "$valid_set")/text" \
+    log 5 "training the neural LM $lm_config on ${lm_text:-data/train/text} (dev: $dev_text)"
+    asrkit train-lm --config "$lm_config" "${text_opts[@]}" --dev-text "$dev_text" \
       --tokenizer data/lang/tokenizer.json --out exp/lm/neural
   fi
 fi
