@@ -57,7 +57,7 @@ def test_incremental_decode_step_matches_full_forward(pre_ln):
     state = None
     for i in range(1, 6):
         logp, state = dec.decode_step(ys[:, :i], memory, mlens, state)
-        assert len(state.layers) == 3 and state.layers[0].shape == (3, i, 16)
+        assert len(state.self_kv) == 3 and all(t.shape == (3, 4, i, 4) for kv in state.self_kv for t in kv)
         assert len(state.memory_kv) == 3 and all(t.shape == (3, 4, 9, 4) for kv in state.memory_kv for t in kv)
         torch.testing.assert_close(logp, full[:, i - 1], atol=1e-5, rtol=1e-5)
         fresh, _ = dec.decode_step(ys[:, :i], memory, mlens, None)  # recompute from scratch
@@ -99,10 +99,38 @@ def test_cached_memory_projection_matches_from_scratch_steps_under_reordering(pr
         logp, state = dec.decode_step(ys, memory, mlens, index_rows(state, index))
         fresh, fresh_state = dec.decode_step(ys, memory, mlens, None)
         torch.testing.assert_close(logp, fresh, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(state.layers, fresh_state.layers, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(state.self_kv, fresh_state.self_kv, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(state.memory_kv, fresh_state.memory_kv, atol=0, rtol=0)  # moved, not recomputed
         full = dec(ys, torch.full((n,), ys.size(1)), memory, mlens).log_softmax(-1)[:, -1]  # training path
         torch.testing.assert_close(logp, full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("pre_ln", [True, False])
+def test_cached_self_attention_keys_values_equal_fresh_projections(pre_ln):
+    """After steps with reordered rows, each layer's cached self-attention keys/values equal those projected
+    from the layer inputs of a training-style pass over the whole prefix: of norm1(input) for pre-LN, of
+    the input itself for post-LN."""
+    dec = make(pre_ln, layers=3)
+    gen = torch.Generator().manual_seed(5)
+    n, t = 4, 7
+    memory, mlens = torch.randn(n, t, 16, generator=gen), torch.tensor([7, 3, 5, 1])
+    ys = torch.full((n, 1), 2)
+    _, state = dec.decode_step(ys, memory, mlens)
+    for _ in range(5):
+        index = torch.randint(0, n, (n,), generator=gen)
+        ys = torch.cat([ys[index], torch.randint(3, 11, (n, 1), generator=gen)], 1)
+        memory, mlens = memory[index], mlens[index]
+        _, state = dec.decode_step(ys, memory, mlens, index_rows(state, index))
+    length = ys.size(1)
+    x = dec.pos(dec.embed(ys))  # (N, L, D) the first layer's input
+    memory_mask = torch.arange(t)[None, None, :] < mlens[:, None, None]
+    for layer, (k, v) in zip(dec.layers, state.self_kv):
+        h = layer.norm1(x) if pre_ln else x
+        ref_k, ref_v = layer.self_attn.project_kv(h, h)  # (N, H, L, Dh)
+        assert k.shape == ref_k.shape == (n, 4, length, 4)
+        torch.testing.assert_close(k, ref_k, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(v, ref_v, atol=1e-5, rtol=1e-5)
+        x = layer(x, torch.ones(1, length, length, dtype=torch.bool).tril(), memory, memory_mask)
 
 
 def test_projected_source_attention_equals_forward():
@@ -123,7 +151,7 @@ def test_decode_step_rejects_a_state_for_other_memory_or_of_another_kind():
     with pytest.raises(ValueError, match="6 frames, memory has 8"):
         dec.decode_step(longer, torch.randn(2, 8, 16), mlens, state)
     with pytest.raises(TypeError, match="DecoderState"):
-        dec.decode_step(longer, memory, mlens, tuple(state.layers))
+        dec.decode_step(longer, memory, mlens, tuple(state.self_kv))
 
 
 def test_cross_attention_weights_are_distributions_over_valid_frames():
