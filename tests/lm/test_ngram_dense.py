@@ -10,7 +10,7 @@ from asrkit.lm import NgramScorer, load_ngram, ngram_scorer
 from asrkit.search import ctc_prefix_beam_search
 from test_ngram import FIXTURES, LN10, TOL, WORDS, RefLM, write_random_arpa
 
-DENSE_TOL = 1e-5
+DENSE_TOL = 1e-5  # plus rtol 1e-6: the float32 ulp at -230 (a missing <unk>) is 1.5e-5
 
 
 def walk_both(dense, lookup, vocab, rng, n=8, steps=14):
@@ -21,14 +21,14 @@ def walk_both(dense, lookup, vocab, rng, n=8, steps=14):
     cand = torch.arange(vocab).expand(n, vocab)
     walks = [[] for _ in range(n)]
     for _ in range(steps):
-        torch.testing.assert_close(dense.score(sd, cand), lookup.score(sl, cand), atol=DENSE_TOL, rtol=1e-6)  # float32 ulp at -230 (missing <unk>) is 1.5e-5
-        torch.testing.assert_close(dense.final_score(sd), lookup.final_score(sl), atol=DENSE_TOL, rtol=1e-6)  # float32 ulp at -230 (missing <unk>) is 1.5e-5
+        torch.testing.assert_close(dense.score(sd, cand), lookup.score(sl, cand), atol=DENSE_TOL, rtol=1e-6)
+        torch.testing.assert_close(dense.final_score(sd), lookup.final_score(sl), atol=DENSE_TOL, rtol=1e-6)
         index = [rng.randrange(n) for _ in range(n)]
         picks = [rng.choice([-1, 0, 2] + list(range(1, vocab)) * 3) for _ in range(n)]
         sd = dense.select_state(sd, torch.tensor(index), torch.tensor(picks))
         sl = lookup.select_state(sl, torch.tensor(index), torch.tensor(picks))
         walks = [walks[i] + [t] for i, t in zip(index, picks)]
-    torch.testing.assert_close(dense.final_score(sd), lookup.final_score(sl), atol=DENSE_TOL, rtol=1e-6)  # float32 ulp at -230 (missing <unk>) is 1.5e-5
+    torch.testing.assert_close(dense.final_score(sd), lookup.final_score(sl), atol=DENSE_TOL, rtol=1e-6)
     return walks
 
 
@@ -70,11 +70,11 @@ def test_dense_with_other_special_ids(tmp_path):
     cand = torch.arange(len(tokens)).expand(4, -1)
     sd, sl = dense.init_state(4, 1, torch.device("cpu")), lookup.init_state(4, 1, torch.device("cpu"))
     for _ in range(10):
-        torch.testing.assert_close(dense.score(sd, cand), lookup.score(sl, cand), atol=DENSE_TOL, rtol=1e-6)  # float32 ulp at -230 (missing <unk>) is 1.5e-5
+        torch.testing.assert_close(dense.score(sd, cand), lookup.score(sl, cand), atol=DENSE_TOL, rtol=1e-6)
         assert (dense.score(sd, cand)[:, 1] == 0).all()
         picks = torch.tensor([rng.randrange(-1, len(tokens)) for _ in range(4)])
         sd, sl = dense.select_state(sd, torch.arange(4), picks), lookup.select_state(sl, torch.arange(4), picks)
-    torch.testing.assert_close(dense.final_score(sd), lookup.final_score(sl), atol=DENSE_TOL, rtol=1e-6)  # float32 ulp at -230 (missing <unk>) is 1.5e-5
+    torch.testing.assert_close(dense.final_score(sd), lookup.final_score(sl), atol=DENSE_TOL, rtol=1e-6)
 
 
 def test_dense_is_chosen_by_size():
