@@ -17,10 +17,12 @@ audio is read, with a message that names the setting.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any, Dict, Optional
 
 import torch
 from torch import nn
+from torchaudio.functional import forced_align, merge_tokens
 
 from asrkit.config import ConfigError, DecodeConfig
 from asrkit.lm import ngram_scorer
@@ -137,8 +139,37 @@ class Searcher:
 
             return attention_rescore(nbest, score_fn, c.ctc_weight).top(c.nbest)
         scorers, weights = self._fusion()
+        log_probs = model.ctc_log_probs(enc) if _has_ctc(model) else None
         joint = c.mode == "joint"
-        return joint_beam_search(model, enc, enc_lens, model.ctc_log_probs(enc) if joint else None,
-                                 ctc_weight=c.ctc_weight if joint else 0.0, beam=c.beam, nbest=c.nbest,
-                                 max_len_ratio=c.max_len_ratio, pre_beam=c.pre_beam or None, scorers=scorers,
-                                 weights=weights)
+        nbest = joint_beam_search(model, enc, enc_lens, log_probs if joint else None,
+                                  ctc_weight=c.ctc_weight if joint else 0.0, beam=c.beam, nbest=c.nbest,
+                                  max_len_ratio=c.max_len_ratio, pre_beam=c.pre_beam or None, scorers=scorers,
+                                  weights=weights)
+        return nbest if log_probs is None else ctc_token_frames(nbest, log_probs, enc_lens)
+
+
+def ctc_token_frames(nbest: NBest, log_probs: torch.Tensor, lengths: torch.Tensor) -> NBest:
+    """Emission frames for hypotheses of a label-synchronous search, by CTC forced alignment.
+
+    The attention decoder has no notion of time; where the model has a CTC head, each hypothesis is
+    aligned to the CTC posteriors (torchaudio's forced_align, one hypothesis at a time: this runs once
+    per utterance after the search) and a token's frame is the first frame of its span. Hypotheses
+    that cannot be aligned (more tokens than frames allow) keep -1.
+    """
+    frames = nbest.token_frames.clone()
+    tokens, counts = nbest.tokens.cpu(), nbest.lengths.cpu().tolist()
+    alive = (nbest.scores > float("-inf")).cpu().tolist()
+    lp, lengths = log_probs.float().cpu(), lengths.cpu().tolist()
+    for b in range(nbest.batch_size):
+        for n in range(nbest.nbest):
+            count = counts[b][n]
+            if not alive[b][n] or count == 0:
+                continue
+            target = tokens[b, n, :count][None]
+            try:
+                path, scores = forced_align(lp[b:b + 1, : lengths[b]], target, blank=0)
+            except RuntimeError:  # too few frames for these tokens
+                continue
+            spans = merge_tokens(path[0], scores[0], blank=0)
+            frames[b, n, :count] = torch.tensor([span.start for span in spans], device=frames.device)
+    return replace(nbest, token_frames=frames)

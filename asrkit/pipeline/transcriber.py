@@ -28,7 +28,8 @@ log = logging.getLogger("asrkit.pipeline")
 class Transcript:
     text: str
     tokens: List[int]
-    # start time (seconds) of each token: the encoder frame that emitted it (empty for attention search)
+    # start time (seconds) of each token: the encoder frame that emitted it (for attention/joint search, from a
+    # CTC forced alignment; empty when the model has no CTC head)
     token_times: List[float] = field(default_factory=list)
     score: float = 0.0  # the search's total score (log domain)
     ctc_score: float = 0.0  # log P_ctc of the tokens (summed over alignments; the best path for greedy)
