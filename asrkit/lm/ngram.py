@@ -18,7 +18,10 @@ Back-off: ln P(w | h) = p(longest n-gram ``h_m w`` in the model) + sum of the ba
 weights of the contexts of h longer than ``h_m``. The context back-offs depend on h only, so
 a hypothesis state caches their suffix sums (``bo_sums``): a score call is then one
 searchsorted per order over (N, C) and a few gathers. :class:`NgramScorer` compiles LMs that
-fit (states x tokens) into dense tables instead: one gather per call. Words not in the model map to
+fit (states x tokens) into dense tables instead: one gather per call. For vocabularies too large
+for dense tables (word LMs), :meth:`NgramLM.state_tables` keys every n-gram by (context state,
+word): one searchsorted then finds the back-off score and the next state of a state id
+(:meth:`NgramLM.state_logprob`). Words not in the model map to
 ``<unk>``; an ARPA without ``<unk>`` gets it with log10 prob -100 (as KenLM does).
 The loader is pure Python: fine for pruned models of a few million n-grams.
 """
@@ -210,6 +213,32 @@ class NgramLM(torch.nn.Module):
         """States of the LM as an automaton (see :meth:`dense_tables`)."""
         return 1 if self.order == 1 else len(self.vocab) + sum(self.sizes[1:self.order - 1])
 
+    def _levels(self):
+        """The states one length at a time, with their links; shared by the state machines below.
+
+        Yields, for k = 1 .. order-1: ``offset``, ``rows`` (the k-word states are offset .. offset+rows-1),
+        ``parent`` (rows,) the row of each state's suffix (its last k-1 words) among the (k-1)-word
+        states (0, the empty context, for k = 1), ``bo`` (rows,) their ln back-offs, and for the
+        (k+1)-grams in table order: ``prefix`` the row of their first k words and ``rest`` that of
+        their last k words among the k-word states, and ``last`` their last word.
+        """
+        n_words = len(self.vocab)
+        parent = torch.zeros(n_words, dtype=torch.long, device=self.device)
+        offset = 0
+        for k in range(1, self.order):
+            rows = n_words if k == 1 else self.sizes[k - 1]
+            bo = self.bo_1[:n_words] if k == 1 else getattr(self, f"bo_{k}")[:rows]
+            keys = getattr(self, f"keys_{k + 1}")[:-1]
+            first, rest = keys // self.sizes[k - 1], keys % self.sizes[k - 1]
+            if k == 1:
+                prefix, last = first, rest
+            else:  # the prefix of (w1 .. wk+1) is (w1, <prefix of its suffix w2 .. wk+1>)
+                prefix, last = self._lookup(k, first, prefix.take(rest)), last.take(rest)
+                if bool((prefix < 0).any()):
+                    raise RuntimeError(f"{k + 1}-grams whose prefix is not a {k}-gram; the tables are not closed")
+            yield offset, rows, parent, bo, prefix, last, rest
+            parent, offset = rest, offset + rows
+
     @torch.no_grad()
     def dense_tables(self, columns: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The LM as a finite automaton, for the LM word ids ``columns`` (C,).
@@ -238,30 +267,98 @@ class NgramLM(torch.nn.Module):
             logp.copy_(lp.index_select(1, cols))
             eos.copy_(lp[:, self.eos_id])
             return logp, next_state, eos
-        parent = torch.zeros(n_words, dtype=torch.long, device=dev)  # unigrams back off to the empty context
-        offset = 0
-        for k in range(1, self.order):  # the states of k words, rows offset .. offset + rows - 1
-            rows = n_words if k == 1 else self.sizes[k - 1]
-            bo = (self.bo_1[:n_words] if k == 1 else getattr(self, f"bo_{k}")[:rows]).double()
-            lp = lp.index_select(0, parent).add_(bo.unsqueeze(1))  # (rows, V): backed off to the suffix state
+        for k, (offset, rows, parent, bo, prefix, last, _) in enumerate(self._levels(), 1):
+            lp = lp.index_select(0, parent).add_(bo.double().unsqueeze(1))  # (rows, V): backed off to the suffix
             st = st.index_select(0, parent)  # (rows, V)
-            # the listed (k+1)-grams: first word + suffix row; their prefix row (state) and last word
-            keys = getattr(self, f"keys_{k + 1}")[:-1]
-            first, rest = keys // self.sizes[k - 1], keys % self.sizes[k - 1]
-            if k == 1:
-                prefix, last = first, rest
-            else:
-                prefix, last = self._lookup(k, first, prefix.take(rest)), last.take(rest)
-                if bool((prefix < 0).any()):
-                    raise RuntimeError(f"{k + 1}-grams whose prefix is not a {k}-gram; the tables are not closed")
-            lp[prefix, last] = getattr(self, f"prob_{k + 1}")[:-1].double()
+            lp[prefix, last] = getattr(self, f"prob_{k + 1}")[:-1].double()  # the listed (k+1)-grams
             if k + 1 < self.order:
-                st[prefix, last] = torch.arange(len(keys), dtype=torch.int32, device=dev) + (offset + rows)
+                st[prefix, last] = torch.arange(len(last), dtype=torch.int32, device=dev) + (offset + rows)
             logp[offset:offset + rows] = lp.index_select(1, cols)
             next_state[offset:offset + rows] = st.index_select(1, cols)
             eos[offset:offset + rows] = lp[:, self.eos_id]
-            parent, offset = rest, offset + rows
         return logp, next_state, eos
+
+    # -- context-state ids with one searchsorted per lookup (for vocabularies too large for dense_tables) --
+    @property
+    def start_state(self) -> int:
+        """The state of the empty history (the unigram state ``<s>``; 0 for an order-1 LM)."""
+        return 0 if self.order == 1 else self.bos_id
+
+    @torch.no_grad()
+    def state_tables(self) -> "NgramStates":
+        """The context-state tables (built on the first call, then kept as buffers that move with the LM).
+
+        States as in :meth:`dense_tables` (S = :attr:`num_states`). The empty context gets the id
+        ``E`` = S (0 in an order-1 LM, whose one state it is). Every n-gram ``c + w`` of the model, the
+        unigrams as ``E + w``, is keyed by ``(state of c) * (V+1) + w`` in one sorted table with its ln
+        prob and the state it leads to: ``c + w`` itself if it has at most order-1 words, else its last
+        order-1 words. ``chain_keys[s]`` lists (V+1) times the states of s's suffixes, right-aligned,
+        longest (s) first and E last, padded on the left with -(V+1): column j holds the suffix of
+        order-1-j words. ``backoff[s, j]`` sums the ln back-offs of columns 0 .. j-1.
+        As the model is closed under suffixes, the n-grams of one (s, w) found along the chain are the
+        last ones: :meth:`state_logprob` counts them in one searchsorted.
+
+        Memory: ``chain_keys`` and ``backoff`` are S x order (12 bytes an entry), the key table 20 bytes
+        per n-gram: fine for pruned models of a few million n-grams.
+        """
+        if not hasattr(self, "state_keys"):
+            self._build_state_tables()
+        return NgramStates(self.state_chain_keys, self.state_backoff, self.state_keys, self.state_prob,
+                           self.state_next, self.state_eos)
+
+    def _build_state_tables(self) -> None:
+        dev, n, width, n_words = self.device, self.order, self.sizes[0], len(self.vocab)
+        empty = 0 if n == 1 else self.num_states
+        if (empty + 1) * width >= 2 ** 62:
+            raise ValueError(f"state keys overflow int64 ({empty} states x {width} words)")
+        words = torch.arange(n_words, device=dev)
+        chain = torch.full((1, n), -1, dtype=torch.long, device=dev)  # the empty context's own chain
+        chain[0, -1] = empty
+        backoff = torch.zeros(1, n, dtype=torch.float64, device=dev)
+        chains, backoffs = [chain], [backoff]
+        keys, probs = [empty * width + words], [self.prob_1[:n_words]]
+        nexts = [words if n > 1 else torch.zeros_like(words)]
+        for k, (offset, rows, parent, bo, prefix, last, rest) in enumerate(self._levels(), 1):
+            chain = chain.index_select(0, parent)  # (rows, n): the suffix's chain, then the state itself
+            chain[:, n - 1 - k] = torch.arange(offset, offset + rows, device=dev)
+            backoff = backoff.index_select(0, parent)
+            backoff[:, n - k:] += bo.double().unsqueeze(1)
+            chains.append(chain)
+            backoffs.append(backoff)
+            keys.append((prefix + offset) * width + last)
+            probs.append(getattr(self, f"prob_{k + 1}")[:-1])
+            nexts.append(torch.arange(len(last), device=dev) + (offset + rows) if k + 1 < n else rest + offset)
+        if n > 1:
+            chains, backoffs = chains[1:], backoffs[1:]
+        keys_t = torch.cat(keys)
+        keys_t, perm = keys_t.sort()
+        if bool((keys_t[1:] == keys_t[:-1]).any()):
+            raise RuntimeError("two n-grams with the same (state, word) key")
+        chain = torch.cat(chains)
+        pad = torch.zeros(1, dtype=torch.long, device=dev)
+        self.register_buffer("state_chain_keys", torch.where(chain >= 0, chain * width, -width), False)
+        self.register_buffer("state_backoff", torch.cat(backoffs).float(), False)
+        self.register_buffer("state_keys", torch.cat([keys_t, pad + _KEY_SENTINEL]), False)
+        self.register_buffer("state_prob", torch.cat([torch.cat(probs)[perm], pad.float()]), False)
+        self.register_buffer("state_next", torch.cat([torch.cat(nexts)[perm], pad]), False)
+        self.register_buffer("state_eos", torch.empty(len(chain), device=dev), False)
+        states = torch.arange(len(chain), device=dev)
+        self.state_eos = self.state_logprob(states, torch.full_like(states, self.eos_id).unsqueeze(1))[0][:, 0]
+
+    def state_logprob(self, states: torch.Tensor, words: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """ln P(word | state) and the next state for ``words`` (R, C) (ids < V) after ``states`` (R,).
+
+        Returns (R, C) float32 and (R, C) int64. One searchsorted over the (R, C, order) keys of
+        (suffix of the state, word); no host sync.
+        """
+        t = self.state_tables()
+        query = t.chain_keys.index_select(0, states).unsqueeze(1) + words.unsqueeze(2)  # (R, C, order)
+        pos = torch.searchsorted(t.keys, query)  # sentinel at the end: pos is always a valid row
+        found = (t.keys.take(pos) == query).sum(2)  # (R, C) >= 1: the unigram column always matches
+        col = self.order - found  # the longest match, from which on every column matches (suffix closure)
+        row = pos.gather(2, col.unsqueeze(2)).squeeze(2)
+        lp = t.prob.take(row) + t.backoff.index_select(0, states).gather(1, col)
+        return lp, t.next_state.take(row)
 
     def sentence_logprobs(self, words: Sequence[str], eos: bool = True) -> List[float]:
         """ln P of each word (and of </s> when ``eos``) of one sentence after <s>; for checks."""
@@ -279,6 +376,17 @@ class NgramLM(torch.nn.Module):
 def load_ngram(path: str | os.PathLike, device: torch.device | str | None = None) -> NgramLM:
     """Read an ARPA file (plain or gzip) into an :class:`NgramLM` on ``device``."""
     return NgramLM(read_arpa(path), device=device)
+
+
+class NgramStates(NamedTuple):
+    """The context-state tables of :meth:`NgramLM.state_tables` (S states, G n-grams incl. unigrams)."""
+
+    chain_keys: torch.Tensor  # (S, order) int64: (V+1) x state of each suffix, right-aligned, -(V+1) pads
+    backoff: torch.Tensor  # (S, order) float32: ln back-offs of the chain columns before column j, summed
+    keys: torch.Tensor  # (G+1,) int64 sorted (state of context) * (V+1) + word, then a sentinel
+    prob: torch.Tensor  # (G+1,) float32 ln prob of each n-gram
+    next_state: torch.Tensor  # (G+1,) int64 the state after it
+    eos: torch.Tensor  # (S,) float32 ln P(</s> | state)
 
 
 class NgramState(NamedTuple):
