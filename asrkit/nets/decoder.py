@@ -37,6 +37,10 @@ class DecoderState(NamedTuple):
     self_kv: Tuple[Tuple[torch.Tensor, torch.Tensor], ...]  # per layer: self-attention keys, values (N, H, L, Dh)
     memory_kv: Tuple[Tuple[torch.Tensor, torch.Tensor], ...]  # per layer: source-attention keys, values (N, H, T, Dh)
 
+    # Fields computed from the encoder memory alone: a search whose rows never leave their utterance
+    # need not reorder them (asrkit.search.scorers.index_rows, keep_memory_fields).
+    memory_fields = ("memory_kv",)
+
 
 class TransformerDecoderLayer(nn.Module):
     """Self-attention (causal), source attention over the encoder memory, feed-forward; pre- or post-LN."""

@@ -29,6 +29,8 @@ class LSTMDecoderState(NamedTuple):
     context: torch.Tensor  # (N, D_mem) previous context c_{i-1} (input feeding)
     keys: torch.Tensor  # (N, T, A) projected memory V h + b, cached so a step does not recompute it
 
+    memory_fields = ("keys",)  # computed from the memory alone (see asrkit.search.scorers.index_rows)
+
 
 class LSTMAttentionDecoder(nn.Module):
     """Autoregressive LSTM decoder over encoder memory (B, T, D_mem); ids 2 = <sos>/<eos> by default."""

@@ -67,18 +67,29 @@ class DecoderScorerState(NamedTuple):
     memory_lens: torch.Tensor  # (N,)
 
 
-def index_rows(tree: Any, index: torch.Tensor) -> Any:
-    """Select rows ``index`` (M,) on dim 0 of every tensor of a pytree (tuple, NamedTuple, list, dict)."""
+MEMORY_FIELDS = "memory_fields"  # a decoder-state NamedTuple's class attribute naming its memory-only fields
+
+
+def index_rows(tree: Any, index: torch.Tensor, keep_memory_fields: bool = False) -> Any:
+    """Select rows ``index`` (M,) on dim 0 of every tensor of a pytree (tuple, NamedTuple, list, dict).
+
+    ``keep_memory_fields``: leave alone the fields that a NamedTuple lists in its ``memory_fields``
+    class attribute (values computed from the encoder memory alone, e.g. its projected keys). That is
+    only right when every selected row stays within its utterance and M equals the old row count, as in
+    a label-synchronous beam search, where it saves copying (N, T, ...) tensors at every step.
+    """
     if isinstance(tree, torch.Tensor):
         return tree.index_select(0, index)
     if tree is None:
         return None
     if isinstance(tree, tuple) and hasattr(tree, "_fields"):
-        return type(tree)(*(index_rows(x, index) for x in tree))
+        keep = getattr(tree, MEMORY_FIELDS, ()) if keep_memory_fields else ()
+        return type(tree)(*(x if name in keep else index_rows(x, index, keep_memory_fields)
+                            for name, x in zip(tree._fields, tree)))
     if isinstance(tree, (tuple, list)):
-        return type(tree)(index_rows(x, index) for x in tree)
+        return type(tree)(index_rows(x, index, keep_memory_fields) for x in tree)
     if isinstance(tree, dict):
-        return {k: index_rows(v, index) for k, v in tree.items()}
+        return {k: index_rows(v, index, keep_memory_fields) for k, v in tree.items()}
     raise TypeError(f"decoder state: cannot index a {type(tree).__name__}")
 
 
@@ -124,7 +135,7 @@ class DecoderScorer:
         """Rows ``index`` (M,) extended by ``tokens`` (M,): one decoder step."""
         ys = torch.cat([state.ys.index_select(0, index), tokens.clamp(min=0)[:, None]], dim=1)  # (M, L+1)
         log_probs, dec = self.decoder.decode_step(ys, state.memory, state.memory_lens,
-                                                  index_rows(state.dec, index))
+                                                  index_rows(state.dec, index, keep_memory_fields=True))
         return DecoderScorerState(ys, dec, log_probs, state.memory, state.memory_lens)
 
     def final_score(self, state: DecoderScorerState) -> torch.Tensor:
