@@ -295,8 +295,9 @@ class NgramLM(torch.nn.Module):
         order-1 words. ``chain_keys[s]`` lists (V+1) times the states of s's suffixes, right-aligned,
         longest (s) first and E last, padded on the left with -(V+1): column j holds the suffix of
         order-1-j words. ``backoff[s, j]`` sums the ln back-offs of columns 0 .. j-1.
-        As the model is closed under suffixes, the n-grams of one (s, w) found along the chain are the
-        last ones: :meth:`state_logprob` counts them in one searchsorted.
+        As the model is closed under suffixes, the n-grams ``chain[s, j] + w`` that exist are those of
+        the last columns, from the longest match j on: :meth:`state_logprob` finds them all with one
+        searchsorted, and ln P(w | s) = prob(``chain[s, j] + w``) + ``backoff[s, j]``.
 
         Memory: ``chain_keys`` and ``backoff`` are S x order (12 bytes an entry), the key table 20 bytes
         per n-gram: fine for pruned models of a few million n-grams.
@@ -342,8 +343,9 @@ class NgramLM(torch.nn.Module):
         self.register_buffer("state_prob", torch.cat([torch.cat(probs)[perm], pad.float()]), False)
         self.register_buffer("state_next", torch.cat([torch.cat(nexts)[perm], pad]), False)
         self.register_buffer("state_eos", torch.empty(len(chain), device=dev), False)
-        states = torch.arange(len(chain), device=dev)
-        self.state_eos = self.state_logprob(states, torch.full_like(states, self.eos_id).unsqueeze(1))[0][:, 0]
+        eos = [self.state_logprob(states, torch.full_like(states, self.eos_id).unsqueeze(1))[0][:, 0]
+               for states in torch.arange(len(chain), device=dev).split(1 << 20)]  # bounded work arrays
+        self.state_eos = torch.cat(eos)
 
     def state_logprob(self, states: torch.Tensor, words: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """ln P(word | state) and the next state for ``words`` (R, C) (ids < V) after ``states`` (R,).

@@ -67,7 +67,7 @@ def write_random_arpa(path, words, order, seed, closed=True):
                 if rng.random() < 0.5:
                     grams[k - 1].add(tuple(s[i:i + k]))
     for k in range(order, 2, -1):  # closure, then optionally break it
-        for g in list(grams[k - 1]):
+        for g in sorted(grams[k - 1]):  # sorted: the same file in every process (str hashes vary)
             for sub in (g[:-1], g[1:]):
                 if closed or rng.random() < 0.7:
                     grams[k - 2].add(sub)
@@ -264,17 +264,33 @@ SP_TOKENS = ["<blank>", "<unk>", "<sos/eos>", MARK] + [MARK + w for w in ("THE",
 
 class RefWordSearch:
     """Reference for WordNgramScorer: decoded text split into words, scored with RefLM, plus the
-    lookahead LA(prefix) = best unigram among LM words with that prefix, by brute force."""
+    lookahead LA(prefix) = best unigram among LM words with that prefix, by brute force;
+    ``unk_offset`` added to words outside the LM and to the LA of prefixes of no LM word."""
 
-    def __init__(self, ref, tokens, lookahead):
-        self.ref, self.tokens, self.lookahead = ref, tokens, lookahead
+    def __init__(self, ref, tokens, lookahead, unk_offset=0.0):
+        self.ref, self.tokens, self.lookahead, self.unk_offset = ref, tokens, lookahead, unk_offset
         self.uni = {w[0]: p * LN10 for w, (p, _) in ref.table.items() if len(w) == 1}
         self.words = [w for w in self.uni if w not in ("<s>", "</s>", "<unk>")]
 
     def la(self, prefix):
         if not self.lookahead or not prefix:
             return 0.0
-        return max([self.uni[w] for w in self.words if w.startswith(prefix)], default=self.uni["<unk>"])
+        return max([self.uni[w] for w in self.words if w.startswith(prefix)],
+                   default=self.uni["<unk>"] + self.unk_offset)
+
+    def word(self, hist, word):
+        return self.ref.logprob(hist, word) + (0.0 if word in self.words else self.unk_offset)
+
+    def sentence(self, words):
+        return self.ref.sentence(words) + self.unk_offset * sum(w not in self.words for w in words)
+
+    def tokens_total(self, token_ids):
+        """Sum of the step scores along ``token_ids``, then </s>."""
+        state, total = (["<s>"], ""), 0.0
+        for t in token_ids:
+            total += self.step_score(state, t)
+            state = self.advance(state, t)
+        return total + self.step_score(state, 2)
 
     def kind(self, t):
         tok = self.tokens[t]
@@ -285,7 +301,7 @@ class RefWordSearch:
         return ("start", tok[1:]) if tok.startswith(MARK) else ("cont", tok)
 
     def close(self, hist, part):
-        return self.ref.logprob(hist, part) - self.la(part) if part else 0.0
+        return self.word(hist, part) - self.la(part) if part else 0.0
 
     def step_score(self, state, t):
         hist, part = state
@@ -327,11 +343,13 @@ def spell(words, tokens, rng):
 
 @pytest.mark.parametrize("units", ["char", "sp"])
 @pytest.mark.parametrize("lookahead", [True, False])
-def test_word_scorer_matches_word_reference(tmp_path, units, lookahead):
-    path = write_random_arpa(tmp_path / "words.arpa", WORDS, 3, seed=5, closed=False)
+@pytest.mark.parametrize("order,closed,unk_offset", [(3, False, 0.0), (1, True, 0.0), (2, False, -7.0),
+                                                     (4, True, -7.0), (5, False, -3.0)])
+def test_word_scorer_matches_word_reference(tmp_path, units, lookahead, order, closed, unk_offset):
+    path = write_random_arpa(tmp_path / "words.arpa", WORDS, order, seed=order + 2, closed=closed)
     tokens = CHAR_TOKENS if units == "char" else SP_TOKENS
-    ref = RefWordSearch(RefLM(path), tokens, lookahead)
-    scorer = ngram_scorer(path, tokens, units="word", lookahead=lookahead)
+    ref = RefWordSearch(RefLM(path), tokens, lookahead, unk_offset)
+    scorer = ngram_scorer(path, tokens, units="word", lookahead=lookahead, unk_offset=unk_offset)
     assert isinstance(scorer, WordNgramScorer)
     rng = random.Random(7)
     n, vocab = 6, len(tokens)
@@ -361,7 +379,7 @@ def test_word_scorer_matches_word_reference(tmp_path, units, lookahead):
     for r in range(n):
         hist, part = states[r]
         words = hist[1:] + ([part] if part else [])
-        assert float(totals[r] + final[r]) == pytest.approx(ref.ref.sentence(words), abs=1e-3)
+        assert float(totals[r] + final[r]) == pytest.approx(ref.sentence(words), abs=1e-3)
         assert final[r].item() == pytest.approx(ref.step_score(states[r], 2), abs=TOL)
 
 

@@ -207,3 +207,54 @@ def test_dense_scorer_in_prefix_search_never_syncs_and_equals_lookup(tmp_path, m
     assert len(ran) == 2
     assert results[0].to_lists() and torch.equal(results[0].tokens, results[1].tokens)
     torch.testing.assert_close(results[0].scores, results[1].scores, atol=1e-4, rtol=0)
+
+
+# ---------------------------------------------------------------- context-state tables (one searchsorted)
+def assert_state_tables_match_dense(lm):
+    """Every state and every word: NgramLM.state_logprob gives the dense automaton's score and next state."""
+    words = torch.arange(len(lm.vocab))
+    logp, next_state, eos = lm.dense_tables(words)
+    states = torch.arange(lm.num_states)
+    got_lp, got_next = lm.state_logprob(states, words.expand(len(states), -1))
+    assert got_lp.dtype == torch.float32 and got_next.dtype == torch.long
+    torch.testing.assert_close(got_lp, logp, atol=DENSE_TOL, rtol=1e-6)
+    assert torch.equal(got_next, next_state.long())
+    tables = lm.state_tables()
+    torch.testing.assert_close(tables.eos, eos, atol=DENSE_TOL, rtol=1e-6)
+    assert tables.chain_keys.shape == tables.backoff.shape == (lm.num_states, lm.order)
+    assert len(tables.keys) == sum(lm.sizes[1:]) + len(lm.vocab) + 1  # every n-gram, then the sentinel
+
+
+@pytest.mark.parametrize("order,closed", [(1, True), (2, False), (3, True), (3, False), (4, False), (5, True),
+                                          (5, False)])
+def test_state_tables_equal_dense_on_random_lms(tmp_path, order, closed):
+    path = write_random_arpa(tmp_path / "lm.arpa", WORDS, order, seed=200 + order * 2 + closed, closed=closed)
+    assert_state_tables_match_dense(load_ngram(path))
+
+
+@pytest.mark.parametrize("name", ["words_3gram", "words_3gram_pruned", "chars_2gram", "no_unk_2gram", "holes"])
+def test_state_tables_equal_dense_on_fixtures(tmp_path, name):
+    if name == "holes":
+        path = tmp_path / "holes.arpa"
+        path.write_text(HOLES, encoding="utf-8")
+    else:
+        path = FIXTURES / f"{name}.arpa"
+    assert_state_tables_match_dense(load_ngram(path))
+
+
+def test_state_walk_matches_reference(tmp_path):
+    """Histories walked through next states from the start state score as the dictionary reference."""
+    path = write_random_arpa(tmp_path / "lm.arpa", WORDS, 4, seed=17, closed=False)
+    lm, ref = load_ngram(path), RefLM(path)
+    rng = random.Random(2)
+    sents = [rng.choices(WORDS + ["</s>", "<unk>"], k=rng.randint(0, 9)) for _ in range(12)]
+    state = torch.full((len(sents),), lm.start_state)
+    cand = torch.tensor([lm.index(w) for w in WORDS + ["</s>", "<unk>"]])
+    for t in range(max(map(len, sents)) + 1):
+        lp, nxt = lm.state_logprob(state, cand.expand(len(sents), -1))
+        for r, sent in enumerate(sents):
+            if t <= len(sent):
+                want = [ref.logprob(["<s>"] + sent[:t], w) for w in WORDS + ["</s>", "<unk>"]]
+                assert lp[r].tolist() == pytest.approx(want, abs=TOL)
+        step = torch.tensor([lm.index(s[t]) if t < len(s) else lm.eos_id for s in sents])
+        state = nxt.gather(1, (cand == step.unsqueeze(1)).long().argmax(1, keepdim=True)).squeeze(1)
