@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "train-ngram": ("asrkit.cli.train_ngram", "train an ARPA n-gram LM (word or token units) with KenLM's lmplz"),
     "train-tokenizer": ("asrkit.cli.train_tokenizer", "train a char or sentencepiece tokenizer on a text file"),
     "transcribe": ("asrkit.cli.transcribe", "transcribe audio files with a trained model"),
+    "tune-fusion": ("asrkit.cli.tune_fusion", "choose the LM weight and length bonus on a dev set (grid, WER)"),
 }
 
 TORCHAUDIO_HINT = (

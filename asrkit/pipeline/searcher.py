@@ -16,6 +16,7 @@ audio is read, with a message that names the setting.
 """
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import replace
 from typing import Any, Dict, Optional
@@ -98,10 +99,16 @@ class Searcher:
         self.cfg, self.tokenizer = cfg, tokenizer
         self.lm = load_lm_scorer(cfg, tokenizer, device)
         self.bonus: Optional[LengthBonus] = None
-        if cfg.length_bonus and cfg.lm is not None and cfg.lm_units == "word" and not os.path.isdir(cfg.lm):
+        if cfg.lm is not None and cfg.lm_units == "word" and not os.path.isdir(cfg.lm):
             # With a word LM the bonus counts words: tokens that start one.
             starts = torch.tensor([t.startswith(WORD_MARK) for t in tokenizer.token_list])
             self.bonus = LengthBonus(starts)
+
+    def reweighted(self, lm_weight: float, length_bonus: float) -> "Searcher":
+        """The same search (sharing the loaded LM) with other fusion weights."""
+        other = copy.copy(self)
+        other.cfg = replace(self.cfg, lm_weight=lm_weight, length_bonus=length_bonus)
+        return other
 
     def _fusion(self) -> tuple[Dict[str, Any], Dict[str, float]]:
         """LM and length-bonus scorers and weights shared by every beam search mode."""

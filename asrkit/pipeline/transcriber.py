@@ -5,7 +5,7 @@ import json
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -116,22 +116,12 @@ class Transcriber:
     def transcribe_files(self, paths: Sequence[str]) -> List[Transcript]:
         return self.transcribe([self.load(p) for p in paths])
 
-    def decode_data_dir(self, data_dir: str, out_dir: str, batch_size: Optional[int] = None) -> dict:
-        """Transcribe every utterance of a Kaldi data dir into ``out_dir/text``.
-
-        Also writes ``out_dir/decode.yaml`` (every search setting used) and, with ``decode.nbest > 1``,
-        ``out_dir/nbest.jsonl`` (one JSON object per hypothesis: utt, rank, text, score, ctc_score).
-        Unreadable utterances are logged, listed in ``out_dir/failed``, and left out of ``text``
-        (so scoring counts them as deletions), never a crash.
-        """
+    def data_dir_batches(self, data_dir: str, batch_size: Optional[int], failed: Dict[str, str]
+                         ) -> Iterator[Tuple[List[str], List[torch.Tensor]]]:
+        """(utterance ids, waveforms) of a Kaldi data dir, longest first (less padding, memory problems show
+        early), with progress; unreadable utterances are logged and recorded in ``failed``, not raised."""
+        utts = sorted(read_data_dir(data_dir).utterances(), key=lambda u: -(u.duration or 0.0))
         batch_size = batch_size or self.decode_cfg.batch_size
-        os.makedirs(out_dir, exist_ok=True)
-        save_config(self.decode_cfg, os.path.join(out_dir, "decode.yaml"))
-        dd = read_data_dir(data_dir)
-        hyps, nbests, failed = {}, {}, {}
-        utts = list(dd.utterances())
-        # Longest first keeps padding low and surfaces memory problems early.
-        utts.sort(key=lambda u: -(u.duration or 0.0))
         for chunk in tqdm(list(_chunks(utts, batch_size)), desc="decode", dynamic_ncols=True):
             wavs, names = [], []
             for u in chunk:
@@ -141,6 +131,20 @@ class Transcriber:
                 except AudioError as exc:
                     log.warning("skipping %s", exc)
                     failed[u.utt] = str(exc).replace("\n", " ")
+            yield names, wavs
+
+    def decode_data_dir(self, data_dir: str, out_dir: str, batch_size: Optional[int] = None) -> dict:
+        """Transcribe every utterance of a Kaldi data dir into ``out_dir/text``.
+
+        Also writes ``out_dir/decode.yaml`` (every search setting used) and, with ``decode.nbest > 1``,
+        ``out_dir/nbest.jsonl`` (one JSON object per hypothesis: utt, rank, text, score, ctc_score).
+        Unreadable utterances are logged, listed in ``out_dir/failed``, and left out of ``text``
+        (so scoring counts them as deletions), never a crash.
+        """
+        os.makedirs(out_dir, exist_ok=True)
+        save_config(self.decode_cfg, os.path.join(out_dir, "decode.yaml"))
+        hyps, nbests, failed = {}, {}, {}
+        for names, wavs in self.data_dir_batches(data_dir, batch_size, failed):
             for name, alternatives in zip(names, self.transcribe_nbest(wavs)):
                 hyps[name] = alternatives[0].text
                 nbests[name] = alternatives

@@ -14,6 +14,7 @@ from asrkit.data.dataset import AsrDataset, collate
 from asrkit.data.table import read_table
 from asrkit.models.registry import build_model
 from asrkit.pipeline import Transcriber
+from asrkit.score.wer import score_texts
 from asrkit.text.tokenizer import CharTokenizer
 from asrkit.train.checkpoint import save_model_weights
 
@@ -221,3 +222,30 @@ def test_out_of_memory_batches_are_split_in_half(overfit, monkeypatch):
     monkeypatch.setattr(tr.searcher, "search", always)
     with pytest.raises(torch.cuda.OutOfMemoryError):  # a single utterance cannot be split
         tr.transcribe(wavs[:1])
+
+
+def test_tune_fusion_picks_the_best_weight_and_matches_plain_decoding(overfit, tiny_corpus, tmp_path, capsys):
+    exp, model, cfg, tok, wavs, texts = overfit
+    arpa = tmp_path / "uni.arpa"
+    banned = max("".join(texts).replace(" ", ""), key="".join(texts).count)
+    _unigram_arpa(arpa, tok, banned)
+    data = tmp_path / "data"
+    shutil.copytree(tiny_corpus / "train", data)
+    out = tmp_path / "tune"
+    capsys.readouterr()
+    assert main(["tune-fusion", "--model", str(exp), "--data", str(data), "--out", str(out), "--mode", "ctc_prefix",
+                 "--beam", "4", "--lm", str(arpa), "--lm-weights", "5", "0", "--length-bonuses", "0", "1"]) == 0
+    rows = [line.split("\t") for line in (out / "results.tsv").read_text().splitlines()[1:]]
+    assert [(float(w), float(b)) for w, b, _ in rows] == [(5, 0), (5, 1), (0, 0), (0, 1)]
+    best = load_decode_config(out / "decode.yaml")
+    assert best.lm_weight == 0.0 and best.lm == str(arpa) and best.beam == 4
+    assert "<- best" in capsys.readouterr().out
+    # each row's WER is what decoding the data dir with that setting scores
+    refs = read_table(data / "text")
+    for weight, bonus, wer in rows:
+        dec = tmp_path / f"dec_{weight}_{bonus}"
+        assert main(["decode", "--model", str(exp), "--data", str(data), "--out", str(dec), "--mode", "ctc_prefix",
+                     "--beam", "4", "--lm", str(arpa), "--lm-weight", weight, "--set", f"length_bonus={bonus}"]) == 0
+        assert float(wer) == pytest.approx(100 * score_texts(refs, read_table(dec / "text")).wer, abs=0.01)
+    assert main(["tune-fusion", "--model", str(exp), "--data", str(data), "--out", str(out),
+                 "--lm-weights", "0.5"]) == 1  # no LM configured

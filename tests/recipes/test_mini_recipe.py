@@ -1,4 +1,5 @@
-"""recipes/mini/run.sh end to end at toy size: synthesis -> tokenizer/CMVN -> train -> LM -> decode (greedy, LM) -> score."""
+"""recipes/mini/run.sh end to end at toy size: synthesis -> tokenizer/CMVN -> train -> LM -> tuning on dev -> decode
+(greedy, LM) -> score."""
 from __future__ import annotations
 
 import os
@@ -26,7 +27,7 @@ def test_mini_recipe_runs_every_stage(tmp_path):
            "--lm-config", str(REPO / "conf" / "tiny_lm_lstm.yaml"), "--lm-opts", "--set train.epochs=1"]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
-    for stage in range(7):
+    for stage in range(8):
         assert f"[stage {stage}]" in run.stdout
     assert "decode_test: %WER" in run.stdout and "decode_test_lm: %WER" in run.stdout
     exp = tmp_path / "exp" / "tiny_ctc"
@@ -34,9 +35,11 @@ def test_mini_recipe_runs_every_stage(tmp_path):
     for d in ("decode_test", "decode_test_lm"):
         assert set(read_table(exp / d / "text")) == set(refs)
     used = load_decode_config(exp / "decode_test_lm" / "decode.yaml")
-    assert used.mode == "ctc_prefix" and used.lm == "exp/lm_lstm" and used.length_bonus == 2.5
+    assert used == load_decode_config(exp / "tune_dev" / "decode.yaml")  # the setting chosen on dev
+    assert used.mode == "ctc_prefix" and used.lm == "exp/lm_lstm" and used.lm_weight in (0.4, 0.8, 1.2)
+    assert len((exp / "tune_dev" / "results.tsv").read_text().splitlines()) == 1 + 3 * 2
     assert (tmp_path / "exp" / "lm_lstm" / "model.pt").is_file()
 
     # a stage re-runs on its own (restartable), in the same work dir
-    again = subprocess.run(cmd + ["--stage", "6"], env=env, capture_output=True, text=True, timeout=120)
-    assert again.returncode == 0 and "[stage 5]" not in again.stdout and "decode_test_lm: %WER" in again.stdout
+    again = subprocess.run(cmd + ["--stage", "7"], env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "[stage 6]" not in again.stdout and "decode_test_lm: %WER" in again.stdout

@@ -1,0 +1,40 @@
+"""Grid search of the LM fusion weights on a dev set: encode once, search once per (lm_weight, length_bonus)."""
+from __future__ import annotations
+
+import logging
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from asrkit.pipeline.transcriber import Transcriber, pad_waveforms
+
+log = logging.getLogger("asrkit.pipeline")
+
+
+@torch.inference_mode()
+def tune_fusion(transcriber: Transcriber, data_dir: str, lm_weights: Sequence[float],
+                length_bonuses: Sequence[float], evaluate: Callable[[Dict[str, str]], float],
+                batch_size: Optional[int] = None) -> List[Tuple[float, float, float]]:
+    """``[(lm_weight, length_bonus, evaluate(hypotheses))]`` for every pair of the grid, in grid order.
+
+    The encoder runs once per utterance and its outputs are kept (on the model's device) while every
+    setting searches them, so a grid of G settings costs one encoding and G searches. ``evaluate`` maps
+    ``{utt: text}`` to an error rate (lower is better); unreadable utterances are left out (logged).
+    """
+    encoded = []
+    failed: Dict[str, str] = {}
+    for names, wavs in transcriber.data_dir_batches(data_dir, batch_size, failed):
+        if names:
+            wav, lens = pad_waveforms(wavs)
+            encoded.append((names, *transcriber.model.encode(wav.to(transcriber.device), lens.to(transcriber.device))))
+    results = []
+    for weight in lm_weights:
+        for bonus in length_bonuses:
+            searcher = transcriber.searcher.reweighted(weight, bonus)
+            hyps = {}
+            for names, enc, enc_lens in encoded:
+                for name, hyp in zip(names, searcher.search(transcriber.model, enc, enc_lens).best()):
+                    hyps[name] = transcriber.tokenizer.decode(hyp.tokens)
+            results.append((weight, bonus, evaluate(hyps)))
+            log.info("lm_weight %g length_bonus %g: %.2f%%", weight, bonus, 100 * results[-1][2])
+    return results
