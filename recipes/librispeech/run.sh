@@ -9,7 +9,8 @@
 #   stage 2: BPE tokenizer + global CMVN ; stage 3: train ; stage 4: average the best checkpoints
 #   stage 5: language model (a word 4-gram through KenLM, or a Transformer LM) on --lm-text
 #            (default: the training transcripts; LibriSpeech's 800M-word LM corpus is better)
-#   stage 6: decode dev/test sets with --decode-config (+ the LM) ; stage 7: score
+#   stage 6: LM weight/length bonus chosen on --valid-set, then decode dev/test sets with --decode-config
+#            (+ the LM at those weights) ; stage 7: score
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -32,7 +33,8 @@ lm=ngram            # none | ngram (word 4-gram, fused at word boundaries) | neu
 lm_text=            # plain text, one sentence per line; empty: the training transcripts
 lm_order=4
 lm_config="$root/conf/lm_transformer.yaml"
-lm_weight=0.3
+lm_weights="0.2 0.4 0.6"   # grid searched on --valid-set in stage 6 (asrkit tune-fusion)
+length_bonuses="0 1"
 nj=8
 . "$root/tools/parse_options.sh"
 
@@ -101,15 +103,23 @@ fi
 
 lm_opts=()
 case "$lm" in
-  ngram) lm_opts=(--lm exp/lm/word${lm_order}gram.arpa.gz --lm-weight "$lm_weight" --set lm_units=word) ;;
-  neural) lm_opts=(--lm exp/lm/neural --lm-weight "$lm_weight") ;;
+  ngram) lm_opts=(--lm exp/lm/word${lm_order}gram.arpa.gz --set lm_units=word) ;;
+  neural) lm_opts=(--lm exp/lm/neural) ;;
 esac
 
 if run_stage 6; then
+  tuned="$exp/tune_${valid_set//-/_}/decode.yaml"
+  if [ "$lm" != none ]; then
+    log 6 "choosing the LM weight ($lm_weights) and length bonus ($length_bonuses) on $valid_set"
+    # shellcheck disable=SC2086
+    asrkit tune-fusion --model "$exp" --data "$(dir_of "$valid_set")" --out "$(dirname "$tuned")" \
+      --decode-config "$decode_config" "${lm_opts[@]}" --lm-weights $lm_weights --length-bonuses $length_bonuses
+  else
+    tuned="$decode_config"
+  fi
   for part in $eval_sets; do
-    log 6 "decoding $part with $decode_config ${lm_opts[*]}"
-    asrkit decode --model "$exp" --data "$(dir_of "$part")" --out "$exp/decode_${part//-/_}" \
-      --decode-config "$decode_config" "${lm_opts[@]}"
+    log 6 "decoding $part with $tuned"
+    asrkit decode --model "$exp" --data "$(dir_of "$part")" --out "$exp/decode_${part//-/_}" --decode-config "$tuned"
   done
 fi
 
