@@ -21,13 +21,13 @@ from asrkit.search import ctc_prefix_beam_search
 from asrkit.text.tokenizer import CharTokenizer
 from asrkit.train.lm_trainer import train_lm
 
+from host_sync import no_host_sync
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "search"))
 from reference_ctc_prefix import reference_prefix_search  # noqa: E402
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 V = 9
 EXACT = dict(token_topk=None, token_min_logp=None, blank_skip_threshold=None)
-SYNC_METHODS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__")
 
 
 def make_lm(kind: str, vocab: int = V, seed: int = 0) -> torch.nn.Module:
@@ -151,26 +151,8 @@ def test_fused_search_equals_the_reference_search_with_the_full_forward_lm(kind:
 def test_scorer_never_syncs_with_the_host(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     scorer = NeuralLMScorer(make_lm(kind))
 
-    def forbidden(*args, **kwargs):
-        raise AssertionError("host sync in the LM scorer")
-
-    def no_sync():
-        mp = pytest.MonkeyPatch()
-        for name in SYNC_METHODS:
-            mp.setattr(torch.Tensor, name, forbidden)
-        return mp
-
-    real_loop, ran = ctc_prefix._frame_loop, []
-
-    def guarded(*args, **kwargs):
-        mp = no_sync()
-        try:
-            real_loop(*args, **kwargs)
-        finally:
-            mp.undo()
-        ran.append(True)
-
-    monkeypatch.setattr(ctc_prefix, "_frame_loop", guarded)
+    ran: list = []
+    monkeypatch.setattr(ctc_prefix, "_frame_loop", no_host_sync(ctc_prefix._frame_loop, ran))
     gen = torch.Generator().manual_seed(5)
     lp = (torch.randn(3, 30, V, generator=gen) * 3).log_softmax(-1)
     for settings in ({}, EXACT):
@@ -178,14 +160,14 @@ def test_scorer_never_syncs_with_the_host(kind: str, monkeypatch: pytest.MonkeyP
                                weights={"lm": 0.5}, **settings).to_lists()
     assert len(ran) == 2
     # init_state and final_score run outside the frame loop: check them directly.
-    mp = no_sync()
-    try:
+    def calls() -> None:
         state = scorer.init_state(2, 3, torch.device("cpu"))
         state = scorer.select_state(state, torch.tensor([0, 0, 1, 5, 4, 3]), torch.tensor([-1, 3, 0, 2, 4, 1]))
         scorer.score(state, torch.tensor([[1, 2, 0]] * 6))
         scorer.final_score(state)
-    finally:
-        mp.undo()
+
+    no_host_sync(calls, ran)()
+    assert len(ran) == 3
 
 
 # ---------------------------------------------------------------- trained LMs
