@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo install system-deps clean-demo
+.PHONY: test demo install system-deps clean-demo mutation
 
 # Reinstall only when the package metadata changes.
 $(STAMP): setup.py
@@ -22,6 +22,10 @@ system-deps:
 
 test: install
 	$(PY) -m pytest -q tests
+
+# Mutation score of the core modules (tools/mutation/modules.yaml); a benchmark, not part of CI.
+mutation: install
+	$(PY) tools/mutation.py
 
 demo: install
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash recipes/mini/run.sh
