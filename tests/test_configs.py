@@ -33,15 +33,33 @@ DECODE_CONFIGS = sorted(p for p in CONF.glob("*.yaml") if is_decode_config(p))
 
 
 @pytest.mark.parametrize("path", DECODE_CONFIGS, ids=lambda p: p.name)
-def test_decode_config_fits_the_joint_model(path):
+def test_decode_config_fits_the_models_that_can_run_it(path):
+    """Catches a decode config whose mode is not the one its file names, one the joint model cannot run,
+    and a mode check that lets a CTC-only model into a search that needs a decoder."""
+    from asrkit.config import ConfigError
     from asrkit.pipeline.searcher import check_decode_config
 
     cfg = load_decode_config(path)
+    assert path.stem.startswith(f"decode_{cfg.mode}")  # decode_ctc_prefix_lm.yaml -> ctc_prefix
     check_decode_config(cfg, build_model(load_config(CONF / "tiny_transformer.yaml"), vocab_size=30))
+    ctc_only = build_model(load_config(CONF / "tiny_ctc.yaml"), vocab_size=30)
+    if cfg.mode in ("greedy", "ctc_prefix"):
+        check_decode_config(cfg, ctc_only)
+    else:
+        with pytest.raises(ConfigError, match="needs an attention decoder"):
+            check_decode_config(cfg, ctc_only)
 
 
-def test_there_are_configs():
-    assert len(CONFIGS) >= 8
+def test_every_model_family_and_decoding_mode_has_configs():
+    """Catches a model family or a decoding mode shipped without a config (a file count would not)."""
+    from asrkit.models.registry import MODELS
+    from asrkit.pipeline.searcher import MODES
+
+    families = {load_config(p).model.name for p in CONFIGS}
+    assert families == set(MODELS)
+    tiny = {load_config(p).model.name for p in CONFIGS if p.name.startswith("tiny_")}
+    assert tiny == set(MODELS)  # each family trains in the tests and on a CPU
+    assert {load_decode_config(p).mode for p in DECODE_CONFIGS} == set(MODES)
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)

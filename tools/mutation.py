@@ -76,12 +76,15 @@ def run_module(module: str, tests: List[str], jobs: int, work: Path) -> ModuleRe
     for part in [module, *tests]:
         if not (REPO / part).exists():
             raise SystemExit(f"{CONFIG}: '{part}' does not exist")
-    shutil.copytree(REPO / "asrkit", work / "asrkit", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(REPO / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(REPO / "tools", work / "tools", ignore=shutil.ignore_patterns("__pycache__"))
+    # Tests find configs and scripts relative to the repo root, which is mutants/ during the run.
+    copied = ["asrkit", "tests", "tools", "conf", "recipes"]
+    for name in copied:
+        shutil.copytree(REPO / name, work / name, ignore=shutil.ignore_patterns("__pycache__", "data", "exp"))
     selection = "\n    ".join(tests)
+    also_copy = "\n    ".join(copied[2:])
     (work / "setup.cfg").write_text(
         "[mutmut]\nsource_paths = asrkit\n"
+        f"also_copy =\n    {also_copy}\n"
         f"only_mutate = {module}\n"
         f"pytest_add_cli_args_test_selection =\n    {selection}\n"
         "pytest_add_cli_args = -p no:cacheprovider -q -x\n", encoding="utf-8")

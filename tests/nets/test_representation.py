@@ -30,32 +30,67 @@ def plain_mha(mha, q_in, kv_in, key_mask):
     return mha.out_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, tq, d))
 
 
-def reference(rep, z0, zk, mask, combine):
-    """Section 3.1 of the paper, pre-LN Transformer layer run over all 2S rows of O, then split."""
+# A key projection's bias adds q . b_k to every score of a query row, which softmax cancels: its
+# gradient is zero by construction, so it is the one parameter a gradient test must not demand.
+ZERO_GRAD_BY_CONSTRUCTION = "k_proj.bias"
+
+
+def linear(x, layer):
+    return x @ layer.weight.T + layer.bias
+
+
+def norm(x, layer):
+    """LayerNorm written out: (x - mean) / sqrt(var + eps) * gamma + beta (biased variance)."""
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    return (x - mean) / torch.sqrt(var + layer.eps) * layer.weight + layer.bias
+
+
+def feed_forward(x, rep):
+    """W_b ReLU(W_a x + b_a) + b_b, from the raw weights (a missing or moved ReLU in the module differs)."""
+    first, second = [m for m in rep.ffn if isinstance(m, torch.nn.Linear)]
+    return linear(torch.relu(linear(x, first)), second)
+
+
+def reference(rep, z0, zk, mask, combine, pre_ln=True):
+    """Section 3.1 of the paper, one Transformer layer run over all 2S rows of O, then split; every
+    operation written out from raw weights so that no sub-module of ``rep`` is trusted."""
     s = zk.size(1)
     e = sinusoids(s, rep.pos_dim).expand(zk.size(0), s, rep.pos_dim)
-    z0p = torch.cat([F.layer_norm(z0 @ rep.input_proj.weight.T + rep.input_proj.bias, (rep.feat_dim,),
-                                  rep.input_norm.weight, rep.input_norm.bias), e], -1)
-    zkp = torch.cat([F.layer_norm(zk @ rep.layer_proj.weight.T + rep.layer_proj.bias, (rep.feat_dim,),
-                                  rep.layer_norm.weight, rep.layer_norm.bias), e], -1)
+    z0p = torch.cat([norm(linear(z0, rep.input_proj), rep.input_norm), e], -1)
+    zkp = torch.cat([norm(linear(zk, rep.layer_proj), rep.layer_norm), e], -1)
     o = torch.cat([z0p, zkp], 1)
-    h = rep.attn_norm(o)
-    y = o + plain_mha(rep.attn, h, h, torch.cat([mask, mask], 1))
-    y = y + rep.ffn(rep.ffn_norm(y))
+    key_mask = torch.cat([mask, mask], 1)
+    if pre_ln:
+        h = norm(o, rep.attn_norm)
+        y = o + plain_mha(rep.attn, h, h, key_mask)
+        y = y + feed_forward(norm(y, rep.ffn_norm), rep)
+    else:
+        y = norm(o + plain_mha(rep.attn, o, o, key_mask), rep.attn_norm)
+        y = norm(y + feed_forward(y, rep), rep.ffn_norm)
     a, b = y[:, :s], y[:, s:]
     merged = {"a": a, "b": b, "sum": a + b, "concat": torch.cat([a, b], -1)}[combine]
-    return rep.out(merged)
+    w3, final_norm = rep.out[0], rep.out[2]
+    return norm(torch.relu(linear(merged, w3)), final_norm)  # Z_{k+1} = LayerNorm(ReLU(merged W3))
 
 
+@pytest.mark.parametrize("pre_ln", [True, False])
 @pytest.mark.parametrize("combine", ["a", "b", "sum", "concat"])
-def test_matches_the_papers_equations(combine):
+def test_matches_the_papers_equations(combine, pre_ln):
     torch.manual_seed(0)
-    rep = FeatureRepresentation(12, 16, num_heads=2, ffn_dim=24, feat_dim=10, pos_dim=6, combine=combine).eval()
+    rep = FeatureRepresentation(12, 16, num_heads=2, ffn_dim=24, feat_dim=10, pos_dim=6, combine=combine,
+                                normalize_before=pre_ln).eval()
+    # Non-trivial LayerNorm affine parameters, so a norm that ignores them (or is skipped) shows.
+    with torch.no_grad():
+        for m in rep.modules():
+            if isinstance(m, torch.nn.LayerNorm):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.5, 0.5)
     z0, zk = torch.randn(2, 9, 12), torch.randn(2, 9, 16)
     mask = torch.arange(9)[None] < torch.tensor([9, 5])[:, None]
     out = rep(z0, zk, mask)
     assert out.shape == (2, 9, 16)
-    ref = reference(rep, z0, zk, mask, combine)
+    ref = reference(rep, z0, zk, mask, combine, pre_ln)
     torch.testing.assert_close(out[0], ref[0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out[1, :5], ref[1, :5], atol=1e-5, rtol=1e-5)
 
@@ -72,15 +107,37 @@ def test_valid_frames_do_not_depend_on_padding(pre_ln):
 
 
 def test_gradients_reach_both_inputs_and_every_parameter():
+    """The objective is a fixed random projection of the output: ``.sum()`` of a LayerNorm output is
+    constant, so its gradient is zero by construction and would check nothing."""
     torch.manual_seed(0)
     rep = FeatureRepresentation(12, 16, num_heads=4, ffn_dim=24)
     z0 = torch.randn(2, 6, 12, requires_grad=True)
     zk = torch.randn(2, 6, 16, requires_grad=True)
-    rep(z0, zk, torch.arange(6)[None] < torch.tensor([6, 4])[:, None]).sum().backward()
+    mask = torch.arange(6)[None] < torch.tensor([6, 4])[:, None]
+    out = rep(z0, zk, mask)
+    projection = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+    (out * projection * mask[..., None]).sum().backward()  # the loss reads valid frames only
     for name, p in rep.named_parameters():
-        assert p.grad is not None and p.grad.abs().sum() > 0, name
-    assert z0.grad[1, :4].abs().sum() > 0 and zk.grad[1, :4].abs().sum() > 0
-    assert float(z0.grad[1, 4:].abs().sum()) == 0.0  # padding frames influence nothing
+        if not name.endswith(ZERO_GRAD_BY_CONSTRUCTION):
+            assert p.grad is not None and p.grad.abs().max() > 1e-3, name  # every parameter is used
+    for grad in (z0.grad, zk.grad):
+        assert grad[1, :4].abs().mean() > 1e-2  # valid frames of both streams reach the output
+        # Padded frames are masked out of the attention keys: nothing flows back to them (float noise
+        # allowed, a leak through the mask would be of the order of the valid frames' gradients).
+        assert grad[1, 4:].abs().max() < 1e-6
+
+
+def test_attention_dropout_is_applied_in_training_only():
+    """Catches an ``attention_dropout`` that is accepted but never used (the other dropout is 0 here)."""
+    torch.manual_seed(0)
+    rep = FeatureRepresentation(12, 16, num_heads=4, ffn_dim=24, dropout=0.0, attention_dropout=0.5)
+    z0, zk, mask = torch.randn(1, 6, 12), torch.randn(1, 6, 16), torch.ones(1, 6, dtype=torch.bool)
+    rep.train()
+    assert not torch.allclose(rep(z0, zk, mask), rep(z0, zk, mask))
+    rep.eval()
+    torch.testing.assert_close(rep(z0, zk, mask), rep(z0, zk, mask))
+    plain = FeatureRepresentation(12, 16, num_heads=4, ffn_dim=24, dropout=0.0, attention_dropout=0.0).train()
+    torch.testing.assert_close(plain(z0, zk, mask), plain(z0, zk, mask))  # no other randomness in training
 
 
 def test_width_must_split_into_heads():
@@ -102,8 +159,19 @@ def test_encoder_with_dejavu_padding_and_gradients(dejavu_input):
     torch.testing.assert_close(batch[0, : int(n[0])], single[0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(inter_b[0][0, : int(n[0])], inter[0][0], atol=1e-5, rtol=1e-5)
     enc.train()
+    for module in enc.modules():  # deterministic training forward, so gradients are comparable
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
     feats = torch.randn(2, 40, 20, requires_grad=True)
-    out, _, inter = enc.forward_intermediate(feats, torch.tensor([40, 30]))
-    (out.sum() + inter[0].sum()).backward()
-    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in enc.parameters())
-    assert enc.dejavu.input_proj.weight.grad.abs().sum() > 0
+    out, out_lens, inter = enc.forward_intermediate(feats, torch.tensor([40, 30]))
+    valid = (torch.arange(out.size(1))[None] < out_lens[:, None])[..., None]
+    gen = torch.Generator().manual_seed(2)
+    # Random projections of both outputs (a LayerNorm'd output's .sum() has zero gradient by construction).
+    loss = (out * torch.randn(out.shape, generator=gen) * valid).sum() \
+        + (inter[0] * torch.randn(out.shape, generator=gen) * valid).sum()
+    loss.backward()
+    for name, p in enc.named_parameters():
+        if not name.endswith(ZERO_GRAD_BY_CONSTRUCTION):
+            assert p.grad is not None and p.grad.abs().max() > 1e-4, name
+    # Features past the second utterance's length (30 frames) influence nothing.
+    assert feats.grad[1, :30].abs().mean() > 1e-3 and feats.grad[1, 30:].abs().max() < 1e-6

@@ -45,11 +45,23 @@ def test_encoder_output_independent_of_padding():
 
 
 def test_encoder_gradients_flow_to_every_parameter():
+    """Fails for an encoder whose attention output is multiplied by 0 or whose layers are no-ops (those
+    parameters get no gradient), and for one that ignores the padding mask (padded input frames then
+    reach the valid outputs). The objective is a fixed random projection of the valid output frames:
+    ``.sum()`` of the final LayerNorm's output has zero gradient by construction."""
     torch.manual_seed(0)
-    enc = TransformerEncoder(20, d_model=16, num_heads=2, ffn_dim=32, num_layers=2)
-    out, _ = enc(torch.randn(2, 30, 20), torch.tensor([30, 22]))
-    out.sum().backward()
-    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in enc.parameters())
+    enc = TransformerEncoder(20, d_model=16, num_heads=2, ffn_dim=32, num_layers=2, dropout=0.0)
+    feats = torch.randn(2, 30, 20, requires_grad=True)
+    out, out_lens = enc(feats, torch.tensor([30, 22]))
+    valid = (torch.arange(out.size(1))[None] < out_lens[:, None])[..., None]  # (B, T', 1)
+    projection = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+    (out * projection * valid).sum().backward()
+    for name, p in enc.named_parameters():
+        # A key bias shifts every score of a query row equally, which softmax cancels: zero gradient.
+        if not name.endswith("k_proj.bias"):
+            assert p.grad is not None and p.grad.abs().max() > 1e-4, name
+    assert feats.grad[1, :22].abs().mean() > 1e-3
+    assert feats.grad[1, 22:].abs().max() < 1e-6  # padding never reaches a valid frame
 
 
 def test_intermediate_outputs_are_the_normalised_layer_outputs():
