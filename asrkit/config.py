@@ -11,11 +11,20 @@ import dataclasses
 import os
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union
 
 import yaml
 
 T = TypeVar("T")
+
+# Keys that format-1 configs had, with what replaced them (format 2: models composed of parts).
+FORMAT_1_KEYS = {
+    "model.name": "a model is now its parts: set model.encoder.kind (transformer | conformer | blstm) and "
+                  "model.decoder.kind (transformer | lstm_location | none, the latter with model.ctc_weight: 1.0)",
+    "model.lstm_encoder": "use model.encoder with kind: blstm",
+    "model.lstm_decoder": "use model.decoder with kind: lstm_location",
+    "model.decoder.lsm_normalize": "moved to model.lsm_normalize",
+}
 
 
 class ConfigError(ValueError):
@@ -72,8 +81,9 @@ class TokenizerConfig:
 
 
 @dataclass(frozen=True)
-class EncoderConfig:
-    """Transformer encoder (models ctc_transformer, ctc_attention)."""
+class TransformerEncoderConfig:
+    """Conv2d subsampling + Transformer encoder (``model.encoder.kind: transformer``)."""
+    kind: str = "transformer"
     input_layer: str = "conv2d"  # conv2d (x4) | conv2d6 | conv2d8
     conv_channels: int = 0  # channels of the subsampling convolutions; 0 = d_model
     d_model: int = 256
@@ -88,30 +98,27 @@ class EncoderConfig:
     self_condition: bool = False  # add projected intermediate CTC posteriors back into the residual stream
     # Deja-vu feature re-presentation after this 1-based layer (0 = off); aux CTC right before it.
     dejavu_layer: int = 0
-    dejavu_input: str = "subsampled"  # subsampled (conv output) | stacked_fbank (raw frames stacked to the rate)
+    # Z0: stacked_fbank (the input features, frames stacked to the encoder rate: the paper's) | subsampled
+    dejavu_input: str = "stacked_fbank"
     dejavu_dim: int = 0  # d_c of the paper; 0 = d_model
     dejavu_pos_dim: int = 0  # d_e (concatenated sinusoid); 0 = d_model // 4
-    # How the two halves of the Deja-vu layer's 2S outputs become S frames: a (feature-queried half),
-    # b (activation-queried half), sum, or concat (on the feature axis, before the output projection).
-    dejavu_combine: str = "concat"
+    # Which of the Deja-vu layer's 2S outputs become Z_{k+1}: the paper's split a (queries Z0') or split b
+    # (queries Zk'); extensions: sum of both, concat of both on the feature axis (before W3).
+    dejavu_combine: str = "a"
 
 
 @dataclass(frozen=True)
-class DecoderConfig:
-    """Transformer attention decoder (model ctc_attention)."""
-    num_layers: int = 6
-    num_heads: int = 4
-    ffn_dim: int = 2048
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    normalize_before: bool = True
-    tie_embeddings: bool = False  # share input embedding and output projection
-    lsm_normalize: str = "batch"  # label-smoothed loss divided by the batch size (ESPnet) or by the token count
+class ConformerEncoderConfig(TransformerEncoderConfig):
+    """Conv2d subsampling + Conformer encoder (``kind: conformer``): the Transformer encoder's keys (pre-LN
+    only) plus the convolution module's kernel; positions are rotary, inside the attention."""
+    kind: str = "conformer"
+    conv_kernel: int = 15  # depthwise convolution width in encoder frames (15 x 40 ms = 0.6 s)
 
 
 @dataclass(frozen=True)
-class LSTMEncoderConfig:
-    """Bidirectional LSTM encoder (models blstm_ctc, blstm_attention)."""
+class BLSTMEncoderConfig:
+    """Bidirectional LSTM encoder (``kind: blstm``)."""
+    kind: str = "blstm"
     input_layer: str = "conv2d"  # conv2d | conv2d6 | conv2d8 | none
     hidden_size: int = 320  # per direction
     num_layers: int = 4
@@ -120,8 +127,22 @@ class LSTMEncoderConfig:
 
 
 @dataclass(frozen=True)
-class LSTMDecoderConfig:
-    """LSTM decoder with location-aware attention (model blstm_attention)."""
+class TransformerDecoderConfig:
+    """Transformer attention decoder (``model.decoder.kind: transformer``)."""
+    kind: str = "transformer"
+    num_layers: int = 6
+    num_heads: int = 4
+    ffn_dim: int = 2048
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    normalize_before: bool = True
+    tie_embeddings: bool = False  # share input embedding and output projection
+
+
+@dataclass(frozen=True)
+class LSTMLocationDecoderConfig:
+    """LSTM decoder with location-aware attention, Chorowski et al. 2015 (``kind: lstm_location``)."""
+    kind: str = "lstm_location"
     embed_dim: int = 128
     hidden_size: int = 320
     num_layers: int = 1
@@ -132,15 +153,32 @@ class LSTMDecoderConfig:
 
 
 @dataclass(frozen=True)
+class NoDecoderConfig:
+    """No attention decoder (``kind: none``): a pure CTC model, ``model.ctc_weight: 1.0``."""
+    kind: str = "none"
+
+
+EncoderConfig = Union[TransformerEncoderConfig, ConformerEncoderConfig, BLSTMEncoderConfig]
+DecoderConfig = Union[TransformerDecoderConfig, LSTMLocationDecoderConfig, NoDecoderConfig]
+
+
+@dataclass(frozen=True)
 class ModelConfig:
-    name: str = "ctc_transformer"  # key in asrkit.models.registry
-    ctc_weight: float = 0.3  # loss = ctc_weight * ctc + (1 - ctc_weight) * attention (+ intermediate terms)
-    interctc_weight: float = 0.0  # weight of the intermediate CTC terms
-    lsm_weight: float = 0.1  # decoder label smoothing
-    encoder: EncoderConfig = field(default_factory=EncoderConfig)
-    decoder: DecoderConfig = field(default_factory=DecoderConfig)
-    lstm_encoder: LSTMEncoderConfig = field(default_factory=LSTMEncoderConfig)
-    lstm_decoder: LSTMDecoderConfig = field(default_factory=LSTMDecoderConfig)
+    """One AsrModel of parts: ``encoder.kind`` and ``decoder.kind`` pick them (asrkit.models.registry).
+
+    ``ctc_weight`` 1 builds no decoder (``decoder.kind: none``), 0 builds no CTC head; the loss is
+    ``ctc_weight * ctc_term + (1 - ctc_weight) * attention``.
+    """
+    ctc_weight: float = 0.3
+    interctc_weight: float = 0.0  # weight of the intermediate CTC terms inside ctc_term
+    # How the intermediate layers' CTC losses enter ctc_term. interctc (ESPnet's InterCTC): the shared CTC
+    # head on the final-LayerNorm'd layer output, (1 - w) * final + w * mean(intermediate). iterated (Tjandra
+    # et al., Deja-vu): an MLP + softmax head of its own per intermediate layer, final + w * sum(intermediate).
+    intermediate_loss: str = "interctc"
+    lsm_weight: float = 0.1  # decoder label smoothing: KL to (1 - lsm) on the target, lsm / (V - 1) elsewhere
+    lsm_normalize: str = "batch"  # the attention loss divided by the batch size (ESPnet) or the token count
+    encoder: EncoderConfig = field(default_factory=TransformerEncoderConfig)
+    decoder: DecoderConfig = field(default_factory=TransformerDecoderConfig)
 
 
 @dataclass(frozen=True)
@@ -248,6 +286,8 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
+        if len(inner) > 1 and all(dataclasses.is_dataclass(a) for a in inner):
+            return _convert_kind(value, inner, where)
         return _convert(value, inner[0], where)
     if origin in (tuple, Tuple, list, List, Sequence):
         if not isinstance(value, (list, tuple)):
@@ -280,6 +320,17 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
+def _convert_kind(value: Any, choices: Sequence[Any], where: str) -> Any:
+    """A section that is one of several dataclasses, chosen by its ``kind`` key (default: the first's)."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: expected a mapping for section, got {value!r}")
+    kinds = {dataclasses.fields(c)[0].default: c for c in choices}  # each section's first field is kind
+    kind = value.get("kind", next(iter(kinds)))
+    if kind not in kinds:
+        raise ConfigError(f"{where}.kind '{kind}' is unknown (choose from: {', '.join(kinds)})")
+    return from_dict(kinds[kind], value, where)
+
+
 def from_dict(cls: Type[T], data: Mapping[str, Any], where: str = "") -> T:
     """Build dataclass ``cls`` from a mapping; unknown keys are an error naming the full key path."""
     hints = typing.get_type_hints(cls)
@@ -288,6 +339,9 @@ def from_dict(cls: Type[T], data: Mapping[str, Any], where: str = "") -> T:
     for key, value in data.items():
         path = f"{where}.{key}" if where else str(key)
         if key not in names:
+            if path in FORMAT_1_KEYS:
+                raise ConfigError(f"'{path}' is a key of config format 1 (asrkit before composed models, checkpoint "
+                                  f"format 1): {FORMAT_1_KEYS[path]}")
             raise ConfigError(f"unknown config key '{path}' (valid keys here: {', '.join(sorted(names))})")
         kwargs[key] = _convert(value, hints[key], path)
     return cls(**kwargs)

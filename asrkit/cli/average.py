@@ -11,7 +11,7 @@ import os
 import sys
 from typing import List, Optional
 
-from asrkit.train.checkpoint import METRICS
+from asrkit.checkpoint import METRICS
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -28,7 +28,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from asrkit.config import ConfigError, load_config
-    from asrkit.train.checkpoint import average_best
+    from asrkit.checkpoint import average_best
 
     try:
         metric = args.metric or load_config(os.path.join(args.model, "config.yaml")).train.best_metric

@@ -6,7 +6,7 @@ and featurised one at a time, so memory does not grow with the corpus.
 Unreadable utterances are skipped with a warning naming them; the run fails
 only if no frame at all could be computed.
 
-    asrkit compute-cmvn data/train exp/cmvn.json --config conf/ctc_transformer.yaml
+    asrkit compute-cmvn data/train exp/cmvn.json --config conf/tiny_ctc.yaml
 """
 from __future__ import annotations
 

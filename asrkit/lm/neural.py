@@ -25,15 +25,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from asrkit.checkpoint import load_checkpoint
 from asrkit.config import ConfigError, LMModelConfig, load_lm_config
 from asrkit.nets.attention import MultiHeadAttention
 from asrkit.nets.mask import causal_mask
 from asrkit.nets.positional import PositionalEncoding
 from asrkit.nets.transformer import FeedForward
-from asrkit.text.tokenizer import Tokenizer, load_tokenizer
+from asrkit.text.tokenizer import BLANK_ID, SOS_EOS_ID, Tokenizer, load_tokenizer
 
 LM_NAMES = ("lstm", "transformer")
-BLANK_ID, SOS_EOS_ID = 0, 2
 IGNORE_ID = -1  # ys_out padding: not a target
 LMState = Tuple[torch.Tensor, ...]
 
@@ -275,9 +275,9 @@ def load_neural_lm(lm_dir: str | os.PathLike, device: torch.device | str | None 
     cfg = load_lm_config(cfg_path)
     tokenizer = load_tokenizer(os.path.join(lm_dir, cfg.tokenizer.path))
     lm = build_lm(cfg.model, tokenizer.vocab_size)
+    ckpt = load_checkpoint(weights)  # weights_only, format version checked
     try:
-        ckpt = torch.load(weights, map_location="cpu", weights_only=True)
         lm.load_state_dict(ckpt["model"])
-    except (OSError, RuntimeError, EOFError, KeyError, TypeError) as exc:
+    except (RuntimeError, KeyError, TypeError) as exc:
         raise ValueError(f"{weights}: cannot load the LM weights ({type(exc).__name__}: {exc})") from exc
     return lm.to(device or "cpu").eval(), tokenizer

@@ -13,15 +13,18 @@ def ctc_loss(log_probs: torch.Tensor, lengths: torch.Tensor, targets: torch.Tens
     """CTC loss summed over the batch and divided by the batch size.
 
     log_probs: (B, T, V) log-softmax outputs; targets: (B, L) padded with -1.
-    Infeasible utterances (infinite loss: more labels than frames allow) are
-    zeroed rather than poisoning the batch; their count is returned so the
-    trainer can report them. Returns ``(loss, num_infinite)``.
+    An utterance with more labels than its frames can emit (one frame per label plus a blank between
+    equal neighbours) has an infinite loss; it contributes 0 to the loss *and* to the gradient
+    (``zero_infinity``: masking only the value would still send NaN gradients into the whole batch),
+    and the count of such utterances is returned so the trainer can report them.
+    Returns ``(loss, num_infinite)``.
     """
     per_utt = F.ctc_loss(log_probs.transpose(0, 1).float(), targets.clamp(min=0), lengths, target_lengths,
-                         blank=blank, reduction="none", zero_infinity=False)
-    infinite = ~torch.isfinite(per_utt)
-    per_utt = per_utt.masked_fill(infinite, 0.0)
-    return per_utt.sum() / max(log_probs.size(0), 1), infinite.sum()
+                         blank=blank, reduction="none", zero_infinity=True)
+    valid = torch.arange(targets.size(1), device=targets.device)[None] < target_lengths[:, None]  # (B, L)
+    repeats = ((targets[:, 1:] == targets[:, :-1]) & valid[:, 1:]).sum(dim=1)  # (B,)
+    infeasible = target_lengths + repeats > lengths
+    return per_utt.sum() / max(log_probs.size(0), 1), infeasible.sum()
 
 
 def ctc_min_frames(tokens: Sequence[int]) -> int:
@@ -37,6 +40,13 @@ def interctc_combine(loss_ctc: torch.Tensor, inter_losses: Sequence[torch.Tensor
     if not inter_losses:
         return loss_ctc
     return (1.0 - weight) * loss_ctc + weight * torch.stack(list(inter_losses)).mean()
+
+
+def iterated_combine(loss_ctc: torch.Tensor, inter_losses: Sequence[torch.Tensor], weight: float) -> torch.Tensor:
+    """The CTC term with the iterated loss of Tjandra et al. (Deja-vu): ``loss_ctc + weight * sum(inter_losses)``."""
+    if not inter_losses:
+        return loss_ctc
+    return loss_ctc + weight * torch.stack(list(inter_losses)).sum()
 
 
 def label_smoothing_loss(logits: torch.Tensor, targets: torch.Tensor, smoothing: float,

@@ -41,7 +41,7 @@ class MultiHeadAttention(nn.Module):
         """:meth:`forward` with keys/values from :meth:`project_kv`: query (B, Tq, D), k and v (B, H, Tk, Dh),
         mask as in :meth:`forward` -> (B, Tq, D)."""
         q = self._split(self.q_proj(query))
-        attn_mask = None if mask is None else _no_empty_rows(mask).unsqueeze(1)  # (B, 1, Tq|1, Tk) over heads
+        attn_mask = None if mask is None else no_empty_rows(mask).unsqueeze(1)  # (B, 1, Tq|1, Tk) over heads
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
                                              dropout_p=self.dropout if self.training else 0.0)
         b, _, t, _ = out.shape
@@ -54,11 +54,11 @@ class MultiHeadAttention(nn.Module):
         q, k = self._split(self.q_proj(query)), self._split(self.k_proj(key))
         scores = (q @ k.transpose(-1, -2)).float() / self.head_dim ** 0.5  # (B, H, Tq, Tk)
         if mask is not None:
-            scores = scores.masked_fill(~_no_empty_rows(mask).unsqueeze(1), float("-inf"))
+            scores = scores.masked_fill(~no_empty_rows(mask).unsqueeze(1), float("-inf"))
         return scores.softmax(dim=-1)
 
 
-def _no_empty_rows(mask: torch.Tensor) -> torch.Tensor:
+def no_empty_rows(mask: torch.Tensor) -> torch.Tensor:
     """A query row with no valid key (a zero-length utterance) would make SDPA return NaN, and a NaN
     in one utterance poisons the whole batch's gradient: let such rows attend everywhere instead.
     Their outputs are garbage but finite, and belong to frames nothing downstream reads."""

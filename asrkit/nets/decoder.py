@@ -97,7 +97,7 @@ class TransformerDecoderLayer(nn.Module):
 
     def _source_attention(self, h: torch.Tensor, memory: Optional[torch.Tensor], memory_mask: torch.Tensor,
                           memory_kv: Optional[Tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-        if memory_kv is None:  # training, and cross_attention_weights' hook, go through src_attn's forward
+        if memory_kv is None:  # training, and attention_weights' hook, go through src_attn's forward
             return self.src_attn(h, memory, memory, memory_mask)
         return self.src_attn.forward_projected(h, memory_kv[0], memory_kv[1], memory_mask)
 
@@ -176,9 +176,9 @@ class TransformerDecoder(nn.Module):
         return logits.float().log_softmax(dim=-1), DecoderState(tuple(self_kv), memory_kv)
 
     @torch.no_grad()
-    def cross_attention_weights(self, ys_in: torch.Tensor, ys_lens: torch.Tensor, memory: torch.Tensor,
-                                memory_lens: torch.Tensor) -> torch.Tensor:
-        """(B, H, L, T) source-attention weights of the last layer, for plots."""
+    def attention_weights(self, ys_in: torch.Tensor, ys_lens: torch.Tensor, memory: torch.Tensor,
+                          memory_lens: torch.Tensor) -> torch.Tensor:
+        """(B, L, T) source-attention weights of the last layer, averaged over heads, for plots."""
         src_attn = self.layers[-1].src_attn
         seen = {}  # the query the last source attention receives in an ordinary forward pass
         handle = src_attn.register_forward_pre_hook(lambda module, args: seen.update(query=args[0]))
@@ -187,4 +187,4 @@ class TransformerDecoder(nn.Module):
         finally:
             handle.remove()
         memory_mask = lengths_to_mask(memory_lens, memory.size(1)).unsqueeze(1)  # (B, 1, T)
-        return src_attn.attention_weights(seen["query"], memory, memory_mask)
+        return src_attn.attention_weights(seen["query"], memory, memory_mask).mean(dim=1)

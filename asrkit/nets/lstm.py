@@ -12,7 +12,7 @@ encodings alone or inside a padded batch.
 """
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -59,6 +59,7 @@ class BLSTMEncoder(nn.Module):
         self.pyramid_layers = frozenset(pyramid_layers)
         self.subsampling_factor = factor * 2 ** len(self.pyramid_layers)
         self.output_dim = 2 * hidden_size
+        self.intermediate_layers: Tuple[int, ...] = ()  # no intermediate CTC on a BiLSTM stack
         layers = []
         d = hidden_size if self.subsampling is not None else in_dim
         for i in range(1, num_layers + 1):
@@ -74,10 +75,13 @@ class BLSTMEncoder(nn.Module):
             lens = torch.div(lens + 1, 2, rounding_mode="floor")
         return lens
 
-    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor, ctc_logits: object = None
+                ) -> Tuple[torch.Tensor, torch.Tensor, List[torch.Tensor]]:
+        """-> encodings (B, T', 2H), lengths (B,), and no intermediate layers (``[]``); ``ctc_logits`` is
+        accepted for the encoder protocol and unused (a BiLSTM has no self-conditioning)."""
         min_len = 1 if self.subsampling is None else self.subsampling.min_input_length
         if feats.size(1) < min_len:  # every utterance shorter than the receptive field: nothing to run
-            return feats.new_zeros(feats.size(0), 0, self.output_dim), self.output_lengths(feat_lens)
+            return feats.new_zeros(feats.size(0), 0, self.output_dim), self.output_lengths(feat_lens), []
         if self.subsampling is not None:
             x, lens = self.subsampling(feats, feat_lens)  # (B, T', H)
         else:
@@ -94,4 +98,4 @@ class BLSTMEncoder(nn.Module):
                 host_lens = torch.div(host_lens + 1, 2, rounding_mode="floor")
             if i < len(self.layers):
                 x = self.dropout(x)
-        return x, lens
+        return x, lens, []

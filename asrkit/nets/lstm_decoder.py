@@ -73,12 +73,9 @@ class LSTMAttentionDecoder(nn.Module):
         new = LSTMDecoderState(torch.stack(hs, 1), torch.stack(cs, 1), weights, context, state.keys)
         return logits, new
 
-    def forward(self, memory: torch.Tensor, memory_lens: torch.Tensor,
-                ys_in: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Teacher forcing. memory (B, T, D_mem), memory_lens (B,), ys_in (B, L) = <sos> + tokens (no -1 ids).
-
-        Returns logits (B, L, V) and attention weights (B, L, T) (step i attends for output i).
-        """
+    def _teacher_forced(self, ys_in: torch.Tensor, memory: torch.Tensor, memory_lens: torch.Tensor
+                        ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """logits (B, L, V) and attention weights (B, L, T) (step i attends for output i)."""
         state = self.init_state(memory, memory_lens)
         mask = lengths_to_mask(memory_lens, memory.size(1))
         logits, weights = [], []
@@ -87,6 +84,18 @@ class LSTMAttentionDecoder(nn.Module):
             logits.append(out)
             weights.append(state.att_weights)
         return torch.stack(logits, 1), torch.stack(weights, 1)
+
+    def forward(self, ys_in: torch.Tensor, ys_lens: torch.Tensor, memory: torch.Tensor,
+                memory_lens: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: ys_in (B, L) = <sos> + tokens (valid ids on padding too; positions past ys_lens
+        are computed and ignored by the loss), memory (B, T, D_mem), memory_lens (B,) -> logits (B, L, V)."""
+        return self._teacher_forced(ys_in, memory, memory_lens)[0]
+
+    @torch.no_grad()
+    def attention_weights(self, ys_in: torch.Tensor, ys_lens: torch.Tensor, memory: torch.Tensor,
+                          memory_lens: torch.Tensor) -> torch.Tensor:
+        """(B, L, T) alignments of the teacher-forced decoder, for plots."""
+        return self._teacher_forced(ys_in, memory, memory_lens)[1]
 
     def decode_step(self, ys: torch.Tensor, memory: torch.Tensor, memory_lens: torch.Tensor,
                     state: Optional[LSTMDecoderState] = None) -> Tuple[torch.Tensor, LSTMDecoderState]:

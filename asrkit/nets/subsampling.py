@@ -49,7 +49,7 @@ class Conv2dSubsampling(nn.Module):
             raise ValueError(f"feature dim {in_dim} too small for x{factor} subsampling")
         self.conv = nn.Sequential(*layers)
         self.out = nn.Linear(conv_channels * freq, d_model)
-        # Recurrent encoders know order already: pos_enc=False leaves only the dropout.
+        # Recurrent encoders and rotary attention know order themselves: pos_enc=False leaves only the dropout.
         self.pos = PositionalEncoding(d_model, dropout) if pos_enc else nn.Dropout(dropout)
         # Frames of input needed before the first output frame exists.
         self.min_input_length = int(self.input_length_for(torch.tensor([1])))

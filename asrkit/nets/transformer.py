@@ -1,11 +1,13 @@
-"""Transformer encoder: conv subsampling, then pre-LN (default) or post-LN self-attention layers.
+"""Encoder stack: conv subsampling, then ``num_layers`` layers (pre-LN (default) or post-LN Transformer
+layers, or any layer kind from ``layer_builder``, e.g. :class:`~asrkit.nets.conformer.ConformerLayer`).
 
 Optional extras inside the layer stack (1-based layer indices, all before the last layer):
 
-- ``interctc_layers``: the normalised output of these layers is returned by :meth:`forward_intermediate`
+- ``interctc_layers``: the output of these layers is returned by :meth:`forward` beside the final one,
   so the model can put an auxiliary CTC loss on it (InterCTC, Lee & Watanabe 2021). With pre-LN the
-  residual stream is unnormalised, so the encoder's final LayerNorm is applied to it first (shared,
-  as in ESPnet), and the model's CTC head is shared between all layers.
+  residual stream is unnormalised, so the encoder's final LayerNorm is applied to it first (shared, as
+  in ESPnet, for the model's shared CTC head); ``intermediate_norm=False`` returns it raw instead, for
+  heads of their own (Deja-vu's iterated loss).
 - ``self_condition``: the intermediate CTC posteriors softmax(ctc_head(h_k)) are projected back to
   d_model (one Linear(V, d_model) shared by all intermediate layers) and added to the residual stream
   (self-conditioned CTC, Nozaki & Komatsu 2021). The encoder then needs ``ctc_head`` at inference too.
@@ -13,7 +15,7 @@ Optional extras inside the layer stack (1-based layer indices, all before the la
   output of this layer; the layer is also an intermediate CTC layer, so the auxiliary loss sits right
   before the re-presentation (the paper's "iterated loss").
 
-At an intermediate layer k the order is: layer k -> h_k = norm(x) is returned for the auxiliary loss
+At an intermediate layer k the order is: layer k -> h_k (norm(x) or x) is returned for the auxiliary loss
 -> self-conditioning (if on) -> re-presentation (if k is the Deja-vu layer).
 
 Deja-vu input Z0 (``dejavu_input``): ``subsampled`` = the subsampling module's output (what layer 1
@@ -84,7 +86,15 @@ class TransformerEncoder(nn.Module):
                  normalize_before: bool = True, input_layer: str = "conv2d", *,
                  interctc_layers: Sequence[int] = (), self_condition: bool = False, vocab_size: int = 0,
                  dejavu_layer: int = 0, dejavu_input: str = "subsampled", dejavu_dim: int = 0,
-                 dejavu_pos_dim: int = 0, dejavu_combine: str = "concat", conv_channels: int = 0):
+                 dejavu_pos_dim: int = 0, dejavu_combine: str = "concat", conv_channels: int = 0,
+                 intermediate_norm: bool = True, layer_builder: Optional[Callable[[], nn.Module]] = None,
+                 positional: bool = True):
+        """``intermediate_norm``: intermediate outputs pass through the final LayerNorm (InterCTC reads them
+        with the shared CTC head); False returns the raw residual stream of those layers (for heads of their
+        own, as Deja-vu's iterated loss). ``layer_builder`` makes each of the ``num_layers`` layers (any
+        module with ``forward(x (B, T, D), mask (B, 1, T))``, e.g. a Conformer layer; default a Transformer
+        layer), so InterCTC, self-conditioning and Deja-vu work on every layer kind. ``positional`` False
+        adds no absolute positions after the subsampling (for layers that encode position themselves)."""
         super().__init__()
         if input_layer not in INPUT_LAYERS:
             raise ValueError(f"unknown input_layer '{input_layer}' (choose from {sorted(INPUT_LAYERS)})")
@@ -94,12 +104,15 @@ class TransformerEncoder(nn.Module):
                                  f"{num_layers} layers; the last one already feeds the CTC head)")
         if dejavu_input not in DEJAVU_INPUTS:
             raise ValueError(f"unknown dejavu_input '{dejavu_input}' (choose from {DEJAVU_INPUTS})")
-        self.d_model = d_model
+        self.d_model = self.output_dim = d_model
+        self.intermediate_norm = intermediate_norm
         self.subsampling = Conv2dSubsampling(in_dim, d_model, INPUT_LAYERS[input_layer], dropout,
-                                             channels=conv_channels)
-        self.layers = nn.ModuleList(
-            TransformerEncoderLayer(d_model, num_heads, ffn_dim, dropout, attention_dropout, normalize_before)
-            for _ in range(num_layers))
+                                             pos_enc=positional, channels=conv_channels)
+        if layer_builder is None:
+            def layer_builder() -> nn.Module:
+                return TransformerEncoderLayer(d_model, num_heads, ffn_dim, dropout, attention_dropout,
+                                               normalize_before)
+        self.layers = nn.ModuleList(layer_builder() for _ in range(num_layers))
         # Pre-LN stacks leave the residual stream unnormalised: normalise once at the end.
         self.final_norm = nn.LayerNorm(d_model) if normalize_before else nn.Identity()
         self.intermediate_layers: Tuple[int, ...] = tuple(sorted(set(interctc_layers) | ({dejavu_layer} - {0})))
@@ -122,18 +135,13 @@ class TransformerEncoder(nn.Module):
         """Encoder frames for (B,) feature-frame counts (0 when shorter than the receptive field)."""
         return self.subsampling.output_lengths(feat_lens)
 
-    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor,
-                ctc_head: Optional[CTCHead] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-        """feats (B, T, F), feat_lens (B,) -> encodings (B, T', D), lengths (B,).
+    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor, ctc_head: Optional[CTCHead] = None
+                ) -> Tuple[torch.Tensor, torch.Tensor, List[torch.Tensor]]:
+        """feats (B, T, F), feat_lens (B,) -> encodings (B, T', D), lengths (B,) and the outputs (B, T', D) of
+        ``intermediate_layers`` in order (final-LayerNorm'd unless ``intermediate_norm`` is off).
 
         ``ctc_head`` (logits of the model's CTC layer) is required with self-conditioning.
         """
-        out, lens, _ = self.forward_intermediate(feats, feat_lens, ctc_head)
-        return out, lens
-
-    def forward_intermediate(self, feats: torch.Tensor, feat_lens: torch.Tensor, ctc_head: Optional[CTCHead] = None
-                             ) -> Tuple[torch.Tensor, torch.Tensor, List[torch.Tensor]]:
-        """Like :meth:`forward`, plus the normalised outputs (B, T', D) of ``intermediate_layers`` in order."""
         if self.self_condition and ctc_head is None:
             raise ValueError("this encoder is self-conditioned: pass the model's ctc_head")
         x, lens = self.subsampling(feats, feat_lens)  # (B, T', D)
@@ -148,7 +156,7 @@ class TransformerEncoder(nn.Module):
             if k not in self.intermediate_layers:
                 continue
             h = self.final_norm(x)
-            intermediates.append(h)
+            intermediates.append(h if self.intermediate_norm else x)
             if self.condition_proj is not None:
                 x = x + self.condition_proj(ctc_head(h).softmax(dim=-1))
             if k == self.dejavu_layer:

@@ -22,12 +22,12 @@ from dataclasses import replace
 from typing import Any, Dict, Optional
 
 import torch
-from torch import nn
 from torchaudio.functional import forced_align, merge_tokens
 
 from asrkit.config import ConfigError, DecodeConfig
 from asrkit.lm import ngram_scorer
 from asrkit.lm.neural import NeuralLMScorer, load_neural_lm
+from asrkit.models.asr import AsrModel
 from asrkit.search import (LengthBonus, NBest, attention_rescore, ctc_prefix_beam_search, greedy_search,
                            joint_beam_search)
 from asrkit.text.tokenizer import WORD_MARK, Tokenizer
@@ -37,24 +37,16 @@ _NEEDS_CTC = ("greedy", "ctc_prefix", "joint", "rescore")
 _NEEDS_DECODER = ("attention", "joint", "rescore")
 
 
-def _has_ctc(model: nn.Module) -> bool:
-    return hasattr(model, "ctc_log_probs") and getattr(model, "has_ctc", True)
-
-
-def _has_decoder(model: nn.Module) -> bool:
-    return hasattr(model, "decode_step") and hasattr(model, "score_tokens")
-
-
-def check_decode_config(cfg: DecodeConfig, model: nn.Module) -> None:
+def check_decode_config(cfg: DecodeConfig, model: AsrModel) -> None:
     """Raise ConfigError naming the ``decode.*`` key that cannot work with this model."""
     if cfg.mode not in MODES:
         raise ConfigError(f"decode.mode '{cfg.mode}' is unknown (choose from: {', '.join(MODES)})")
-    if cfg.mode in _NEEDS_CTC and not _has_ctc(model):
-        raise ConfigError(f"decode.mode '{cfg.mode}' needs a CTC head; this model has none "
-                          f"(use decode.mode: attention)")
-    if cfg.mode in _NEEDS_DECODER and not _has_decoder(model):
-        raise ConfigError(f"decode.mode '{cfg.mode}' needs an attention decoder; this "
-                          f"{type(model).__name__} has none (use greedy or ctc_prefix)")
+    if cfg.mode in _NEEDS_CTC and model.ctc is None:
+        raise ConfigError(f"decode.mode '{cfg.mode}' needs a CTC head; this model has none (it was trained with "
+                          f"model.ctc_weight 0: use decode.mode: attention)")
+    if cfg.mode in _NEEDS_DECODER and model.decoder is None:
+        raise ConfigError(f"decode.mode '{cfg.mode}' needs an attention decoder; this model has none "
+                          f"(use greedy or ctc_prefix)")
     if cfg.beam < 1:
         raise ConfigError(f"decode.beam must be >= 1, got {cfg.beam}")
     if not 1 <= cfg.nbest <= cfg.beam:
@@ -94,7 +86,7 @@ class Searcher:
     """``search(model, enc, enc_lens) -> NBest`` for one DecodeConfig; scorers that do not depend on the
     audio (the LM, the length bonus) are built once."""
 
-    def __init__(self, cfg: DecodeConfig, model: nn.Module, tokenizer: Tokenizer, device: torch.device):
+    def __init__(self, cfg: DecodeConfig, model: AsrModel, tokenizer: Tokenizer, device: torch.device):
         check_decode_config(cfg, model)
         self.cfg, self.tokenizer = cfg, tokenizer
         self.lm = load_lm_scorer(cfg, tokenizer, device)
@@ -129,7 +121,7 @@ class Searcher:
                                       token_topk=c.token_topk, token_min_logp=c.token_min_logp,
                                       blank_skip_threshold=c.blank_skip_threshold)
 
-    def search(self, model: nn.Module, enc: torch.Tensor, enc_lens: torch.Tensor) -> NBest:
+    def search(self, model: AsrModel, enc: torch.Tensor, enc_lens: torch.Tensor) -> NBest:
         """enc (B, T, D), enc_lens (B,) -> NBest (B, decode.nbest), best first."""
         c = self.cfg
         if c.mode == "greedy":
@@ -146,7 +138,7 @@ class Searcher:
 
             return attention_rescore(nbest, score_fn, c.ctc_weight).top(c.nbest)
         scorers, weights = self._fusion()
-        log_probs = model.ctc_log_probs(enc) if _has_ctc(model) else None
+        log_probs = model.ctc_log_probs(enc) if model.ctc is not None else None
         joint = c.mode == "joint"
         nbest = joint_beam_search(model, enc, enc_lens, log_probs if joint else None,
                                   ctc_weight=c.ctc_weight if joint else 0.0, beam=c.beam, nbest=c.nbest,

@@ -19,7 +19,7 @@ from asrkit.models.registry import build_model
 from asrkit.pipeline.searcher import Searcher
 from asrkit.search import Hypothesis
 from asrkit.text.tokenizer import Tokenizer, load_tokenizer
-from asrkit.train.checkpoint import MODEL_FILE, load_checkpoint
+from asrkit.checkpoint import MODEL_FILE, load_checkpoint
 
 log = logging.getLogger("asrkit.pipeline")
 

@@ -48,7 +48,7 @@ class LengthBonus:
 
 
 class StepDecoder(Protocol):
-    """What :class:`DecoderScorer` needs: CTCAttentionTransformer, BLSTMAttention and both decoders have it."""
+    """What :class:`DecoderScorer` needs: an AsrModel with a decoder and the decoders themselves have it."""
 
     def decode_step(self, ys: torch.Tensor, memory: torch.Tensor, memory_lens: torch.Tensor,
                     state: Any = None) -> Tuple[torch.Tensor, Any]:

@@ -16,6 +16,9 @@ from typing import Iterable, List, Protocol, Sequence
 
 BLANK, UNK, SOS_EOS = "<blank>", "<unk>", "<sos/eos>"
 SPECIALS = (BLANK, UNK, SOS_EOS)
+# The special ids, defined here only: models, LMs and the pipeline import them. (search/ imports torch
+# only, so its functions take the ids as arguments, with these values as defaults.)
+BLANK_ID, UNK_ID, SOS_EOS_ID = 0, 1, 2
 WORD_MARK = "\u2581"
 
 
@@ -33,7 +36,7 @@ class Tokenizer(Protocol):
 
 
 class _Base:
-    blank_id, unk_id, sos_eos_id = 0, 1, 2
+    blank_id, unk_id, sos_eos_id = BLANK_ID, UNK_ID, SOS_EOS_ID
     token_list: List[str]
 
     @property

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from asrkit.config import ConfigError, ExperimentConfig, load_config, save_config, to_dict
-from asrkit.train.checkpoint import INDEX_FILE, MODEL_FILE, CheckpointIndex
+from asrkit.checkpoint import INDEX_FILE, MODEL_FILE, CheckpointIndex
 
 # Settings that do not change what is being trained, so a resumed run may use other values.
 RESUMABLE = frozenset({"train.epochs", "train.log_interval", "train.save_every_steps", "train.keep_best",
@@ -90,7 +90,7 @@ def prepare_experiment(cfg: Any, exp_dir: str, tokenizer_path: Optional[str] = N
     if not os.path.isfile(tok_src):
         raise FileNotFoundError(
             f"tokenizer '{tok_src}' not found: create one with 'asrkit train-tokenizer --text DATA/text OUT.json'")
-    has_cmvn = hasattr(cfg, "cmvn")
+    has_cmvn = isinstance(cfg, ExperimentConfig)  # an LM config has no CMVN
     cmvn_src = (cmvn_path or cfg.cmvn) if has_cmvn else None
     if cmvn_src and not os.path.isfile(cmvn_src):
         raise FileNotFoundError(f"CMVN stats '{cmvn_src}' not found: create them with 'asrkit compute-cmvn'")

@@ -33,7 +33,7 @@ from tqdm import tqdm
 from asrkit.config import ConfigError, LMExperimentConfig, load_lm_config
 from asrkit.lm.neural import IGNORE_ID, build_lm, check_lm_model_config, make_lm_batch
 from asrkit.text.tokenizer import load_tokenizer
-from asrkit.train.checkpoint import (FORMAT_VERSION, MODEL_FILE, CheckpointIndex, load_checkpoint,
+from asrkit.checkpoint import (FORMAT_VERSION, MODEL_FILE, CheckpointIndex, load_checkpoint,
                                      rng_state, save_atomic, save_model_weights, set_rng_state)
 from asrkit.train.experiment import prepare_experiment, setup_logging
 from asrkit.train.lm_data import LMCorpus, check_data_config, load_corpus, sentence_batches

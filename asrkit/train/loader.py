@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import numpy as np
 import torch
-from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from asrkit.config import ExperimentConfig
 from asrkit.data.datadir import DataDirError, read_data_dir
 from asrkit.data.dataset import AsrDataset, TokenEncoder, collate
 from asrkit.data.sampler import BucketBatchSampler
+from asrkit.models.asr import AsrModel
 from asrkit.models.losses import ctc_min_frames
 
 log = logging.getLogger("asrkit.train")
@@ -38,38 +38,26 @@ def seed_worker(worker_id: int) -> None:
     np.random.seed(seed)
 
 
-def output_lengths_fn(model: nn.Module) -> Optional[Callable[[torch.Tensor], torch.Tensor]]:
-    """The model's samples -> encoder frames function, if it has one."""
-    return getattr(model, "output_lengths", None)
-
-
-def alignable(durations: Sequence[float], token_ids: Sequence[Sequence[int]], model: nn.Module,
-              sample_rate: int, speed_factor: float = 1.0, ctc: bool = True) -> Optional[List[bool]]:
-    """Per utterance: does the encoder give enough frames for its labels? ``None`` if the model cannot say.
+def alignable(durations: Sequence[float], token_ids: Sequence[Sequence[int]], model: AsrModel,
+              sample_rate: int, speed_factor: float = 1.0) -> List[bool]:
+    """Per utterance: does the encoder give enough frames for its labels? CTC needs one per label plus one
+    between repeated labels; a model without a CTC head (attention only) one frame per label.
 
     ``speed_factor``: the largest speed-perturbation factor (a faster copy is shorter).
     """
-    fn = output_lengths_fn(model)
-    if fn is None:
-        return None
     samples = torch.tensor([int(d * sample_rate / speed_factor) for d in durations], dtype=torch.long)
     with torch.no_grad():
-        frames = fn(samples).tolist()
-    need = [ctc_min_frames(t) if ctc else len(t) for t in token_ids]
-    return [f >= n for f, n in zip(frames, need)]
+        frames = model.output_lengths(samples).tolist()
+    need = [ctc_min_frames(t) if model.ctc is not None else len(t) for t in token_ids]
+    return [f >= max(n, 1) for f, n in zip(frames, need)]
 
 
-def filter_alignable(dataset: AsrDataset, model: nn.Module, cfg: ExperimentConfig) -> Tuple[Dataset, List[float]]:
+def filter_alignable(dataset: AsrDataset, model: AsrModel, cfg: ExperimentConfig) -> Tuple[Dataset, List[float]]:
     """Drop (and report) the utterances of ``dataset`` too short for their labels; returns the dataset
     to load from and its durations."""
     durations = dataset.durations()
     speed = max(cfg.speed_perturb.factors) if cfg.speed_perturb.enabled else 1.0
-    ok = alignable(durations, [tokens for _, tokens in dataset.items], model, cfg.frontend.sample_rate, speed,
-                   ctc=getattr(model, "ctc_head", None) is not None)
-    if ok is None:
-        log.debug("model %s has no output_lengths(): utterances too short for their labels are not filtered",
-                  type(model).__name__)
-        return dataset, durations
+    ok = alignable(durations, [tokens for _, tokens in dataset.items], model, cfg.frontend.sample_rate, speed)
     keep = [i for i, good in enumerate(ok) if good]
     if len(keep) == len(durations):
         return dataset, durations
@@ -78,11 +66,11 @@ def filter_alignable(dataset: AsrDataset, model: nn.Module, cfg: ExperimentConfi
                 "(e.g. %s)", dataset.name, len(bad), len(durations), ", ".join(bad[:_EXAMPLES]))
     if not keep:
         raise DataDirError(f"{dataset.name}: every utterance is too short for its transcript after "
-                           f"{getattr(model, 'subsampling_factor', '?')}x subsampling")
+                           f"{model.subsampling_factor}x subsampling")
     return Subset(dataset, keep), [durations[i] for i in keep]
 
 
-def build_loader(data_dir: str, cfg: ExperimentConfig, tokenizer: TokenEncoder, model: nn.Module, *,
+def build_loader(data_dir: str, cfg: ExperimentConfig, tokenizer: TokenEncoder, model: AsrModel, *,
                  train: bool, pin_memory: bool = False) -> DataLoader:
     """A DataLoader over ``data_dir`` whose ``batch_sampler`` is a :class:`BucketBatchSampler` sharded over
     the initialised process group and whose ``generator`` is reseeded per epoch by the trainer."""

@@ -8,7 +8,7 @@ logged). An update whose loss or gradient is not finite is skipped with a warnin
 ``train.max_nonfinite_steps`` of them in a row stop training with :class:`TrainingError`. (With fp16,
 an overflow the gradient scaler handles by lowering its scale is not counted.)
 
-Checkpoints (see :mod:`asrkit.train.checkpoint`) are written at every epoch end and every
+Checkpoints (see :mod:`asrkit.checkpoint`) are written at every epoch end and every
 ``train.save_every_steps`` updates; training resumes from the latest one with the model, optimizer,
 scheduler, scaler, sampler position, epoch totals and every rank's RNG state, so the loss curve
 (``steps.tsv``) continues exactly as if it had never stopped.
@@ -32,11 +32,11 @@ from asrkit.config import ConfigError, ExperimentConfig
 from asrkit.models.registry import build_model
 from asrkit.text.tokenizer import load_tokenizer
 from asrkit.train import distributed as dist_util
-from asrkit.train.checkpoint import (FORMAT_VERSION, METRICS, MODEL_FILE, CheckpointIndex, load_checkpoint, rng_state,
+from asrkit.checkpoint import (FORMAT_VERSION, METRICS, MODEL_FILE, CheckpointIndex, load_checkpoint, rng_state,
                                      save_atomic, save_model_weights, set_rng_state)
 from asrkit.train.distributed import DistContext, all_reduce_sum, gather_objects
 from asrkit.train.experiment import STEP_LOG, ExperimentError, prepare_experiment, setup_logging
-from asrkit.train.loader import build_loader, output_lengths_fn
+from asrkit.train.loader import build_loader
 from asrkit.train.optim import build_optimizer, build_scheduler
 from asrkit.train.steplog import StepLog
 
@@ -85,10 +85,8 @@ class Trainer:
                                           pin_memory=cuda) if valid_dir else None)
         self.model: torch.nn.Module = self.raw_model
         if self.ctx.distributed:
-            # Joint CTC/attention with a zero weight leaves a head out of the graph; DDP must be told.
-            unused = hasattr(self.raw_model, "decoder") and cfg.model.ctc_weight in (0.0, 1.0)
-            self.model = DistributedDataParallel(self.raw_model, device_ids=[self.device] if cuda else None,
-                                                 find_unused_parameters=unused)
+            # Every part a model has is in its loss graph (a zero-weight part is never built).
+            self.model = DistributedDataParallel(self.raw_model, device_ids=[self.device] if cuda else None)
         if self.ctx.rank > 0:  # rank 0 draws exactly what a single process draws
             seed_everything(t.seed + 1_000_003 * self.ctx.rank)
         self.optimizer = build_optimizer(self.raw_model, t)
@@ -300,13 +298,12 @@ class Trainer:
         """Attention images of up to ``limit`` utterances of ``batch``; ``attention`` is (B, L, T)."""
         from asrkit.train.plot import plot_attention
 
-        frames_fn = output_lengths_fn(self.raw_model)
-        frames = frames_fn(batch["wav_lens"].cpu()).tolist() if frames_fn else None
+        frames = self.raw_model.output_lengths(batch["wav_lens"].cpu()).tolist()
         eos = int(attention.size(1) == batch["tokens"].size(1) + 1)  # a row for <eos>
         count = min(limit, attention.size(0))
         for b in range(count):
             rows = int(batch["token_lens"][b]) + eos
-            cols = min(int(frames[b]), attention.size(2)) if frames else attention.size(2)
+            cols = min(int(frames[b]), attention.size(2))
             ids = batch["tokens"][b, : int(batch["token_lens"][b])].tolist()
             labels = [self.tokenizer.token_list[i] for i in ids] + ["<eos>"] * eos
             utt = batch["utts"][b]
@@ -321,7 +318,7 @@ class Trainer:
         t = self.cfg.train
         n_params = sum(p.numel() for p in self.raw_model.parameters())
         log.info("model %s: %.2fM parameters, device %s, %d process(es), %d batches per epoch per process",
-                 self.cfg.model.name, n_params / 1e6, self.device, self.ctx.world_size,
+                 f"{self.cfg.model.encoder.kind}+{self.cfg.model.decoder.kind}", n_params / 1e6, self.device, self.ctx.world_size,
                  len(self.train_loader.batch_sampler) + self.batches_done)
         summary: Dict[str, float] = dict(self.index.latest_entry() or {})
         if self.epoch >= t.epochs:

@@ -13,7 +13,7 @@ from asrkit.cli import main
 from asrkit.config import load_lm_config
 from asrkit.lm import NeuralLMScorer, load_neural_lm
 from asrkit.text.tokenizer import CharTokenizer
-from asrkit.train.checkpoint import load_checkpoint
+from asrkit.checkpoint import load_checkpoint
 from asrkit.train.lm_data import read_text
 
 CONF = Path(__file__).resolve().parents[2] / "conf"

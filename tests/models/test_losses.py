@@ -80,3 +80,33 @@ def test_ctc_loss_zeroes_and_counts_infeasible_utterances():
     ref = F.ctc_loss(lp[:1].transpose(0, 1), targets[:1, :2], torch.tensor([4]), torch.tensor([2]), reduction="sum")
     assert int(n_inf) == 1
     torch.testing.assert_close(loss, ref / 2)
+
+
+@pytest.mark.parametrize("tokens, frames, infeasible", [([1, 1, 2], 3, True), ([1, 1, 2], 4, False),
+                                                         ([1, 2, 3], 2, True), ([3, 3, 3], 5, False)])
+def test_ctc_loss_counts_infeasibility_from_repeats_and_frames(tokens, frames, infeasible):
+    """The count must agree with torch's own verdict (an infinite loss): catches a count that forgets the
+    blank needed between equal neighbours, or reads padding as repeats."""
+    lp = torch.randn(1, 6, 5, generator=torch.Generator().manual_seed(3)).log_softmax(-1)
+    targets = torch.tensor([tokens + [-1, -1]])
+    _, n_inf = ctc_loss(lp, torch.tensor([frames]), targets, torch.tensor([len(tokens)]))
+    torch_inf = not torch.isfinite(F.ctc_loss(lp.transpose(0, 1), torch.tensor([tokens]), torch.tensor([frames]),
+                                              torch.tensor([len(tokens)]), reduction="sum"))
+    assert int(n_inf) == int(infeasible) == int(torch_inf)
+
+
+def test_infeasible_utterance_sends_no_nan_gradient_into_the_batch():
+    """An infinite loss masked only in value still back-propagates NaN into every parameter, and the trainer
+    then skips the whole update: the feasible utterance's gradient must equal its gradient alone."""
+    torch.manual_seed(0)
+    logits = torch.randn(2, 4, 6, requires_grad=True)
+    targets = torch.tensor([[1, 2, -1, -1, -1], [1, 2, 3, 4, 5]])  # the second needs 5 frames, has 4
+    loss, n_inf = ctc_loss(logits.log_softmax(-1), torch.tensor([4, 4]), targets, torch.tensor([2, 5]))
+    loss.backward()
+    assert int(n_inf) == 1 and torch.isfinite(logits.grad).all()
+    alone = logits.detach()[:1].clone().requires_grad_(True)
+    ref = F.ctc_loss(alone.log_softmax(-1).transpose(0, 1), targets[:1, :2], torch.tensor([4]), torch.tensor([2]),
+                     reduction="sum") / 2
+    ref.backward()
+    torch.testing.assert_close(logits.grad[0], alone.grad[0], atol=1e-6, rtol=1e-5)
+    assert logits.grad[1].abs().max() == 0.0  # the infeasible utterance contributes nothing

@@ -1,3 +1,4 @@
+import math
 import pathlib
 
 import pytest
@@ -5,8 +6,7 @@ import torch
 from torch import nn
 
 from asrkit.config import ConfigError, load_config
-from asrkit.models.lstm_attention import BLSTMAttention
-from asrkit.models.lstm_ctc import BLSTMCTC
+from asrkit.models.asr import AsrModel, CTCHead, decoder_io
 from asrkit.models.registry import build_model
 from asrkit.nets.lstm import BLSTMEncoder
 from asrkit.nets.lstm_decoder import LSTMAttentionDecoder
@@ -64,7 +64,7 @@ def _overfit(model: nn.Module, batch, decodes_targets, key: str, max_steps: int,
     pytest.fail(f"no overfit in {max_steps} steps: {key} went from {first:.3f} to {float(out[key]):.3f}")
 
 
-def _ctc_greedy(model: BLSTMCTC, batch):
+def _ctc_greedy(model: AsrModel, batch):
     with torch.no_grad():
         enc, enc_lens = model.encode(batch["wav"], batch["wav_lens"])
         best = model.ctc_log_probs(enc).argmax(-1)
@@ -75,7 +75,7 @@ def _ctc_greedy(model: BLSTMCTC, batch):
     return hyps
 
 
-def _attention_greedy(model: BLSTMAttention, batch, steps: int = 6):
+def _attention_greedy(model: AsrModel, batch, steps: int = 6):
     """Greedy search through the incremental decode_step API; returns (B, steps) tokens after <sos>."""
     with torch.no_grad():
         enc, enc_lens = model.encode(batch["wav"], batch["wav_lens"])
@@ -86,17 +86,19 @@ def _attention_greedy(model: BLSTMAttention, batch, steps: int = 6):
     return ys[:, 1:].tolist()
 
 
-def _attention_model(ctc_weight: float = 0.3, lsm_weight: float = 0.0, layers: int = 1) -> BLSTMAttention:
+def _attention_model(ctc_weight: float = 0.3, lsm_weight: float = 0.0, layers: int = 1) -> AsrModel:
     enc = BLSTMEncoder(FEAT_DIM, 24, num_layers=2, dropout=0.0, input_layer="none", pyramid_layers=(1,))
     dec = LSTMAttentionDecoder(VOCAB, enc.output_dim, embed_dim=16, hidden_size=32, num_layers=layers,
                                attention_dim=24, conv_channels=4, conv_kernel=5, dropout=0.0)
-    return BLSTMAttention(FeatureFrontend(), enc, dec, VOCAB, ctc_weight=ctc_weight, lsm_weight=lsm_weight)
+    ctc = CTCHead(enc.output_dim, VOCAB) if ctc_weight > 0 else None
+    return AsrModel(FeatureFrontend(), enc, VOCAB, ctc, dec, ctc_weight=ctc_weight, lsm_weight=lsm_weight)
 
 
 def test_blstm_ctc_overfits_a_few_utterances():
     torch.manual_seed(0)
     batch, targets = _batch()
-    model = BLSTMCTC(FeatureFrontend(), BLSTMEncoder(FEAT_DIM, 32, 2, 0.0, input_layer="none"), VOCAB)
+    enc = BLSTMEncoder(FEAT_DIM, 32, 2, 0.0, input_layer="none")
+    model = AsrModel(FeatureFrontend(), enc, VOCAB, CTCHead(enc.output_dim, VOCAB), ctc_weight=1.0)
     assert _ctc_greedy(model, batch) != targets
     ratio = _overfit(model, batch, lambda m: _ctc_greedy(m, batch) == targets, "loss_ctc", max_steps=300, lr=3e-2)
     assert ratio < 0.05
@@ -121,8 +123,9 @@ def test_decode_step_reproduces_teacher_forced_forward():
     model = _attention_model(layers=2).eval()
     with torch.no_grad():
         enc, enc_lens = model.encode(batch["wav"], batch["wav_lens"])
-        ys_in, _ = model.decoder_io(batch["tokens"], batch["token_lens"])
-        logits, attention = model.decoder(enc, enc_lens, ys_in)
+        ys_in, _, ys_lens = decoder_io(batch["tokens"], batch["token_lens"])
+        logits = model.decoder(ys_in, ys_lens, enc, enc_lens)
+        attention = model.decoder.attention_weights(ys_in, ys_lens, enc, enc_lens)
         state = None
         for i in range(ys_in.size(1)):
             logp, state = model.decoder.decode_step(ys_in[:, : i + 1], enc, enc_lens, state)
@@ -147,11 +150,16 @@ def test_loss_terms_match_a_reference_computation():
     with torch.no_grad():
         enc, enc_lens = model.encode(batch["wav"], batch["wav_lens"])
         total = 0.0
-        for b, t in enumerate(targets):  # one utterance at a time, targets + <eos>, smoothed toward uniform
+        for b, t in enumerate(targets):  # one utterance at a time, targets + <eos>
             ys_in = torch.tensor([[2] + t])
-            logp = model.decoder(enc[b: b + 1, : int(enc_lens[b])], enc_lens[b: b + 1], ys_in)[0][0].log_softmax(-1)
+            logp = model.decoder(ys_in, torch.tensor([len(t) + 1]), enc[b: b + 1, : int(enc_lens[b])],
+                                 enc_lens[b: b + 1])[0].log_softmax(-1)
             for i, y in enumerate(t + [2]):
-                total -= 0.9 * logp[i, y] + 0.1 * logp[i].mean()
+                # KL to q = 0.9 on the target, 0.1 / (V - 1) on every other id (the same smoothing as every
+                # decoder's): -sum q log p + sum q log q
+                others = logp[i].sum() - logp[i, y]
+                total -= 0.9 * logp[i, y] + 0.1 / (VOCAB - 1) * others
+                total += 0.9 * math.log(0.9) + 0.1 * math.log(0.1 / (VOCAB - 1))
         ref_att = total / len(targets)
     torch.testing.assert_close(out["loss_att"], ref_att, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(out["loss"], 0.4 * out["loss_ctc"] + 0.6 * out["loss_att"])
@@ -161,15 +169,13 @@ def test_loss_terms_match_a_reference_computation():
     for b in range(4):
         assert torch.all(att[b, :, int(enc_lens[b]):] == 0)
         torch.testing.assert_close(att[b].sum(-1), torch.ones(6))
-    trimmed = model.attention_weights(batch)
-    assert [tuple(a.shape) for a in trimmed] == [(len(t) + 1, int(n)) for t, n in zip(targets, enc_lens)]
 
 
 def test_without_ctc_the_attention_loss_is_the_loss():
     batch, _ = _batch()
     model = _attention_model(ctc_weight=0.0)
     out = model(batch)
-    assert "loss_ctc" not in out and not model.has_ctc
+    assert "loss_ctc" not in out and model.ctc is None
     torch.testing.assert_close(out["loss"], out["loss_att"])
     with pytest.raises(RuntimeError, match="no CTC head"):
         model.ctc_log_probs(torch.zeros(1, 2, 48))
@@ -192,8 +198,8 @@ def test_configs_build_through_the_registry(name):
 
 
 def test_bad_lstm_config_is_a_config_error():
-    cfg = load_config(CONF / "tiny_blstm_ctc.yaml", ["model.lstm_encoder.pyramid_layers=[3]"])
-    with pytest.raises(ConfigError, match="model.lstm_encoder: pyramid_layers"):
+    cfg = load_config(CONF / "tiny_blstm_ctc.yaml", ["model.encoder.pyramid_layers=[3]"])
+    with pytest.raises(ConfigError, match="model.encoder: pyramid_layers"):
         build_model(cfg, vocab_size=32)
 
 

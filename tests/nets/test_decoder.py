@@ -154,10 +154,10 @@ def test_decode_step_rejects_a_state_for_other_memory_or_of_another_kind():
         dec.decode_step(longer, memory, mlens, tuple(state.self_kv))
 
 
-def test_cross_attention_weights_are_distributions_over_valid_frames():
+def test_attention_weights_are_distributions_over_valid_frames():
     dec = make()
-    w = dec.cross_attention_weights(torch.tensor([[2, 5, 6], [2, 7, 2]]), torch.tensor([3, 2]),
-                                    torch.randn(2, 7, 16), torch.tensor([7, 4]))
-    assert w.shape == (2, 4, 3, 7)
-    torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 3))
-    assert float(w[1, :, :, 4:].sum()) == 0.0
+    w = dec.attention_weights(torch.tensor([[2, 5, 6], [2, 7, 2]]), torch.tensor([3, 2]),
+                              torch.randn(2, 7, 16), torch.tensor([7, 4]))
+    assert w.shape == (2, 3, 7)  # (B, L, T), averaged over the heads
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 3))
+    assert float(w[1, :, 4:].sum()) == 0.0

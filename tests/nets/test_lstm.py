@@ -42,7 +42,7 @@ def test_pyramid_lengths_halve_with_ceiling(lengths):
     torch.manual_seed(0)
     enc = BLSTMEncoder(6, 5, num_layers=3, dropout=0.0, input_layer="none", pyramid_layers=(1, 2)).eval()
     lens = torch.tensor(lengths)
-    out, out_lens = enc(torch.randn(len(lengths), max(lengths), 6), lens)
+    out, out_lens, _ = enc(torch.randn(len(lengths), max(lengths), 6), lens)
     expected = [(((n + 1) // 2) + 1) // 2 for n in lengths]
     assert out_lens.tolist() == expected
     assert enc.output_lengths(lens).tolist() == expected
@@ -60,7 +60,7 @@ def test_batched_packed_encoder_matches_unpadded_reference(pyramid):
     x = torch.randn(3, 11, 6)
     x[1, 7:] = 100.0  # garbage padding must not leak into valid frames (either direction)
     x[2, 4:] = -50.0
-    out, out_lens = enc(x, torch.tensor(lengths))
+    out, out_lens, _ = enc(x, torch.tensor(lengths))
     for b, n in enumerate(lengths):
         ref = _reference_encode(enc, x[b: b + 1, :n])
         assert ref.size(1) == int(out_lens[b])
@@ -72,18 +72,18 @@ def test_conv_front_end_and_padding_invariance():
     enc = BLSTMEncoder(20, 8, num_layers=2, dropout=0.0, input_layer="conv2d", pyramid_layers=(1,)).eval()
     assert enc.subsampling_factor == 8 and enc.output_dim == 16
     x = torch.randn(1, 45, 20)
-    single, n1 = enc(x, torch.tensor([45]))
-    batch, n2 = enc(torch.cat([F.pad(x, (0, 0, 0, 30)), torch.randn(1, 75, 20)]), torch.tensor([45, 75]))
+    single, n1, _ = enc(x, torch.tensor([45]))
+    batch, n2, _ = enc(torch.cat([F.pad(x, (0, 0, 0, 30)), torch.randn(1, 75, 20)]), torch.tensor([45, 75]))
     assert int(n1[0]) == int(n2[0]) == (((45 - 3) // 2 + 1 - 3) // 2 + 1 + 1) // 2  # conv x4 then ceil(/2)
     torch.testing.assert_close(batch[:1, : int(n1[0])], single, atol=1e-5, rtol=1e-5)
 
 
 def test_too_short_utterance_gets_zero_length_without_crashing():
     enc = BLSTMEncoder(20, 4, num_layers=1, dropout=0.0, input_layer="conv2d").eval()
-    out, lens = enc(torch.randn(2, 30, 20), torch.tensor([30, 5]))  # 5 frames < receptive field 7
+    out, lens, _ = enc(torch.randn(2, 30, 20), torch.tensor([30, 5]))  # 5 frames < receptive field 7
     assert lens.tolist() == [6, 0]
     assert torch.isfinite(out).all()
-    out, lens = enc(torch.randn(1, 5, 20), torch.tensor([5]))
+    out, lens, _ = enc(torch.randn(1, 5, 20), torch.tensor([5]))
     assert out.shape == (1, 0, 8) and lens.tolist() == [0]
 
 

@@ -152,9 +152,9 @@ def test_encoder_with_dejavu_padding_and_gradients(dejavu_input):
                              dejavu_input=dejavu_input).eval()
     assert enc.intermediate_layers == (2,)  # the auxiliary loss sits at the re-presentation layer
     a = torch.randn(1, 40, 20)
-    single, n, inter = enc.forward_intermediate(a, torch.tensor([40]))
+    single, n, inter = enc(a, torch.tensor([40]))
     assert single.shape == (1, int(n[0]), 16) and inter[0].shape == single.shape
-    batch, lens, inter_b = enc.forward_intermediate(torch.cat([a, torch.randn(1, 24, 20)], 1).expand(2, -1, -1),
+    batch, lens, inter_b = enc(torch.cat([a, torch.randn(1, 24, 20)], 1).expand(2, -1, -1),
                                                     torch.tensor([40, 64]))
     torch.testing.assert_close(batch[0, : int(n[0])], single[0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(inter_b[0][0, : int(n[0])], inter[0][0], atol=1e-5, rtol=1e-5)
@@ -163,7 +163,7 @@ def test_encoder_with_dejavu_padding_and_gradients(dejavu_input):
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
     feats = torch.randn(2, 40, 20, requires_grad=True)
-    out, out_lens, inter = enc.forward_intermediate(feats, torch.tensor([40, 30]))
+    out, out_lens, inter = enc(feats, torch.tensor([40, 30]))
     valid = (torch.arange(out.size(1))[None] < out_lens[:, None])[..., None]
     gen = torch.Generator().manual_seed(2)
     # Random projections of both outputs (a LayerNorm'd output's .sum() has zero gradient by construction).

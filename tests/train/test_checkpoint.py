@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from asrkit.cli.average import main as average_main
-from asrkit.train.checkpoint import (MODEL_FILE, CheckpointIndex, average_state_dicts, load_checkpoint, save_atomic)
+from asrkit.checkpoint import (MODEL_FILE, CheckpointIndex, average_state_dicts, load_checkpoint, save_atomic)
 from asrkit.train.trainer import train
 from trainkit import tiny_config
 
@@ -76,9 +76,9 @@ def test_average_cli_averages_the_best_checkpoints_by_validation_loss(corpus, tm
     for name, tensor in averaged["model"].items():
         if torch.is_floating_point(tensor):
             torch.testing.assert_close(tensor, (chosen[0][name] + chosen[1][name]) / 2, rtol=1e-6, atol=1e-7)
-    assert not torch.equal(chosen[0]["ctc_head.weight"], chosen[1]["ctc_head.weight"])
+    assert not torch.equal(chosen[0]["ctc.proj.weight"], chosen[1]["ctc.proj.weight"])
     # Default output: model.pt, which the decoder loads.
     assert average_main(["--model", str(exp), "--best", "1"]) == 0
-    assert torch.equal(load_checkpoint(exp / MODEL_FILE)["model"]["ctc_head.weight"],
-                       chosen[0]["ctc_head.weight"])
+    assert torch.equal(load_checkpoint(exp / MODEL_FILE)["model"]["ctc.proj.weight"],
+                       chosen[0]["ctc.proj.weight"])
     assert average_main(["--model", str(tmp_path / "nothing"), "--best", "1"]) == 2

@@ -10,7 +10,7 @@ import sys
 import torch
 
 from asrkit.cli.train import main as train_main
-from asrkit.train.checkpoint import CheckpointIndex, load_checkpoint
+from asrkit.checkpoint import CheckpointIndex, load_checkpoint
 from asrkit.train.steplog import read_step_log
 from trainkit import REPO, cli_args
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from asrkit.config import ConfigError
-from asrkit.models.ctc_transformer import CTCTransformer
+from asrkit.models.asr import AsrModel
 from asrkit.text.tokenizer import CharTokenizer
 from asrkit.train.experiment import prepare_experiment
 from asrkit.train.loader import alignable
@@ -51,7 +51,7 @@ def make_trainer(corpus, exp, extra=()):
 
 def test_non_finite_loss_or_gradient_skips_the_update(corpus, tmp_path, monkeypatch, caplog):
     calls = {"n": 0}
-    forward = CTCTransformer.forward
+    forward = AsrModel.forward
 
     def flaky(self, batch):
         out = forward(self, batch)
@@ -59,10 +59,10 @@ def test_non_finite_loss_or_gradient_skips_the_update(corpus, tmp_path, monkeypa
         if calls["n"] == 2:  # NaN loss
             out["loss"] = out["loss"] * float("nan")
         if calls["n"] == 3:  # finite loss, NaN gradient: d sqrt(u)/du is infinite at u = 0
-            out["loss"] = out["loss"] + torch.sqrt(self.ctc_head.bias.sum() * 0.0)
+            out["loss"] = out["loss"] + torch.sqrt(self.ctc.proj.bias.sum() * 0.0)
         return out
 
-    monkeypatch.setattr(CTCTransformer, "forward", flaky)
+    monkeypatch.setattr(AsrModel, "forward", flaky)
     caplog.set_level(logging.WARNING, logger="asrkit.train")
     trainer = make_trainer(corpus, tmp_path / "exp", ["train.epochs=1"])
     summary = trainer.fit()
@@ -75,8 +75,8 @@ def test_non_finite_loss_or_gradient_skips_the_update(corpus, tmp_path, monkeypa
 
 
 def test_too_many_non_finite_steps_in_a_row_stop_training(corpus, tmp_path, monkeypatch):
-    forward = CTCTransformer.forward
-    monkeypatch.setattr(CTCTransformer, "forward",
+    forward = AsrModel.forward
+    monkeypatch.setattr(AsrModel, "forward",
                         lambda self, batch: {**forward(self, batch), "loss": torch.tensor(float("inf"),
                                                                                         requires_grad=True)})
     trainer = make_trainer(corpus, tmp_path / "exp", ["train.max_nonfinite_steps=3"])
@@ -98,6 +98,10 @@ def test_unreadable_utterance_is_skipped_and_counted(corpus, tmp_path, caplog):
 
 def test_alignable_counts_a_blank_between_repeated_labels():
     class Model(torch.nn.Module):
+        def __init__(self, ctc=True):
+            super().__init__()
+            self.ctc = torch.nn.Identity() if ctc else None
+
         def output_lengths(self, wav_lens):  # 1000 samples per encoder frame
             return wav_lens // 1000
 
@@ -105,7 +109,7 @@ def test_alignable_counts_a_blank_between_repeated_labels():
     assert ok == [True, False, True]  # 4 frames: 4 distinct labels fit, 3 3 4 4 needs 6, 3 3 4 needs 4
     ok = alignable([0.25, 0.375], [[3, 3, 4, 4], [3, 3, 4, 4]], Model(), 16000)  # 4 and 6 frames
     assert ok == [False, True]
-    assert alignable([0.25], [[3, 3, 4, 4]], Model(), 16000, ctc=False) == [True]
+    assert alignable([0.25], [[3, 3, 4, 4]], Model(ctc=False), 16000) == [True]  # attention: a frame per label
     assert alignable([0.375], [[3, 3, 4, 4]], Model(), 16000, speed_factor=1.5) == [False]  # 4 frames
 
 
@@ -136,7 +140,7 @@ def test_fp16_needs_cuda(corpus, tmp_path):
 
 
 def test_attention_outputs_are_plotted_for_validation_utterances(corpus, tmp_path, monkeypatch):
-    forward = CTCTransformer.forward
+    forward = AsrModel.forward
 
     def with_attention(self, batch):  # stand-in for an attention model: a uniform (B, L+1, T) alignment
         out = forward(self, batch)
@@ -144,7 +148,7 @@ def test_attention_outputs_are_plotted_for_validation_utterances(corpus, tmp_pat
         out["attention"] = torch.full((b, length + 1, 30), 1.0 / 30)
         return out
 
-    monkeypatch.setattr(CTCTransformer, "forward", with_attention)
+    monkeypatch.setattr(AsrModel, "forward", with_attention)
     run(corpus, tmp_path / "exp", ["train.epochs=1", "train.plot_attention=3"])
     pngs = sorted((tmp_path / "exp" / "attention" / "epoch0").glob("*.png"))
     assert len(pngs) == 3 and all(p.stem.startswith("dev_") for p in pngs)

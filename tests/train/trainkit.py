@@ -10,7 +10,7 @@ import soundfile as sf
 
 from asrkit.config import load_config
 from asrkit.data.table import write_table
-from asrkit.train.checkpoint import load_checkpoint
+from asrkit.checkpoint import load_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = str(REPO / "conf" / "tiny_ctc.yaml")

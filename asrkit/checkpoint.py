@@ -1,4 +1,5 @@
-"""Experiment-directory files: atomic checkpoint writes, the checkpoint index, RNG state, averaging.
+"""The on-disk format of experiment dirs (ASR models and LMs alike): atomic checkpoint writes, a format
+version, safe loading, the checkpoint index, RNG state, averaging.
 
 Layout of ``exp/DIR``::
 
@@ -18,19 +19,24 @@ name and renamed, and the index is rewritten (atomically) only after the checkpo
 exists, so a kill at any moment leaves a loadable latest checkpoint. Old files are deleted only
 after the index stops naming them: the best ``train.keep_best`` epoch checkpoints by
 ``train.best_metric`` and the latest one (for resuming) are kept.
+
+Checkpoints hold tensors and plain containers only and are read with ``torch.load(weights_only=True)``:
+loading a model dir from a stranger never runs code. Format 2 is the composed AsrModel (parts named
+``encoder``, ``ctc``, ``decoder``); format 1 dirs (the four model classes before it) are refused by name.
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
+import pickle
 import random
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MODEL_FILE = "model.pt"
 INDEX_FILE = "checkpoints.json"
 METRICS = {"valid_loss": "min", "valid_acc": "max"}  # best_metric -> which end is better
@@ -59,28 +65,39 @@ def save_model_weights(model: torch.nn.Module, path: str | os.PathLike, **meta: 
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> Dict[str, Any]:
+    """A checkpoint's dict, loaded without running any code (``weights_only``), of this format version."""
     path = os.fspath(path)
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=False)
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise ValueError(f"{path}: refused: the file holds more than tensors and plain containers, and loading "
+                         f"it could run code ({str(exc).splitlines()[0]})") from exc
     except (OSError, RuntimeError, EOFError) as exc:
         raise ValueError(f"{path}: cannot load checkpoint: {exc}") from exc
     version = ckpt.get("format_version") if isinstance(ckpt, dict) else None
     if version != FORMAT_VERSION:
-        raise ValueError(f"{path}: checkpoint format version {version!r}, this asrkit reads {FORMAT_VERSION}")
+        hint = (" (written by asrkit before models were composed of parts; retrain it with the current "
+                "configs)" if version == 1 else "")
+        raise ValueError(f"{path}: checkpoint format version {version!r}, this asrkit reads {FORMAT_VERSION}{hint}")
     return ckpt
 
 
 def rng_state() -> Dict[str, Any]:
-    """This process's random generators (python, numpy, torch CPU and CUDA)."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """This process's random generators (python, numpy, torch CPU and CUDA), as tensors and plain containers."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {"python": random.getstate(), "torch": torch.get_rng_state(),
+             "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "gauss": float(gauss)}}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def set_rng_state(state: Dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    py = state["python"]  # a checkpoint's lists come back as lists: random.setstate wants tuples
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
     torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])

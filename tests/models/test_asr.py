@@ -1,4 +1,4 @@
-"""Joint CTC/attention Transformer and the pure-CTC model it extends."""
+"""The composed AsrModel: loss terms, parts present or absent, every encoder with every decoder."""
 import dataclasses
 
 import pytest
@@ -6,19 +6,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from asrkit.config import (ConfigError, DecoderConfig, EncoderConfig, ExperimentConfig, FrontendConfig,
-                           ModelConfig)
-from asrkit.models.ctc_attention import CTCAttentionTransformer, decoder_io
-from asrkit.models.ctc_transformer import CTCTransformer
+from asrkit.config import (BLSTMEncoderConfig, ConfigError, ConformerEncoderConfig, ExperimentConfig, FrontendConfig,
+                           LSTMLocationDecoderConfig, ModelConfig, NoDecoderConfig, TransformerDecoderConfig,
+                           TransformerEncoderConfig)
+from asrkit.models.asr import AsrModel, decoder_io
 from asrkit.models.registry import build_model
 
 VOCAB = 12
 
 
-def config(name="ctc_attention", ctc_weight=0.3, interctc_weight=0.0, lsm_weight=0.1, dropout=0.1, **enc):
-    encoder = EncoderConfig(d_model=32, num_heads=4, ffn_dim=64, num_layers=3, dropout=dropout, **enc)
-    decoder = DecoderConfig(num_layers=1, num_heads=4, ffn_dim=64, dropout=dropout)
-    model = ModelConfig(name=name, ctc_weight=ctc_weight, interctc_weight=interctc_weight, lsm_weight=lsm_weight,
+def config(ctc_weight=0.3, interctc_weight=0.0, lsm_weight=0.1, dropout=0.1, **enc):
+    encoder = TransformerEncoderConfig(d_model=32, num_heads=4, ffn_dim=64, num_layers=3, dropout=dropout, **enc)
+    decoder = (NoDecoderConfig() if ctc_weight == 1.0 else
+               TransformerDecoderConfig(num_layers=1, num_heads=4, ffn_dim=64, dropout=dropout))
+    model = ModelConfig(ctc_weight=ctc_weight, interctc_weight=interctc_weight, lsm_weight=lsm_weight,
                         encoder=encoder, decoder=decoder)
     return ExperimentConfig(frontend=FrontendConfig(n_mels=20), model=model)
 
@@ -49,16 +50,15 @@ def test_decoder_io_hand_case():
 def test_loss_terms_combine_as_documented():
     torch.manual_seed(0)
     model = build_model(config(interctc_weight=0.4, interctc_layers=(1,), dejavu_layer=2), VOCAB).eval()
-    assert isinstance(model, CTCAttentionTransformer)
     b = batch()
     out = model(b)
     # Independent recomputation from the parts.
     feats, feat_lens = model.frontend(b["wav"], b["wav_lens"])
-    enc, lens, inter = model.encoder.forward_intermediate(feats, feat_lens, model.ctc_head)
+    enc, lens, inter = model.encoder(feats, feat_lens, model.ctc)
     assert len(inter) == 2
 
     def ctc(h):
-        lp = model.ctc_head(h).log_softmax(-1).transpose(0, 1)
+        lp = (h @ model.ctc.proj.weight.T + model.ctc.proj.bias).log_softmax(-1).transpose(0, 1)
         return F.ctc_loss(lp, b["tokens"].clamp(min=0), lens, b["token_lens"], reduction="sum") / 3
 
     ys_in, ys_out, ys_lens = decoder_io(b["tokens"], b["token_lens"])
@@ -86,16 +86,21 @@ def test_eval_output_has_attention_maps_for_plots():
     assert float(att[2, :, int(lens[2]):].sum()) == 0.0  # no weight on padding frames
 
 
-def test_extreme_ctc_weights_skip_the_unused_branch():
+def test_extreme_ctc_weights_build_only_the_trained_part():
+    """ctc_weight 1 builds no decoder, 0 no CTC head: an untrained part can be neither saved nor decoded with."""
     torch.manual_seed(0)
     only_ctc = build_model(config(ctc_weight=1.0), VOCAB).eval()
+    assert only_ctc.decoder is None and only_ctc.ctc is not None
     out = only_ctc(batch())
     assert "loss_att" not in out and "acc" not in out
     torch.testing.assert_close(out["loss"], out["loss_ctc"])
     only_att = build_model(config(ctc_weight=0.0), VOCAB).eval()
+    assert only_att.ctc is None and not any(k.startswith("ctc.") for k in only_att.state_dict())
     out = only_att(batch())
     assert "loss_ctc" not in out
     torch.testing.assert_close(out["loss"], out["loss_att"])
+    with pytest.raises(RuntimeError, match="no CTC head"):
+        only_att.ctc_log_probs(torch.zeros(1, 2, 32))
 
 
 class StubDecoder(nn.Module):
@@ -122,12 +127,14 @@ def test_acc_on_a_hand_made_case():
     assert model(b)["acc"].item() == pytest.approx(10 / 13)
 
 
-def test_ctc_transformer_keeps_its_interface():
+def test_pure_ctc_model_has_exactly_its_parts():
     torch.manual_seed(0)
-    model = build_model(config(name="ctc_transformer"), VOCAB).eval()
-    assert type(model) is CTCTransformer and not hasattr(model, "decoder")
+    model = build_model(config(ctc_weight=1.0), VOCAB).eval()
+    assert type(model) is AsrModel and model.decoder is None
     prefixes = {k.split(".")[0] for k in model.state_dict()}
-    assert {"encoder", "ctc_head"} <= prefixes <= {"frontend", "encoder", "ctc_head"}  # checkpoint keys as before
+    assert {"encoder", "ctc"} <= prefixes <= {"frontend", "encoder", "ctc"}  # checkpoint keys: the parts'
+    with pytest.raises(RuntimeError, match="no attention decoder"):
+        model.decode_step(torch.tensor([[2]]), torch.zeros(1, 3, 32), torch.tensor([3]))
     out = model(batch())
     assert set(out) == {"loss", "loss_ctc", "num_infinite_ctc"}
     torch.testing.assert_close(out["loss"], out["loss_ctc"])
@@ -158,6 +165,13 @@ def test_config_errors_name_the_key():
     bad = dataclasses.replace(config(), model=dataclasses.replace(config().model, ctc_weight=1.5))
     with pytest.raises(ConfigError, match="ctc_weight"):
         build_model(bad, VOCAB)
+    # ctc_weight 1 with a decoder section would leave the decoder untrained: refused, naming the fix.
+    bad = dataclasses.replace(config(), model=dataclasses.replace(config().model, ctc_weight=1.0))
+    with pytest.raises(ConfigError, match="decoder.kind: none"):
+        build_model(bad, VOCAB)
+    with pytest.raises(ConfigError, match="set it to 1.0"):
+        build_model(dataclasses.replace(config(), model=dataclasses.replace(config().model,
+                                                                            decoder=NoDecoderConfig())), VOCAB)
 
 
 @pytest.mark.parametrize("extra", [{}, {"interctc_weight": 0.3, "interctc_layers": (1,), "self_condition": True},
@@ -179,3 +193,77 @@ def test_joint_model_overfits_a_few_utterances(extra):
     assert losses[-1] < 0.1 * losses[0], losses[::10]
     assert ctc_losses[-1] < 0.1 * ctc_losses[0], ctc_losses[::10]
     assert float(out["acc"]) > 0.9
+
+
+ENCODERS = {
+    "transformer": TransformerEncoderConfig(d_model=32, num_heads=4, ffn_dim=64, num_layers=2),
+    "conformer": ConformerEncoderConfig(d_model=32, num_heads=4, ffn_dim=64, num_layers=2, conv_kernel=5),
+    "blstm": BLSTMEncoderConfig(hidden_size=16, num_layers=2),
+}
+DECODERS = {
+    "transformer": TransformerDecoderConfig(num_layers=1, num_heads=4, ffn_dim=64),
+    "lstm_location": LSTMLocationDecoderConfig(embed_dim=16, hidden_size=24, attention_dim=16, conv_kernel=5),
+    "none": NoDecoderConfig(),
+}
+
+
+@pytest.mark.parametrize("decoder", list(DECODERS))
+@pytest.mark.parametrize("encoder", list(ENCODERS))
+def test_every_encoder_trains_with_every_decoder(encoder, decoder):
+    """Any pairing is built from a config alone and one optimizer step lowers its loss on the batch."""
+    torch.manual_seed(0)
+    ctc_weight = 1.0 if decoder == "none" else 0.3
+    cfg = ExperimentConfig(frontend=FrontendConfig(n_mels=20), model=ModelConfig(
+        ctc_weight=ctc_weight, encoder=ENCODERS[encoder], decoder=DECODERS[decoder]))
+    model = build_model(cfg, VOCAB).train()
+    assert (model.decoder is None) == (decoder == "none") and model.ctc is not None
+    for module in model.modules():  # a deterministic step, so the loss before and after compare
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    b = batch()
+    first = model(b)
+    opt.zero_grad()
+    first["loss"].backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters() if p.requires_grad)
+    opt.step()
+    assert model(b)["loss"] < first["loss"]
+
+
+def test_iterated_loss_uses_a_head_of_its_own_per_layer_as_in_the_paper():
+    """Deja-vu (Tjandra et al. 2020, Fig. 2 and sec. 3): an MLP + softmax per intermediate layer on that layer's
+    raw output (not the final LayerNorm, not the shared CTC head), ctc_term = L_final + lambda * sum_k L_k.
+    Catches a shared head, a mean instead of a sum, (1 - lambda) on the final loss, or the final norm reused."""
+    torch.manual_seed(0)
+    cfg = config(ctc_weight=1.0, interctc_weight=0.3, interctc_layers=(1,), dejavu_layer=2)
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, intermediate_loss="iterated"))
+    model = build_model(cfg, VOCAB).eval()
+    assert model.aux_heads is not None and len(model.aux_heads) == 2
+    b = batch()
+    out = model(b)
+    feats, feat_lens = model.frontend(b["wav"], b["wav_lens"])
+    enc, lens, inter = model.encoder(feats, feat_lens, model.ctc)
+
+    def ctc(log_probs):
+        return F.ctc_loss(log_probs.transpose(0, 1), b["tokens"].clamp(min=0), lens, b["token_lens"],
+                          reduction="sum") / 3
+
+    def mlp(head, h):  # the head written out from its raw weights: LayerNorm, Linear, ReLU, Linear
+        norm, first, _, second = head.net
+        x = F.layer_norm(h, (h.size(-1),), norm.weight, norm.bias, norm.eps)
+        return (torch.relu(x @ first.weight.T + first.bias) @ second.weight.T + second.bias).log_softmax(-1)
+
+    final = ctc((enc @ model.ctc.proj.weight.T + model.ctc.proj.bias).log_softmax(-1))
+    aux = [ctc(mlp(head, h)) for head, h in zip(model.aux_heads, inter)]
+    torch.testing.assert_close(out["loss"], final + 0.3 * (aux[0] + aux[1]), atol=1e-4, rtol=1e-5)
+    # The heads read the raw residual stream of layers 1 and 2 (no shared final LayerNorm in between).
+    x, x_lens = model.encoder.subsampling(feats, feat_lens)
+    mask = (torch.arange(x.size(1))[None] < x_lens[:, None]).unsqueeze(1)
+    torch.testing.assert_close(inter[0], model.encoder.layers[0](x, mask), atol=1e-5, rtol=1e-5)
+
+
+def test_iterated_loss_refuses_self_conditioning():
+    cfg = config(interctc_weight=0.3, interctc_layers=(1,), self_condition=True)
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, intermediate_loss="iterated"))
+    with pytest.raises(ConfigError, match="intermediate_loss: interctc"):
+        build_model(cfg, VOCAB)
