@@ -241,6 +241,10 @@ class DecodeConfig:
     # Label-synchronous search (attention, joint)
     pre_beam: int = 0  # candidates per hypothesis scored by partial scorers; 0 = 1.5 x beam
     max_len_ratio: float = 1.0  # max output tokens = ratio x encoder frames (at most)
+    # GNMT length penalty (Wu et al. 2016): finished hypotheses ranked by score / ((5 + |Y|) / 6) ** alpha;
+    # 0 = off (the additive length_bonus is the other, independent way to counter short outputs)
+    length_penalty: float = 0.0
+    lm_full: bool = False  # the LM scores every token and joins the pre-beam selection (as ESPnet's LM does)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ def test_a_crafted_pickle_is_refused_without_running(tmp_path):
         load_checkpoint(path)
     assert not marker.exists()
     with open(path, "wb") as fh:  # a plain pickle (not torch's zip format) too
-        pickle.dump(RunsCode(str(marker)), fh)
+        pickle.dump(RunsCode(str(marker)), fh, protocol=2)
     with pytest.raises(ValueError):
         load_checkpoint(path)
     assert not marker.exists()

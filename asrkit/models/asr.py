@@ -95,10 +95,8 @@ class MLPCTCHead(nn.Module):
         self.net = nn.Sequential(nn.LayerNorm(input_dim), nn.Linear(input_dim, input_dim), nn.ReLU(),
                                  nn.Linear(input_dim, vocab_size))
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.net(h)
-
     def log_probs(self, h: torch.Tensor) -> torch.Tensor:
+        """(B, T, D) -> (B, T, V) log-probabilities."""
         return self.net(h).log_softmax(dim=-1)
 
 
@@ -118,10 +116,9 @@ class AsrModel(nn.Module):
     """See the module docstring. ``forward(batch)`` takes ``wav`` (B, S), ``wav_lens``, ``tokens`` (B, L)
     padded with -1 and ``token_lens``, and returns the named loss terms."""
 
-    def __init__(self, frontend: nn.Module, encoder: Encoder, vocab_size: int, ctc: Optional[CTCHead] = None,
-                 decoder: Optional[Decoder] = None, ctc_weight: float = 0.3, interctc_weight: float = 0.0,
-                 lsm_weight: float = 0.1, lsm_normalize: str = "batch",
-                 aux_heads: Optional[Sequence[MLPCTCHead]] = None):
+    def __init__(self, frontend: nn.Module, encoder: Encoder, vocab_size: int, ctc: Optional[CTCHead],
+                 decoder: Optional[Decoder], *, ctc_weight: float, lsm_weight: float, interctc_weight: float = 0.0,
+                 lsm_normalize: str = "batch", aux_heads: Optional[Sequence[MLPCTCHead]] = None):
         """``aux_heads``: one head per intermediate encoder layer for the iterated loss; None: InterCTC (the
         shared ``ctc`` head reads the intermediate layers)."""
         super().__init__()

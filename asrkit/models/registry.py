@@ -139,6 +139,6 @@ def build_model(cfg: ExperimentConfig, vocab_size: int, cmvn_path: Optional[str]
     aux_heads = None
     if m.intermediate_loss == "iterated":
         aux_heads = [MLPCTCHead(encoder.output_dim, vocab_size) for _ in encoder.intermediate_layers]
-    return AsrModel(frontend, encoder, vocab_size, ctc, decoder, m.ctc_weight, m.interctc_weight, m.lsm_weight,
-                    m.lsm_normalize, aux_heads)
+    return AsrModel(frontend, encoder, vocab_size, ctc, decoder, ctc_weight=m.ctc_weight, lsm_weight=m.lsm_weight,
+                    interctc_weight=m.interctc_weight, lsm_normalize=m.lsm_normalize, aux_heads=aux_heads)
 

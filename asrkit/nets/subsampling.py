@@ -1,6 +1,7 @@
 """Convolutional subsampling of filterbank frames (x4, x6, x8) followed by positional encoding."""
 from __future__ import annotations
 
+import math
 from typing import List, Tuple
 
 import torch
@@ -29,10 +30,15 @@ class Conv2dSubsampling(nn.Module):
     Each conv has ``channels`` (default ``d_model``) channels and ReLU; the flattened (channels x freq)
     output is projected to ``d_model``. Utterances shorter than the receptive
     field come out with length 0 (callers filter them before training).
+
+    ``pos_enc``: scale by sqrt(d_model) and add sinusoid positions (Transformer layers); False: neither
+    (recurrent encoders know order and take the projection as it is), unless ``scaled``: then the output is
+    still scaled by sqrt(d_model) but gets no absolute positions (layers whose attention carries relative
+    position itself, as rotary attention, yet expect the Transformer's input magnitude).
     """
 
     def __init__(self, in_dim: int, d_model: int, factor: int = 4, dropout: float = 0.0, pos_enc: bool = True,
-                 channels: int = 0):
+                 channels: int = 0, *, scaled: bool = False):
         super().__init__()
         if factor not in LAYOUTS:
             raise ValueError(f"subsampling factor must be one of {sorted(LAYOUTS)}, got {factor}")
@@ -49,8 +55,8 @@ class Conv2dSubsampling(nn.Module):
             raise ValueError(f"feature dim {in_dim} too small for x{factor} subsampling")
         self.conv = nn.Sequential(*layers)
         self.out = nn.Linear(conv_channels * freq, d_model)
-        # Recurrent encoders and rotary attention know order themselves: pos_enc=False leaves only the dropout.
-        self.pos = PositionalEncoding(d_model, dropout) if pos_enc else nn.Dropout(dropout)
+        self.pos: nn.Module = (PositionalEncoding(d_model, dropout) if pos_enc
+                               else ScaledDropout(d_model, dropout) if scaled else nn.Dropout(dropout))
         # Frames of input needed before the first output frame exists.
         self.min_input_length = int(self.input_length_for(torch.tensor([1])))
 
@@ -67,3 +73,15 @@ class Conv2dSubsampling(nn.Module):
         b, c, t, f = x.shape
         x = self.out(x.transpose(1, 2).reshape(b, t, c * f))
         return self.pos(x), self.output_lengths(lengths)
+
+
+class ScaledDropout(nn.Module):
+    """dropout(x * sqrt(d_model)): :class:`PositionalEncoding` without the sinusoids. (B, T, D) -> (B, T, D)."""
+
+    def __init__(self, d_model: int, dropout: float = 0.0):
+        super().__init__()
+        self.scale = math.sqrt(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(x * self.scale)

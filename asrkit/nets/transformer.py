@@ -94,7 +94,8 @@ class TransformerEncoder(nn.Module):
         own, as Deja-vu's iterated loss). ``layer_builder`` makes each of the ``num_layers`` layers (any
         module with ``forward(x (B, T, D), mask (B, 1, T))``, e.g. a Conformer layer; default a Transformer
         layer), so InterCTC, self-conditioning and Deja-vu work on every layer kind. ``positional`` False
-        adds no absolute positions after the subsampling (for layers that encode position themselves)."""
+        adds no absolute positions after the subsampling, which still scales by sqrt(d_model) (for layers that
+        encode position themselves, as the Conformer's rotary attention)."""
         super().__init__()
         if input_layer not in INPUT_LAYERS:
             raise ValueError(f"unknown input_layer '{input_layer}' (choose from {sorted(INPUT_LAYERS)})")
@@ -107,7 +108,7 @@ class TransformerEncoder(nn.Module):
         self.d_model = self.output_dim = d_model
         self.intermediate_norm = intermediate_norm
         self.subsampling = Conv2dSubsampling(in_dim, d_model, INPUT_LAYERS[input_layer], dropout,
-                                             pos_enc=positional, channels=conv_channels)
+                                             pos_enc=positional, channels=conv_channels, scaled=True)
         if layer_builder is None:
             def layer_builder() -> nn.Module:
                 return TransformerEncoderLayer(d_model, num_heads, ffn_dim, dropout, attention_dropout,

@@ -17,6 +17,7 @@ audio is read, with a message that names the setting.
 from __future__ import annotations
 
 import copy
+import math
 import os
 from dataclasses import replace
 from typing import Any, Dict, Optional
@@ -63,6 +64,13 @@ def check_decode_config(cfg: DecodeConfig, model: AsrModel) -> None:
         raise ConfigError("decode.lm is set but decode.mode is greedy (LM fusion needs a beam search)")
     if cfg.pre_beam < 0 or cfg.max_len_ratio <= 0:
         raise ConfigError("decode.pre_beam must be >= 0 and decode.max_len_ratio > 0")
+    if not math.isfinite(cfg.length_penalty):
+        raise ConfigError(f"decode.length_penalty must be a finite number, got {cfg.length_penalty}")
+    if (cfg.length_penalty or cfg.lm_full) and cfg.mode not in ("attention", "joint"):
+        raise ConfigError(f"decode.length_penalty and decode.lm_full apply to the label-synchronous search "
+                          f"(mode attention or joint), not to mode {cfg.mode}")
+    if cfg.lm_full and cfg.lm is None:
+        raise ConfigError("decode.lm_full is set but decode.lm is not")
 
 
 def load_lm_scorer(cfg: DecodeConfig, tokenizer: Tokenizer, device: torch.device) -> Any:
@@ -143,7 +151,8 @@ class Searcher:
         nbest = joint_beam_search(model, enc, enc_lens, log_probs if joint else None,
                                   ctc_weight=c.ctc_weight if joint else 0.0, beam=c.beam, nbest=c.nbest,
                                   max_len_ratio=c.max_len_ratio, pre_beam=c.pre_beam or None, scorers=scorers,
-                                  weights=weights)
+                                  weights=weights, length_penalty=c.length_penalty,
+                                  full_scorers=("lm",) if c.lm_full and "lm" in scorers else ())
         return nbest if log_probs is None else ctc_token_frames(nbest, log_probs, enc_lens)
 
 

@@ -11,22 +11,44 @@ the best finished hypotheses; at ``max_lens[b]`` tokens every running hypothesis
 ends with its scorers' ``final_score`` (log P(<eos>)). The blank (id 0) is never emitted. Without
 a full scorer of nonzero weight every non-blank token is a candidate.
 
+Full or partial is the caller's choice, by name (``full_scorers``): the protocol lets any scorer
+score the whole vocabulary, and whether it should is a question of cost and of search quality,
+not a property of the scorer. A neural LM computes all V log-probabilities anyway, so naming it
+full (as ESPnet does with its LM) costs nothing and lets the LM bring tokens into the pre-beam
+that the decoder alone ranks below it; the CTC prefix score on all V costs O(N * V * T).
+A full scorer's score is added once, as part of the pre-beam's fused score.
+
 Joint CTC/attention decoding (Watanabe et al. 2017) is this search with
 ``scorers={"decoder": DecoderScorer(...), "ctc": CTCPrefixScorer(...)}`` and
 ``weights={"decoder": 1 - ctc_weight, "ctc": ctc_weight}`` (:func:`joint_beam_search` builds it);
 attention-only decoding is ``{"decoder": ...}`` with weight 1; beam 1 is greedy attention
 decoding; an LM is one more scorer, ``weights["lm"]``. A weight of 0 drops its scorer.
 
+Length penalty (GNMT, Wu et al. 2016, eq. 14). With ``length_penalty`` = alpha != 0 a finished
+hypothesis Y of |Y| tokens (<eos> not counted) is ranked by ``score / lp(Y)``,
+``lp(Y) = ((5 + |Y|) / 6) ** alpha``; alpha = 0 is the raw score (the default, bit for bit). It
+applies where hypotheses of different lengths meet: the finished pool, so the N-best's order and
+its reported ``scores`` (the normalised ones; the raw total is ``score * lp``, and ``ctc_scores``
+stay unnormalised CTC log-probabilities). Live beams are pruned on raw scores, as in GNMT and
+ESPnet: after a step all running hypotheses hold the same number of tokens, so one positive factor
+would not change their order; a candidate ending in <eos> competes for a beam slot with its raw
+score. It is independent of the additive length bonus, which enters the raw score.
+
 Stopping. Scores of log-probability scorers never increase as a hypothesis grows, so an utterance
-is done once its best running score, plus the most the length bonus can still add, falls below the
-worst of a full finished pool: no running hypothesis can then enter the N-best (exact, not a
-heuristic; disabled when a weight other than the length bonus is negative). Checking it needs the
+is done once no running hypothesis can still enter its N-best: once the best running score plus
+the most the length bonus can still add (an upper bound U on any raw final score) ranks below the
+worst of a full finished pool (exact, not a heuristic; disabled when a weight other than the length
+bonus is negative). Under a length penalty a longer hypothesis can overtake a shorter one with a
+higher raw score (a negative U divided by a larger lp rises), so the bound is U's best normalised
+value over every length the hypothesis can still end at, ``max(U / lp(i + 1), U / lp(max_len))``
+for a hypothesis of i + 1 tokens (U / lp(L) is monotone in L), and the search stops only when
+that falls below the pool's worst normalised score — or at ``max_len``. Checking it needs the
 host, so the loop checks every ``_CHECK_EVERY`` = 8 steps and is otherwise free of host syncs.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Collection, Dict, Mapping, Optional, Sequence
 
 import torch
 
@@ -40,16 +62,22 @@ CTC = "ctc"  # the scorer whose unweighted total becomes NBest.ctc_scores
 _CHECK_EVERY = 8  # steps between host-side end-of-search checks
 
 
+def length_penalty_factor(length: int, alpha: float) -> float:
+    """GNMT's ``lp(Y) = ((5 + |Y|) / 6) ** alpha`` of a hypothesis of ``length`` tokens (<eos> not counted)."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
 class _Beam:
     """Running hypotheses (B, K) and the finished pool (B, P) of one search."""
 
     def __init__(self, batch: int, beam: int, pool: int, width: int, dtype: torch.dtype,
-                 device: torch.device) -> None:
+                 device: torch.device, alpha: float = 0.0) -> None:
+        self.alpha = alpha  # GNMT length penalty of the pool's ranking; 0 = raw scores
         self.score = torch.full((batch, beam), NEG_INF, dtype=dtype, device=device)
         self.score[:, 0] = 0.0  # one live hypothesis per utterance: the empty prefix
         self.tokens = torch.full((batch, beam, width), -1, dtype=torch.long, device=device)
         self.ctc = torch.zeros((batch, beam), dtype=dtype, device=device)  # unweighted "ctc" total
-        self.pool_score = torch.full((batch, pool), NEG_INF, dtype=dtype, device=device)
+        self.pool_score = torch.full((batch, pool), NEG_INF, dtype=dtype, device=device)  # normalised
         self.pool_tokens = torch.full((batch, pool, width), -1, dtype=torch.long, device=device)
         self.pool_len = torch.zeros((batch, pool), dtype=torch.long, device=device)
         self.pool_ctc = torch.full((batch, pool), NEG_INF, dtype=dtype, device=device)
@@ -57,7 +85,11 @@ class _Beam:
         self.states: Dict[str, Any] = {}
 
     def finish(self, score: torch.Tensor, tokens: torch.Tensor, length: int, ctc: torch.Tensor) -> None:
-        """Merge ended hypotheses (score (B, K), -inf = not ended; tokens (B, K, W)) into the pool."""
+        """Merge ended hypotheses of ``length`` tokens (raw score (B, K), -inf = not ended; tokens
+        (B, K, W)) into the pool, which ranks and keeps ``score / lp(length)``."""
+        if self.alpha != 0.0:
+            # A Python float: every hypothesis ending here has the same length (no host sync).
+            score = score / length_penalty_factor(length, self.alpha)
         pool = self.pool_score.shape[1]
         top, order = torch.cat([self.pool_score, score], 1).topk(pool, 1)  # (B, P)
         self.pool_score = top
@@ -147,7 +179,14 @@ def _done(i: int, s: _Beam, max_lens: torch.Tensor, gain: float) -> bool:
     done = best == NEG_INF
     if math.isfinite(gain):
         remaining = (max_lens - i).clamp(min=0).to(best.dtype)  # tokens still to come, + <eos>
-        done |= best + gain * remaining < s.pool_score[:, -1]
+        bound = best + gain * remaining  # (B,) no raw final score of a running hypothesis exceeds it
+        if s.alpha != 0.0:
+            # Running hypotheses hold i + 1 tokens and end at i + 1 .. max_len tokens; bound / lp(L)
+            # is monotone in L, so its largest value is at one end (a negative bound rises with L
+            # when alpha > 0: the longest ending is the dangerous one).
+            lp_end = ((5.0 + max_lens.to(best.dtype)) / 6.0) ** s.alpha  # (B,)
+            bound = torch.maximum(bound / length_penalty_factor(i + 1, s.alpha), bound / lp_end)
+        done |= bound < s.pool_score[:, -1]
     return bool(done.all())
 
 
@@ -174,20 +213,37 @@ def _nbest(s: _Beam, track_ctc: bool) -> NBest:
                  token_frames=torch.full_like(tokens, -1))
 
 
+def _full_names(full_scorers: Optional[Collection[str]], scorers: Mapping[str, BatchScorer]) -> Collection[str]:
+    """The names of the full scorers: default the "decoder" if there is one; every name given must be a scorer."""
+    if full_scorers is None:
+        return ("decoder",)  # absent or weighted 0: then no full scorer, every token is a candidate
+    if isinstance(full_scorers, str):
+        raise ValueError(f"full_scorers must be a collection of scorer names, got the string {full_scorers!r}")
+    for name in full_scorers:
+        if name not in scorers:
+            raise ValueError(f"full scorer {name!r} has no scorer; scorers: {sorted(scorers)}")
+    return tuple(full_scorers)
+
+
 def beam_search(scorers: Mapping[str, BatchScorer], weights: Mapping[str, float], max_lens: torch.Tensor,
-                beam: int = 10, nbest: Optional[int] = None, full_scorers: Sequence[str] = ("decoder",),
+                beam: int = 10, nbest: Optional[int] = None, full_scorers: Optional[Collection[str]] = None,
                 pre_beam: Optional[int] = None, eos_id: int = SOS_EOS_ID, vocab_size: Optional[int] = None,
-                dtype: torch.dtype = torch.float32) -> NBest:
+                dtype: torch.dtype = torch.float32, length_penalty: float = 0.0) -> NBest:
     """Label-synchronous beam search of B utterances; see the module docstring.
 
     scorers/weights: ``score = sum_k weights[k] * scorer_k`` (+ ``weights["length_bonus"]`` per
     token if no scorer has that name); max_lens: (B,) most output tokens (without <eos>) per
-    utterance; full_scorers: names scored on the whole vocabulary (the rest are partial);
-    pre_beam: candidates per hypothesis (default int(1.5 * beam)); vocab_size: default the
-    ``vocab_size`` attribute of a scorer (DecoderScorer, CTCPrefixScorer have one).
+    utterance; full_scorers: names of the scorers scored on the whole vocabulary, whose weighted
+    sum picks the pre-beam (the rest are partial and score only the pre-beam); default ("decoder",),
+    every name given must be a key of ``scorers`` (e.g. ``("decoder", "lm")`` lets a neural LM
+    shape the pre-beam); pre_beam: candidates per hypothesis (default int(1.5 * beam));
+    vocab_size: default the ``vocab_size`` attribute of a scorer (DecoderScorer, CTCPrefixScorer
+    have one); length_penalty: GNMT's alpha, finished hypotheses ranked by
+    ``score / ((5 + |Y|) / 6) ** alpha`` (0: raw scores; GNMT uses 0.6 .. 0.7).
     Returns an :class:`NBest` (B, nbest), best first: scores = total weighted score (incl. <eos>),
-    ctc_scores = the unweighted total of the scorer named "ctc" if it runs, else the total;
-    token_frames = -1.
+    divided by the length penalty when alpha != 0 (the ranking key, so the list stays sorted by
+    score); ctc_scores = the unweighted (never normalised) total of the scorer named "ctc" if it
+    runs, else the same as scores; token_frames = -1.
     """
     if beam < 1:
         raise ValueError(f"beam must be >= 1, got {beam}")
@@ -199,6 +255,9 @@ def beam_search(scorers: Mapping[str, BatchScorer], weights: Mapping[str, float]
         raise ValueError(f"pre_beam must be >= 1, got {pre_beam}")
     if max_lens.dim() != 1 or max_lens.is_floating_point():
         raise ValueError(f"max_lens must be (batch,) integers, got {max_lens.dtype} of shape {tuple(max_lens.shape)}")
+    if not math.isfinite(length_penalty):
+        raise ValueError(f"length_penalty must be a finite number, got {length_penalty}")
+    full = _full_names(full_scorers, scorers)
     active, w, bonus = active_scorers(scorers, weights)
     if not active:
         raise ValueError("beam_search needs at least one scorer with a nonzero weight")
@@ -211,7 +270,7 @@ def beam_search(scorers: Mapping[str, BatchScorer], weights: Mapping[str, float]
     max_list = [max(int(m), 0) for m in max_lens.tolist()] or [0]  # one host sync, before the loop
     max_lens = max_lens.clamp(min=0)
     with torch.no_grad():
-        s = _Beam(batch, beam, nbest, max(max_list), dtype, device)
+        s = _Beam(batch, beam, nbest, max(max_list), dtype, device, float(length_penalty))
         s.states = {n: sc.init_state(batch, beam, device) for n, sc in active.items()}
         vocab = vocab_size or next((v for v in (getattr(sc, "vocab_size", None) for sc in active.values()) if v),
                                    None)
@@ -219,7 +278,7 @@ def beam_search(scorers: Mapping[str, BatchScorer], weights: Mapping[str, float]
             raise ValueError("beam_search: give vocab_size (no scorer has a vocab_size attribute)")
         if vocab < 2:
             raise ValueError(f"vocab_size {vocab}: the search needs the blank and at least one token")
-        st = _Setup(active, w, full_scorers, vocab, beam, pre_beam, eos_id, bonus, batch, dtype, device)
+        st = _Setup(active, w, full, vocab, beam, pre_beam, eos_id, bonus, batch, dtype, device)
         if batch:
             _loop(s, st, max_lens, max_list, gain)
         return _nbest(s, CTC in active)
@@ -229,13 +288,16 @@ def joint_beam_search(decoder: StepDecoder, memory: torch.Tensor, memory_lens: t
                       ctc_log_probs: Optional[torch.Tensor] = None, ctc_weight: float = 0.3, beam: int = 10,
                       nbest: Optional[int] = None, max_len_ratio: float = 1.0, pre_beam: Optional[int] = None,
                       scorers: Optional[Mapping[str, BatchScorer]] = None,
-                      weights: Optional[Mapping[str, float]] = None) -> NBest:
+                      weights: Optional[Mapping[str, float]] = None, length_penalty: float = 0.0,
+                      full_scorers: Collection[str] = ()) -> NBest:
     """Joint CTC/attention one-pass search (ctc_weight 0 or no ctc_log_probs: attention only).
 
     memory (B, T, D), memory_lens (B,): encoder output; ctc_log_probs (B, T, V) on the same frames.
     Score: ``(1 - ctc_weight) * log P_att + ctc_weight * CTC prefix score`` + extra ``scorers``
     (e.g. ``{"lm": NgramScorer}`` with ``weights={"lm": 0.3, "length_bonus": 0.5}``).
     At most ``ceil(max_len_ratio * T_b)`` tokens per utterance (at least 1).
+    full_scorers: names of extra ``scorers`` that join the decoder (always full) in picking the
+    pre-beam, e.g. ``("lm",)`` for a neural LM; length_penalty: GNMT's alpha (see :func:`beam_search`).
     """
     if not 0.0 <= ctc_weight <= 1.0:
         raise ValueError(f"ctc_weight must be in [0, 1], got {ctc_weight}")
@@ -246,6 +308,9 @@ def joint_beam_search(decoder: StepDecoder, memory: torch.Tensor, memory_lens: t
     if ctc_log_probs is not None and ctc_weight > 0:
         all_scorers[CTC] = CTCPrefixScorer(ctc_log_probs, memory_lens)
         all_weights["decoder"], all_weights[CTC] = 1.0 - ctc_weight, ctc_weight
+    if isinstance(full_scorers, str):
+        raise ValueError(f"full_scorers must be a collection of scorer names, got the string {full_scorers!r}")
     max_lens = (memory_lens.double() * max_len_ratio).ceil().long().clamp(min=1)
-    return beam_search(all_scorers, all_weights, max_lens, beam=beam, nbest=nbest, pre_beam=pre_beam)
+    return beam_search(all_scorers, all_weights, max_lens, beam=beam, nbest=nbest, pre_beam=pre_beam,
+                       full_scorers=("decoder", *full_scorers), length_penalty=length_penalty)
 

@@ -99,7 +99,7 @@ def test_extreme_ctc_weights_build_only_the_trained_part():
     out = only_att(batch())
     assert "loss_ctc" not in out
     torch.testing.assert_close(out["loss"], out["loss_att"])
-    with pytest.raises(RuntimeError, match="no CTC head"):
+    with pytest.raises(RuntimeError, match=r"^this model has no CTC head \(model.ctc_weight is 0\)$"):
         only_att.ctc_log_probs(torch.zeros(1, 2, 32))
 
 
@@ -133,7 +133,7 @@ def test_pure_ctc_model_has_exactly_its_parts():
     assert type(model) is AsrModel and model.decoder is None
     prefixes = {k.split(".")[0] for k in model.state_dict()}
     assert {"encoder", "ctc"} <= prefixes <= {"frontend", "encoder", "ctc"}  # checkpoint keys: the parts'
-    with pytest.raises(RuntimeError, match="no attention decoder"):
+    with pytest.raises(RuntimeError, match=r"^this model has no attention decoder \(model.decoder.kind is none\)$"):
         model.decode_step(torch.tensor([[2]]), torch.zeros(1, 3, 32), torch.tensor([3]))
     out = model(batch())
     assert set(out) == {"loss", "loss_ctc", "num_infinite_ctc"}
@@ -267,3 +267,72 @@ def test_iterated_loss_refuses_self_conditioning():
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, intermediate_loss="iterated"))
     with pytest.raises(ConfigError, match="intermediate_loss: interctc"):
         build_model(cfg, VOCAB)
+
+
+def _parts():
+    torch.manual_seed(0)
+    model = build_model(config(), VOCAB)
+    return model.frontend, model.encoder, model.ctc, model.decoder
+
+
+def test_parts_and_weights_must_agree():
+    """Each clause of the constructor's checks on its own: a model of no parts, a weight out of range, a CTC
+    head without CTC weight (or a decoder with ctc_weight 1) alone, a bad normalisation, another vocabulary."""
+    frontend, encoder, ctc, decoder = _parts()
+    with pytest.raises(ValueError, match="^a model needs a CTC head, a decoder or both$"):
+        AsrModel(frontend, encoder, VOCAB, None, None, ctc_weight=0.3, lsm_weight=0.1)
+    with pytest.raises(ValueError, match=r"ctc_weight must be in \[0, 1\], got 1.5"):
+        AsrModel(frontend, encoder, VOCAB, ctc, decoder, ctc_weight=1.5, lsm_weight=0.1)
+    with pytest.raises(ValueError, match="does not match the parts"):  # the CTC side disagrees only
+        AsrModel(frontend, encoder, VOCAB, None, decoder, ctc_weight=0.3, lsm_weight=0.1)
+    with pytest.raises(ValueError, match="does not match the parts"):  # the decoder side disagrees only
+        AsrModel(frontend, encoder, VOCAB, ctc, decoder, ctc_weight=1.0, lsm_weight=0.1)
+    with pytest.raises(ValueError, match="lsm_normalize must be 'batch' or 'token', got 'mean'"):
+        AsrModel(frontend, encoder, VOCAB, ctc, decoder, ctc_weight=0.3, lsm_weight=0.1, lsm_normalize="mean")
+    with pytest.raises(ValueError, match=f"decoder vocabulary {VOCAB} != model vocabulary {VOCAB + 1}"):
+        AsrModel(frontend, encoder, VOCAB + 1, ctc, decoder, ctc_weight=0.3, lsm_weight=0.1)
+    model = AsrModel(frontend, encoder, VOCAB, ctc, decoder, ctc_weight=0.3, lsm_weight=0.1, lsm_normalize="token",
+                     aux_heads=[])
+    with pytest.raises(RuntimeError, match="3 intermediate layers but 0 auxiliary CTC heads"):
+        model._ctc_term(ctc, torch.zeros(1, 4, 32), torch.tensor([4]), [torch.zeros(1, 4, 32)] * 3,
+                        torch.tensor([[3]]), torch.tensor([1]))
+
+
+def test_token_normalised_attention_loss_is_passed_on():
+    """lsm_normalize token divides by the target count (the model must pass the setting on)."""
+    frontend, encoder, ctc, decoder = _parts()
+    model = AsrModel(frontend, encoder, VOCAB, ctc, decoder, ctc_weight=0.3, lsm_weight=0.1,
+                     lsm_normalize="token").eval()
+    b = batch()
+    enc, lens = model.encode(b["wav"], b["wav_lens"])
+    ys_in, ys_out, ys_lens = decoder_io(b["tokens"], b["token_lens"])
+    targets = int((ys_out >= 0).sum())
+    expected = kl_reference(model.decoder(ys_in, ys_lens, enc, lens), ys_out, 0.1) * 3 / targets
+    torch.testing.assert_close(model(b)["loss_att"], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_decode_step_passes_the_state_on():
+    """A state that does not fit the prefix is refused by the decoder: a model that dropped the state (and
+    silently recomputed from scratch) would accept it."""
+    model = build_model(config(), VOCAB).eval()
+    enc = torch.randn(1, 5, 32)
+    _, state = model.decode_step(torch.tensor([[2]]), enc, torch.tensor([5]))
+    with pytest.raises(ValueError, match="covers 1 tokens, expected 2"):
+        model.decode_step(torch.tensor([[2, 4, 5]]), enc, torch.tensor([5]), state)
+
+
+def test_an_empty_transcript_needs_one_frame():
+    model = build_model(config(), VOCAB).eval()
+    samples = next(n for n in range(100, 20000, 16) if int(model.output_lengths(torch.tensor([n]))[0]) == 1)
+    assert model.can_align(samples, []) and not model.can_align(samples, [5, 6])
+
+
+def test_intermediate_layers_weigh_nothing_unless_asked():
+    """interctc_weight defaults to 0: a model built by hand with an InterCTC encoder trains on the final CTC."""
+    torch.manual_seed(0)
+    parts = build_model(config(interctc_weight=0.5, interctc_layers=(1,)), VOCAB)
+    model = AsrModel(parts.frontend, parts.encoder, VOCAB, parts.ctc, parts.decoder, ctc_weight=1.0 - 1e-9,
+                     lsm_weight=0.1).eval()
+    out = model(batch())
+    assert "loss_interctc" in out
+    torch.testing.assert_close(out["loss"], (1.0 - 1e-9) * out["loss_ctc"] + 1e-9 * out["loss_att"])

@@ -5,8 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from asrkit.models.losses import (ctc_loss, ctc_min_frames, interctc_combine, label_smoothing_loss,
-                                  token_accuracy)
+from asrkit.models.losses import (ctc_loss, ctc_min_frames, interctc_combine, iterated_combine,
+                                  label_smoothing_loss, token_accuracy)
 
 
 def test_label_smoothing_hand_computed_case():
@@ -83,7 +83,8 @@ def test_ctc_loss_zeroes_and_counts_infeasible_utterances():
 
 
 @pytest.mark.parametrize("tokens, frames, infeasible", [([1, 1, 2], 3, True), ([1, 1, 2], 4, False),
-                                                         ([1, 2, 3], 2, True), ([3, 3, 3], 5, False)])
+                                                         ([1, 2, 3], 2, True), ([3, 3, 3], 5, False),
+                                                         ([1, 2, 3], 3, False), ([3, 3, 3], 4, True)])
 def test_ctc_loss_counts_infeasibility_from_repeats_and_frames(tokens, frames, infeasible):
     """The count must agree with torch's own verdict (an infinite loss): catches a count that forgets the
     blank needed between equal neighbours, or reads padding as repeats."""
@@ -110,3 +111,45 @@ def test_infeasible_utterance_sends_no_nan_gradient_into_the_batch():
     ref.backward()
     torch.testing.assert_close(logits.grad[0], alone.grad[0], atol=1e-6, rtol=1e-5)
     assert logits.grad[1].abs().max() == 0.0  # the infeasible utterance contributes nothing
+
+
+def test_infeasible_count_is_per_utterance_whatever_the_padding():
+    """Repeats are counted per row (not over the batch) and only inside each row's length, whatever value
+    pads it (here the last token repeated, which a count reading past the length would take as repeats)."""
+    lp = torch.randn(3, 4, 6, generator=torch.Generator().manual_seed(4)).log_softmax(-1)
+    targets = torch.tensor([[4, 5, 5, 5], [1, 1, 2, 2], [1, 2, 2, 0]])  # row 0: "4 5" padded with 5s
+    _, n_inf = ctc_loss(lp, torch.tensor([2, 4, 3]), targets, torch.tensor([2, 4, 3]))
+    # row 0 needs 2 frames (has 2), row 1 needs 6 (has 4), row 2 "1 2 2" needs 4 (has 3)
+    assert int(n_inf) == 2
+
+
+def test_ctc_loss_of_one_utterance_with_another_blank_id():
+    """Catches a blank id that is not passed on, and a batch-size divisor that is not the batch size."""
+    lp = torch.randn(1, 6, 5, generator=torch.Generator().manual_seed(5)).log_softmax(-1)
+    targets = torch.tensor([[0, 1, 2]])
+    loss, n_inf = ctc_loss(lp, torch.tensor([6]), targets, torch.tensor([3]), blank=4)
+    ref = F.ctc_loss(lp.transpose(0, 1), targets, torch.tensor([6]), torch.tensor([3]), blank=4, reduction="sum")
+    torch.testing.assert_close(loss, ref)
+    assert int(n_inf) == 0
+
+
+def test_iterated_combine_is_final_plus_weighted_sum():
+    """Deja-vu's iterated loss: L_final + lambda * sum_k L_k (not a mean, not (1 - lambda) on the final)."""
+    final, inter = torch.tensor(2.0), [torch.tensor(3.0), torch.tensor(5.0)]
+    assert float(iterated_combine(final, inter, 0.3)) == pytest.approx(2.0 + 0.3 * 8.0)
+    assert float(iterated_combine(final, [], 0.3)) == 2.0
+
+
+def test_label_smoothing_with_two_tokens_and_one_target_per_token():
+    """V = 2 puts all of the smoothing mass on the one other id; token normalisation divides by the one target."""
+    logits = torch.tensor([[[0.3, -0.2]]])
+    targets = torch.tensor([[1]])
+    q = torch.tensor([0.1, 0.9])
+    expected = float((q * (q.log() - logits[0, 0].log_softmax(-1))).sum())
+    for normalize in ("batch", "token"):
+        assert float(label_smoothing_loss(logits, targets, 0.1, normalize)) == pytest.approx(expected, abs=1e-6)
+
+
+def test_token_accuracy_of_a_single_target():
+    logits = torch.tensor([[[0.0, 2.0, 1.0], [0.0, 0.0, 0.0]]])
+    assert float(token_accuracy(logits, torch.tensor([[1, -1]]))) == 1.0  # one valid target, predicted

@@ -98,7 +98,8 @@ def test_blstm_ctc_overfits_a_few_utterances():
     torch.manual_seed(0)
     batch, targets = _batch()
     enc = BLSTMEncoder(FEAT_DIM, 32, 2, 0.0, input_layer="none")
-    model = AsrModel(FeatureFrontend(), enc, VOCAB, CTCHead(enc.output_dim, VOCAB), ctc_weight=1.0)
+    model = AsrModel(FeatureFrontend(), enc, VOCAB, CTCHead(enc.output_dim, VOCAB), None, ctc_weight=1.0,
+                     lsm_weight=0.0)
     assert _ctc_greedy(model, batch) != targets
     ratio = _overfit(model, batch, lambda m: _ctc_greedy(m, batch) == targets, "loss_ctc", max_steps=300, lr=3e-2)
     assert ratio < 0.05

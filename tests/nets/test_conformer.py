@@ -89,18 +89,45 @@ def test_layer_matches_the_macaron_equations():
     torch.testing.assert_close(out[1, :6], ref[1, :6], atol=1e-5, rtol=1e-5)
 
 
+def test_rotary_attention_matches_plain_softmax_with_rotated_queries_and_keys():
+    """Catches rotations missing, applied to values, paired wrongly or with another base, a wrong 1/sqrt(d),
+    a padding mask ignored, and NaN from a zero-length utterance (it must stay finite)."""
+    torch.manual_seed(0)
+    attn = RotarySelfAttention(16, 2).eval()
+    x = torch.randn(3, 7, 16, requires_grad=True)
+    valid = torch.arange(7)[None] < torch.tensor([7, 4, 0])[:, None]
+    out = attn(x, valid.unsqueeze(1))
+    torch.testing.assert_close(out[:2], attention_reference(attn, x[:2], valid[:2]), atol=1e-5, rtol=1e-5)
+    out.sum().backward()  # a NaN from the empty utterance would poison the whole batch's gradient
+    assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
+
+
 def test_rotary_scores_depend_on_relative_offset_only():
-    """The same content shifted in time gets the same attention output: absolute positions would change it."""
+    """Catches absolute positions (a sinusoid added, angles not shared by the two members of a pair, so not a
+    rotation, or queries and keys rotated by different tables): the same content three frames later must get
+    the same scores and outputs. A rotation that does nothing passes that trivially, so scores of identical
+    frames must still vary with the offset."""
     torch.manual_seed(0)
     attn = RotarySelfAttention(16, 2).eval()
     x = torch.randn(1, 6, 16)
     shifted = torch.cat([torch.randn(1, 3, 16), x], 1)  # x at positions 3..8, three masked frames before it
+    q, k, _ = attn.project(x)  # (1, H, 6, Dh)
+    q_s, k_s, _ = attn.project(shifted)
+    torch.testing.assert_close(q_s[:, :, 3:] @ k_s[:, :, 3:].transpose(-1, -2), q @ k.transpose(-1, -2),
+                               atol=1e-5, rtol=1e-5)
     valid = torch.tensor([[False] * 3 + [True] * 6])
     alone = attn(x, torch.ones(1, 1, 6, dtype=torch.bool))
     torch.testing.assert_close(attn(shifted, valid.unsqueeze(1))[:, 3:], alone, atol=1e-5, rtol=1e-5)
 
+    q, k, _ = attn.project(x[:, :1].expand(1, 6, 16))  # one frame repeated: only positions tell them apart
+    scores = (q @ k.transpose(-1, -2))[0]  # (H, 6, 6)
+    torch.testing.assert_close(scores[:, 1:, 1:], scores[:, :-1, :-1], atol=1e-5, rtol=1e-5)  # Toeplitz
+    assert (scores[:, 0] - scores[:, 0, :1]).abs().max() > 1e-2  # and not constant along a row
+
 
 def test_valid_frames_do_not_depend_on_padding():
+    """Catches the depthwise conv reading padded frames (no zeroing before it), attention to padded keys, and
+    statistics over time or batch in the conv module's norm (BatchNorm): large random padding would show."""
     layer = make_layer(kernel=7)
     x = torch.randn(1, 8, 16)
     alone = layer(x, torch.ones(1, 1, 8, dtype=torch.bool))
@@ -109,8 +136,9 @@ def test_valid_frames_do_not_depend_on_padding():
 
 
 def test_gradients_reach_every_parameter_and_not_the_padding():
-    """Objective: a fixed random projection of the valid frames (``.sum()`` of the final LayerNorm's output
-    has zero gradient by construction)."""
+    """Catches a branch that is scaled to 0 or never used (its parameters get no gradient) and padding that
+    reaches valid frames (padded inputs get a gradient). Objective: a fixed random projection of the valid
+    frames (``.sum()`` of the final LayerNorm's output has zero gradient by construction)."""
     layer = make_layer().train()
     x = torch.randn(2, 10, 16, requires_grad=True)
     valid = torch.arange(10)[None] < torch.tensor([10, 7])[:, None]
@@ -123,6 +151,8 @@ def test_gradients_reach_every_parameter_and_not_the_padding():
 
 
 def test_bad_sizes_are_refused():
+    """Catches an even kernel accepted ('same' padding would shift outputs by half a frame) and an odd head
+    size accepted (its last dim would have no partner to rotate with)."""
     with pytest.raises(ValueError, match="odd"):
         ConformerLayer(16, 2, 32, conv_kernel=4)
     with pytest.raises(ValueError, match="even head size"):
@@ -130,14 +160,25 @@ def test_bad_sizes_are_refused():
 
 
 def test_encoder_stack_of_conformer_layers_with_interctc_and_dejavu():
+    """Catches an encoder that ignores ``layer_builder`` or rebuilds one shared layer, intermediate outputs or
+    the Deja-vu input that see padding (large random padding frames here), and ``positional=False`` that
+    still adds absolute sinusoids or drops the sqrt(d_model) scale of the subsampling output."""
     torch.manual_seed(0)
     enc = TransformerEncoder(20, d_model=16, num_heads=2, ffn_dim=32, num_layers=3, interctc_layers=(1,),
                              dejavu_layer=2, dejavu_input="stacked_fbank", positional=False,
                              layer_builder=lambda: ConformerLayer(16, 2, 32, conv_kernel=5, dropout=0.0)).eval()
     assert all(isinstance(layer, ConformerLayer) for layer in enc.layers) and enc.intermediate_layers == (1, 2)
+    assert len({id(layer) for layer in enc.layers}) == 3
     a = torch.randn(1, 40, 20)
     single, n, inter = enc(a, torch.tensor([40]))
-    batch, _, inter_b = enc(torch.cat([a, torch.randn(1, 24, 20)], 1).expand(2, -1, -1), torch.tensor([40, 64]))
+    padded = torch.cat([a, 50 * torch.randn(1, 24, 20)], 1).expand(2, -1, -1)
+    batch, lens, inter_b = enc(padded, torch.tensor([40, 64]))
+    assert int(lens[0]) == int(n[0]) == single.size(1) and len(inter) == len(inter_b) == 2
     torch.testing.assert_close(batch[0, : int(n[0])], single[0], atol=1e-5, rtol=1e-5)
     for h, h_b in zip(inter, inter_b):
         torch.testing.assert_close(h_b[0, : int(n[0])], h[0], atol=1e-5, rtol=1e-5)
+
+    sub = enc.subsampling  # positional=False: the projection times sqrt(d_model), nothing added
+    c = sub.conv(a.unsqueeze(1))  # (1, C, T', F')
+    projected = linear(c.transpose(1, 2).flatten(2), sub.out)  # (1, T', D)
+    torch.testing.assert_close(sub(a, torch.tensor([40]))[0], projected * math.sqrt(16), atol=1e-5, rtol=1e-5)

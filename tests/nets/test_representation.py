@@ -175,3 +175,38 @@ def test_encoder_with_dejavu_padding_and_gradients(dejavu_input):
             assert p.grad is not None and p.grad.abs().max() > 1e-4, name
     # Features past the second utterance's length (30 frames) influence nothing.
     assert feats.grad[1, :30].abs().mean() > 1e-3 and feats.grad[1, 30:].abs().max() < 1e-6
+
+
+def test_default_layer_is_pre_ln():
+    """The encoder's default (pre-LN) is the block's default too: a post-LN default would differ."""
+    torch.manual_seed(0)
+    rep = FeatureRepresentation(12, 16, num_heads=2, ffn_dim=24, feat_dim=10, pos_dim=6, combine="a").eval()
+    z0, zk, mask = torch.randn(1, 5, 12), torch.randn(1, 5, 16), torch.ones(1, 5, dtype=torch.bool)
+    torch.testing.assert_close(rep(z0, zk, mask), reference(rep, z0, zk, mask, "a", pre_ln=True),
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_feed_forward_dropout_is_applied_in_training():
+    """Only the feed-forward's own dropout is left random here: catches a feed-forward without dropout."""
+    torch.manual_seed(0)
+    rep = FeatureRepresentation(12, 16, num_heads=4, ffn_dim=24, dropout=0.5, attention_dropout=0.0).train()
+    rep.dropout.p = 0.0  # the residual dropouts
+    z0, zk, mask = torch.randn(1, 6, 12), torch.randn(1, 6, 16), torch.ones(1, 6, dtype=torch.bool)
+    assert not torch.allclose(rep(z0, zk, mask), rep(z0, zk, mask))
+
+
+def test_runs_in_bfloat16():
+    """The position table follows the inputs' dtype (a float32 table would promote the stream and fail)."""
+    torch.manual_seed(0)
+    rep = FeatureRepresentation(12, 16, num_heads=4, ffn_dim=24).eval().to(torch.bfloat16)
+    out = rep(torch.randn(1, 5, 12, dtype=torch.bfloat16), torch.randn(1, 5, 16, dtype=torch.bfloat16),
+              torch.ones(1, 5, dtype=torch.bool))
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="combine must be one of .* got 'mean'"):
+        FeatureRepresentation(12, 16, num_heads=4, ffn_dim=24, combine="mean")
+    rep = FeatureRepresentation(12, 16, num_heads=4, ffn_dim=24)
+    with pytest.raises(ValueError, match=r"disagree on \(batch, frames\): \(2, 5\) vs \(2, 6\)"):
+        rep(torch.randn(2, 5, 12), torch.randn(2, 6, 16), torch.ones(2, 6, dtype=torch.bool))

@@ -76,6 +76,19 @@ def test_every_mode_transcribes_the_overfitted_utterances(overfit, mode):
     assert [_texts(tr, [w])[0] for w in wavs] == texts
 
 
+@pytest.mark.parametrize("mode", ["attention", "joint"])
+def test_length_penalty_is_wired_into_the_label_synchronous_search(overfit, mode):
+    """A GNMT length penalty keeps the overfitted transcripts, and its normalised scores are what the N-best
+    reports: score / ((5 + |Y|) / 6) ** alpha of the unpenalised search's raw score."""
+    _, model, cfg, tok, wavs, texts = overfit
+    plain = Transcriber(model, cfg, tok, decode=DecodeConfig(mode=mode, beam=4)).transcribe(wavs)
+    penalised = Transcriber(model, cfg, tok, decode=DecodeConfig(mode=mode, beam=4, length_penalty=1.0))
+    out = penalised.transcribe(wavs)
+    assert [t.text for t in out] == texts
+    for p, q in zip(plain, out):
+        assert q.score == pytest.approx(p.score / ((5 + len(p.tokens)) / 6), rel=1e-4)
+
+
 def test_nbest_is_sorted_and_distinct(overfit):
     _, model, cfg, tok, wavs, texts = overfit
     for mode in ("ctc_prefix", "joint", "rescore"):
@@ -117,10 +130,12 @@ def test_lm_fusion_through_the_pipeline(overfit, tmp_path):
     banned = max("".join(texts).replace(" ", ""), key="".join(texts).count)  # the most frequent letter
     _unigram_arpa(arpa, tok, banned)
     plain = _texts(Transcriber(model, cfg, tok, decode=DecodeConfig(mode="ctc_prefix", beam=4)), wavs)
-    for mode in ("ctc_prefix", "joint"):
-        zero = DecodeConfig(mode=mode, beam=4, lm=str(arpa), lm_weight=0.0)
+    for mode, full in (("ctc_prefix", False), ("joint", False), ("joint", True)):
+        zero = DecodeConfig(mode=mode, beam=4, lm=str(arpa), lm_weight=0.0, lm_full=full)
         assert _texts(Transcriber(model, cfg, tok, decode=zero), wavs) == plain
-        strong = DecodeConfig(mode=mode, beam=4, lm=str(arpa), lm_weight=5.0)
+        # lm_full: the LM's scores also choose the pre-beam (of one candidate here, so it decides alone)
+        strong = DecodeConfig(mode=mode, beam=4, lm=str(arpa), lm_weight=5.0, lm_full=full,
+                              pre_beam=1 if full else 0)
         fused = _texts(Transcriber(model, cfg, tok, decode=strong), wavs)
         assert sum(t.count(banned) for t in fused) < sum(t.count(banned) for t in texts), mode
 
@@ -132,6 +147,9 @@ def test_lm_fusion_through_the_pipeline(overfit, tmp_path):
     (dict(mode="ctc_prefix", lm="/no/such/lm.arpa"), "/no/such/lm.arpa"),
     (dict(mode="joint", ctc_weight=1.5), "decode.ctc_weight"),
     (dict(mode="ctc_prefix", lm_units="words"), "decode.lm_units"),
+    (dict(mode="ctc_prefix", length_penalty=0.5), "decode.length_penalty"),
+    (dict(mode="joint", length_penalty=float("nan")), "decode.length_penalty"),
+    (dict(mode="joint", lm_full=True), "decode.lm_full"),
 ])
 def test_bad_settings_are_named(overfit, change, key):
     _, model, cfg, tok, _, _ = overfit

@@ -84,14 +84,22 @@ class RefCTC:
         return out
 
 
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT (Wu et al. 2016, eq. 14): lp(Y) = ((5 + |Y|) / 6) ** alpha, |Y| = tokens without <eos>."""
+    return ((5 + length) / 6) ** alpha
+
+
 def reference_beam_search(scorers: Dict[str, NextScores], weights: Dict[str, float], vocab: int, beam: int,
                           max_len: int, full: Sequence[str] = ("decoder",), pre_beam: int = 0, eos: int = 2,
-                          bonus: float = 0.0, nbest: int = 1) -> List[Tuple[Prefix, float, float]]:
+                          bonus: float = 0.0, nbest: int = 1, alpha: float = 0.0) -> List[Tuple[Prefix, float, float]]:
     """Best ``nbest`` finished hypotheses as (tokens, score, ctc score); see the module docstring.
 
-    Per step and hypothesis: the weighted full scorers rank the non-blank tokens, the best
-    ``pre_beam`` are scored by all scorers (all tokens without a full scorer); the best ``beam``
-    candidates of all hypotheses survive; <eos> or reaching ``max_len`` tokens ends one.
+    Per step and hypothesis: the weighted full scorers (any names in ``full``, e.g. the decoder and
+    an LM) rank the non-blank tokens, the best ``pre_beam`` are scored by all scorers (all tokens
+    without a full scorer); the best ``beam`` candidates of all hypotheses survive, by raw score;
+    <eos> or reaching ``max_len`` tokens ends one. The finished hypotheses are ranked by
+    ``raw score / length_penalty(len, alpha)``, which is also the score returned (the CTC score
+    stays raw). No early stop: the search runs until no hypothesis is left.
     """
     active = [n for n in scorers if weights.get(n, 0.0) != 0.0]
     full_names = [n for n in active if n in full]
@@ -128,5 +136,9 @@ def reference_beam_search(scorers: Dict[str, NextScores], weights: Dict[str, flo
                 running.append((prefix + (c,), total, ctc))
         if not running:
             break
-    finished.sort(key=lambda h: -h[1])
-    return finished[:nbest]
+    normalised = []
+    for prefix, total, ctc in finished:
+        score = total / length_penalty(len(prefix), alpha) if alpha else total
+        normalised.append((prefix, score, ctc if ctc_name else score))
+    normalised.sort(key=lambda h: -h[1])
+    return normalised[:nbest]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import pytest
 import torch
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from asrkit.search import CTCPrefixScorer, DecoderScorer, beam_search, joint_beam_search
 from host_sync import no_host_sync
-from reference_beam_search import NEG_INF, RefCTC, reference_beam_search
+from reference_beam_search import NEG_INF, RefCTC, length_penalty, reference_beam_search
 
 bs = importlib.import_module("asrkit.search.beam_search")  # the module (the package exports a function of that name)
 REPO = Path(__file__).resolve().parents[2]
@@ -35,6 +35,44 @@ class ToyDecoder:
         return (self.table[ys[:, -1]] + h + mem).log_softmax(-1), (h,)
 
 
+class BigramScorer:
+    """A tiny fake LM (or decoder) as a BatchScorer: next-token log-scores ``table[last token]`` (V, V),
+    <sos> = <eos> = row 2; it scores all V tokens at once, so it can be a full scorer. ``ref`` is the
+    same function of a whole prefix, for the reference search."""
+
+    def __init__(self, table: torch.Tensor) -> None:
+        self.table = table.to(torch.float64)
+        self.vocab_size = table.shape[0]
+
+    def init_state(self, batch: int, beam: int, device: torch.device) -> torch.Tensor:
+        return torch.full((batch * beam,), EOS, dtype=torch.long, device=device)  # (N,) last token
+
+    def score(self, state: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        return self.table[state[:, None], tokens.clamp(min=0)]  # (N, C)
+
+    def select_state(self, state: torch.Tensor, index: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        return torch.where(tokens >= 0, tokens, state.index_select(0, index))
+
+    def final_score(self, state: torch.Tensor) -> torch.Tensor:
+        return self.table[state, EOS]
+
+    def ref(self, prefix) -> List[float]:
+        return self.table[prefix[-1] if prefix else EOS].tolist()
+
+
+def random_bigram(vocab: int, gen: torch.Generator) -> BigramScorer:
+    return BigramScorer((torch.randn(vocab, vocab, generator=gen, dtype=torch.float64) * 3).log_softmax(-1))
+
+
+def bigram_table(rows: dict, vocab: int = 6, floor: float = -30.0) -> torch.Tensor:
+    """A (V, V) table of log-scores ``floor`` except ``rows[last][next]``."""
+    table = torch.full((vocab, vocab), floor, dtype=torch.float64)
+    for last, row in rows.items():
+        for nxt, value in row.items():
+            table[last, nxt] = value
+    return table
+
+
 def decoder_ref(decoder, memory: torch.Tensor, lens: torch.Tensor, b: int):
     """Reference decoder scores of utterance b: the whole prefix from scratch, one row."""
     def scores(prefix) -> List[float]:
@@ -53,20 +91,25 @@ def problem(batch: int, frames: int, vocab: int, gen: torch.Generator, dim: Opti
 
 
 def run_and_compare(decoder, memory, lp, lens, max_lens, weights, beam, nbest, pre_beam=None, bonus=0.0,
-                    tol=1e-7, dtype=torch.float64, lm=None) -> None:
+                    tol=1e-7, dtype=torch.float64, lm=None, alpha: float = 0.0,
+                    full: Optional[Sequence[str]] = None) -> None:
     batch, vocab = lp.shape[0], lp.shape[2]
     scorers = {"decoder": DecoderScorer(decoder, memory, lens), "ctc": CTCPrefixScorer(lp, lens)}
     if lm is not None:
         scorers["lm"] = lm[0]
     scorers = {n: sc for n, sc in scorers.items() if n in weights}
     w = dict(weights, length_bonus=bonus)
-    got = beam_search(scorers, w, max_lens, beam=beam, nbest=nbest, pre_beam=pre_beam, dtype=dtype).to_lists()
+    kw = {} if full is None else dict(full_scorers=full)
+    if alpha:
+        kw["length_penalty"] = alpha
+    got = beam_search(scorers, w, max_lens, beam=beam, nbest=nbest, pre_beam=pre_beam, dtype=dtype, **kw).to_lists()
     for b in range(batch):
         refs = {"decoder": decoder_ref(decoder, memory, lens, b), "ctc": RefCTC(lp[b, :int(lens[b])].tolist(), vocab)}
         if lm is not None:
             refs["lm"] = lm[1]
         want = reference_beam_search(refs, weights, vocab, beam, int(max_lens[b]), bonus=bonus, nbest=nbest,
-                                     pre_beam=pre_beam or int(1.5 * beam))
+                                     pre_beam=pre_beam or int(1.5 * beam), alpha=alpha,
+                                     full=("decoder",) if full is None else full)
         mine = [(tuple(h.tokens), h.score, h.ctc_score) for h in got[b]]
         assert [m[0] for m in mine] == [r[0] for r in want], f"utterance {b}"
         for m, r in zip(mine, want):
@@ -137,12 +180,18 @@ def test_ngram_lm_fusion_equals_reference_and_weight_zero_equals_no_lm() -> None
     assert torch.equal(with_lm.tokens, without.tokens) and torch.equal(with_lm.scores, without.scores)
 
 
-def test_batch_equals_one_utterance_at_a_time() -> None:
+@pytest.mark.parametrize("alpha,lm_full", [(0.0, False), (0.8, False), (0.0, True), (1.2, True)])
+def test_batch_equals_one_utterance_at_a_time(alpha: float, lm_full: bool) -> None:
+    # Catches: a length penalty or LM pre-beam that mixes utterances (per-batch instead of per-row
+    # lengths or max_lens, a topk over the wrong axis, the early stop reading another utterance's pool).
     gen = torch.Generator().manual_seed(22)
     vocab = 9
     memory, lp, lens = problem(5, 10, vocab, gen)
     decoder = ToyDecoder(vocab, gen)
     kw = dict(ctc_weight=0.4, beam=5, nbest=3, weights={"length_bonus": 0.2})
+    if alpha or lm_full:
+        kw = dict(kw, scorers={"lm": random_bigram(vocab, gen)}, weights={"lm": 0.5, "length_bonus": 0.2},
+                  length_penalty=alpha, full_scorers=("lm",) if lm_full else ())
     batched = joint_beam_search(decoder, memory, lens, lp, **kw).to_lists()
     for b in range(5):
         t = int(lens[b])
@@ -231,14 +280,18 @@ def test_early_stopping_is_exact_and_stops_early(monkeypatch: pytest.MonkeyPatch
         assert torch.equal(early.tokens, full.tokens) and torch.equal(early.scores, full.scores)
 
 
-def test_search_steps_never_sync_with_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("alpha,lm_full", [(0.0, False), (0.7, True)])
+def test_search_steps_never_sync_with_the_host(monkeypatch: pytest.MonkeyPatch, alpha: float, lm_full: bool) -> None:
+    # Catches a host sync in the token loop, e.g. a length penalty computed from tensor lengths with
+    # .item() or a Python branch on an LM's scores in the pre-beam.
     ran: list = []
     monkeypatch.setattr(bs, "_step", no_host_sync(bs._step, ran))
     monkeypatch.setattr(bs, "_force_end", no_host_sync(bs._force_end, ran))
     gen = torch.Generator().manual_seed(27)
     memory, lp, lens = problem(3, 10, 8, gen)
     joint_beam_search(ToyDecoder(8, gen), memory, lens, lp, ctc_weight=0.3, beam=4,
-                      weights={"length_bonus": 0.5}).to_lists()
+                      scorers={"lm": random_bigram(8, gen)}, weights={"lm": 0.3, "length_bonus": 0.5},
+                      length_penalty=alpha, full_scorers=("lm",) if lm_full else ()).to_lists()
     assert "_step" in ran and "_force_end" in ran
 
 
@@ -250,6 +303,9 @@ def test_search_steps_never_sync_with_the_host(monkeypatch: pytest.MonkeyPatch) 
     (dict(weights={}), "scorer 'decoder' has no weight"),
     (dict(weights={"decoder": 0.0}), "nonzero weight"),
     (dict(max_lens=torch.tensor([3.0])), "max_lens"),
+    (dict(full_scorers=("lm",)), "full scorer 'lm' has no scorer"),
+    (dict(full_scorers="decoder"), "collection of scorer names"),
+    (dict(length_penalty=float("nan")), "length_penalty"),
 ])
 def test_bad_arguments_are_named(kwargs: dict, match: str) -> None:
     gen = torch.Generator().manual_seed(28)
@@ -259,6 +315,173 @@ def test_bad_arguments_are_named(kwargs: dict, match: str) -> None:
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         beam_search(**args)
+
+
+# ---- GNMT length penalty -------------------------------------------------------------------------
+
+def test_length_penalty_zero_is_todays_search_exactly() -> None:
+    # Catches a penalty that leaks in when off: e.g. dividing by (5 + |Y|) / 6 without the power, or
+    # normalising with the wrong length, would change the scores (bit for bit compared here).
+    gen = torch.Generator().manual_seed(40)
+    memory, lp, lens = problem(3, 9, 7, gen)
+    decoder = ToyDecoder(7, gen)
+    scorers = {"decoder": DecoderScorer(decoder, memory, lens), "ctc": CTCPrefixScorer(lp, lens)}
+    weights = {"decoder": 0.7, "ctc": 0.3, "length_bonus": 0.3}
+    today = beam_search(scorers, weights, lens, beam=4, dtype=torch.float64)
+    zero = beam_search(scorers, weights, lens, beam=4, dtype=torch.float64, length_penalty=0.0)
+    for field in ("tokens", "lengths", "scores", "ctc_scores"):
+        assert torch.equal(getattr(today, field), getattr(zero, field)), field
+
+
+@pytest.mark.parametrize("alpha", [0.6, 1.5, -0.5])
+def test_length_penalty_equals_reference(alpha: float) -> None:
+    # Catches a penalty applied to the wrong length (counting <eos>, or the step instead of the
+    # hypothesis), to live beams instead of only finished ones, a pool that keeps the raw best
+    # instead of the normalised best, or reported scores that are not the normalised ones.
+    gen = torch.Generator().manual_seed(41)
+    for trial in range(3):
+        batch, vocab = 1 + trial, 5 + trial
+        memory, lp, lens = problem(batch, 8, vocab, gen)
+        max_lens = torch.randint(0, 8, (batch,), generator=gen) if trial == 0 else lens.clone()
+        run_and_compare(ToyDecoder(vocab, gen), memory, lp, lens, max_lens, {"decoder": 0.7, "ctc": 0.3}, beam=4,
+                        nbest=3, bonus=0.2 * trial, alpha=alpha)
+
+
+def test_length_penalty_lets_a_slightly_worse_longer_hypothesis_win() -> None:
+    # Catches a length penalty that does not change the ranking (ignored, or applied to every
+    # hypothesis with one common length). Tokens: 3 = a, 4 = b. "a <eos>" scores -1.0, "b <eos>"
+    # -1.05, "b b" (forced end at max_len 2) -1.1: raw, "a" wins; with alpha = 1,
+    # lp(1) = 1 and lp(2) = 7/6, so "b b" wins with -1.1 * 6/7 = -0.943.
+    table = bigram_table({EOS: {3: -0.5, 4: -0.35}, 3: {EOS: -0.5}, 4: {4: -0.05, EOS: -0.7}})
+    scorer = BigramScorer(table)
+    for alpha, want in ((0.0, [3]), (1.0, [4, 4])):
+        got = beam_search({"decoder": scorer}, {"decoder": 1.0}, torch.tensor([2]), beam=3, nbest=3,
+                          dtype=torch.float64, length_penalty=alpha).to_lists()[0]
+        ref = reference_beam_search({"decoder": scorer.ref}, {"decoder": 1.0}, 6, 3, 2, pre_beam=4, nbest=3,
+                                    alpha=alpha)
+        assert got[0].tokens == want and [tuple(h.tokens) for h in got] == [r[0] for r in ref]
+        assert [h.score for h in got] == pytest.approx([r[1] for r in ref], abs=1e-12)
+    # The reported score is the normalised one, and the N-best is sorted by it.
+    assert got[0].score == pytest.approx(-1.1 / length_penalty(2, 1.0), abs=1e-12)
+    assert [h.score for h in got] == sorted((h.score for h in got), reverse=True)
+
+
+# Traps for the early stop under a length penalty (max_len 20, beam 2, 1-best; "a <eos>" = -1.0,
+# a = 3, fills the pool first; each comment's "bound" is the bound the search must not use).
+CHAIN = {EOS: {3: -0.5, 4: -0.055}, 3: {EOS: -0.5}, 11: {EOS: -0.01, 11: -1.0}}
+CHAIN.update({j: {j + 1: -0.055, EOS: -5.0} for j in range(4, 11)})
+EARLY_STOP_TRAPS = {
+    # alpha 1, b = 4: b^k <eos> = -0.1 k - 1.0, normalised -(0.1 k + 1) * 6 / (5 + k), rising with k up
+    # to the forced end: b^20 (-0.72) beats b^19 <eos> (-0.725). After 16 tokens the best live raw
+    # score (-1.6) is below the pool's (b^15 <eos>, -0.75): the raw bound "best live < worst
+    # finished" stops there and returns b^15; the exact bound -1.6 / lp(20) = -0.38 runs on.
+    "raw bound": (bigram_table({EOS: {3: -0.5, 4: -0.1}, 3: {EOS: -0.5}, 4: {4: -0.1, EOS: -1.0}}), 1.0, (4,) * 20),
+    # alpha 1, b = 4, c = 5: one costly token, then nearly free ones: b c^k <eos> = -2.45 - 0.01 k,
+    # normalised by lp(k + 1), overtakes "a" at k = 10 and wins at the forced end, b c^19 = -2.64 /
+    # lp(20) = -0.63. After 8 tokens the live -2.47 is below -1.0 even normalised by its present
+    # length (-2.47 / lp(8) = -1.14): a bound normalised by the current length, not the longest
+    # reachable, stops there and returns "a".
+    "current-length bound": (bigram_table({EOS: {3: -0.5, 4: -2.4}, 3: {EOS: -0.5}, 4: {5: -0.01},
+                                           5: {5: -0.01, EOS: -0.05}}), 1.0, (4,) + (5,) * 19),
+    # alpha -1 (lp(L) = 6 / (5 + L): longer is worse): a chain of tokens 4 .. 11 at -0.055 each whose
+    # only cheap <eos> is after 11 (-0.01): 4 .. 11 <eos> = -0.45 * 13/6 = -0.975 beats "a". After 8
+    # tokens the live -0.44 normalised by the longest length, -0.44 * 25/6 = -1.83, is below -1.0: a
+    # bound normalised only at max_len stops there and returns "a"; with alpha < 0 (or a positive
+    # bound, from a length bonus) the shortest ending is the one to bound, -0.44 * 13/6 = -0.953
+    # (and it is this length, not one more: -0.44 * 14/6 = -1.03 would stop too).
+    "max-length bound": (bigram_table(CHAIN, vocab=12), -1.0, tuple(range(4, 12))),
+}
+
+
+@pytest.mark.parametrize("trap", sorted(EARLY_STOP_TRAPS))
+def test_length_penalty_early_stop_waits_for_the_winner(monkeypatch: pytest.MonkeyPatch, trap: str) -> None:
+    # Catches an early stop that is not exact under the length penalty: see EARLY_STOP_TRAPS.
+    table, alpha, want = EARLY_STOP_TRAPS[trap]
+    scorer = BigramScorer(table)
+    vocab = table.shape[0]
+    got = beam_search({"decoder": scorer}, {"decoder": 1.0}, torch.tensor([20, 20]), beam=2, nbest=1,
+                      dtype=torch.float64, length_penalty=alpha).to_lists()
+    ref = reference_beam_search({"decoder": scorer.ref}, {"decoder": 1.0}, vocab, 2, 20, pre_beam=3, alpha=alpha)
+    assert ref[0][0] == want
+    for hyps in got:
+        assert tuple(hyps[0].tokens) == want and hyps[0].score == pytest.approx(ref[0][1], abs=1e-12)
+
+
+@pytest.mark.parametrize("alpha", [0.6, 1.0, -0.5])
+def test_length_penalty_early_stop_is_exact_and_stops_early(monkeypatch: pytest.MonkeyPatch, alpha: float) -> None:
+    # Catches an early-stop bound that is too loose to ever stop under a penalty (a wasted search
+    # to max_len) or too tight (stopping before a hypothesis that would still enter the N-best: the
+    # result would differ from the search that never checks).
+    gen = torch.Generator().manual_seed(42)
+    memory, lp, lens = problem(4, 10, 6, gen)
+    decoder = ToyDecoder(6, gen)
+    max_lens = torch.tensor([60, 45, 60, 50])
+    steps: list = []
+    real_step = bs._step
+    monkeypatch.setattr(bs, "_step", lambda *a: (steps.append(1), real_step(*a)))
+    kw = dict(beam=3, nbest=2, dtype=torch.float64, length_penalty=alpha)
+    weights = {"decoder": 1.0}
+    early = beam_search({"decoder": DecoderScorer(decoder, memory, lens)}, weights, max_lens, **kw)
+    ran = len(steps)
+    with monkeypatch.context() as mp:
+        mp.setattr(bs, "_CHECK_EVERY", 10 ** 9)
+        full = beam_search({"decoder": DecoderScorer(decoder, memory, lens)}, weights, max_lens, **kw)
+    assert ran < 60 and ran % bs._CHECK_EVERY == 0
+    assert torch.equal(early.tokens, full.tokens) and torch.equal(early.scores, full.scores)
+
+
+# ---- an LM as a full scorer: its scores join the pre-beam ----------------------------------------
+
+@pytest.mark.parametrize("beam,pre_beam,alpha", [(1, 1, 0.0), (3, 2, 0.0), (4, None, 0.7)])
+def test_lm_as_full_scorer_equals_reference(beam: int, pre_beam: Optional[int], alpha: float) -> None:
+    # Catches an LM named full that is still scored only on the pre-beam, counted twice (once in the
+    # pre-beam's fused score, once as a partial scorer), or left out of the total.
+    gen = torch.Generator().manual_seed(43 + beam)
+    for trial in range(2):
+        batch, vocab = 2 + trial, 6 + trial
+        memory, lp, lens = problem(batch, 8, vocab, gen)
+        lm = random_bigram(vocab, gen)
+        run_and_compare(ToyDecoder(vocab, gen), memory, lp, lens, lens.clone(), {"decoder": 0.6, "ctc": 0.4, "lm": 0.8},
+                        beam=beam, nbest=beam, pre_beam=pre_beam, lm=(lm, lm.ref), full=("decoder", "lm"),
+                        bonus=0.3 * trial, alpha=alpha)
+
+
+def test_lm_as_full_scorer_brings_its_token_into_the_pre_beam() -> None:
+    # Catches a full_scorers option that does not reach the pre-beam. The decoder ranks token 5 last
+    # (-3.0), so with pre_beam 2 it never becomes a candidate and the LM (which wants 5) cannot help;
+    # with the LM full, decoder + LM ranks 5 first (-3.1 against -5.5 for 3), and "5 5" wins.
+    dec = BigramScorer(bigram_table({r: {3: -0.5, EOS: -1.0, 4: -1.5, 5: -3.0, 1: -4.0} for r in range(6)}))
+    lm = BigramScorer(bigram_table({r: {5: -0.1} for r in range(6)}, floor=-5.0))
+    scorers, weights = {"decoder": dec, "lm": lm}, {"decoder": 1.0, "lm": 1.0}
+    max_lens = torch.tensor([2])
+    results = {}
+    for full in (("decoder",), ("decoder", "lm")):
+        got = beam_search(scorers, weights, max_lens, beam=2, nbest=2, pre_beam=2, full_scorers=full,
+                          dtype=torch.float64).to_lists()[0]
+        ref = reference_beam_search({"decoder": dec.ref, "lm": lm.ref}, weights, 6, 2, 2, full=full, pre_beam=2,
+                                    nbest=2)
+        assert [tuple(h.tokens) for h in got] == [r[0] for r in ref], full
+        assert [h.score for h in got] == pytest.approx([r[1] for r in ref], abs=1e-12)
+        results[full] = got[0].tokens
+    assert 5 not in results[("decoder",)] and results[("decoder", "lm")] == [5, 5]
+
+
+def test_joint_search_full_scorers_names_extra_full_scorers() -> None:
+    # Catches joint_beam_search dropping full_scorers (or replacing the decoder by them): its
+    # result must equal beam_search with the decoder and the LM full.
+    gen = torch.Generator().manual_seed(44)
+    vocab = 7
+    memory, lp, lens = problem(3, 8, vocab, gen)
+    decoder, lm = ToyDecoder(vocab, gen), random_bigram(vocab, gen)
+    joint = joint_beam_search(decoder, memory, lens, lp, ctc_weight=0.3, beam=3, pre_beam=2, scorers={"lm": lm},
+                              weights={"lm": 1.0}, full_scorers=("lm",), length_penalty=0.5)
+    scorers = {"lm": lm, "decoder": DecoderScorer(decoder, memory, lens), "ctc": CTCPrefixScorer(lp, lens)}
+    plain = beam_search(scorers, {"lm": 1.0, "decoder": 0.7, "ctc": 0.3}, lens, beam=3, pre_beam=2,
+                        full_scorers=("decoder", "lm"), length_penalty=0.5)
+    default = joint_beam_search(decoder, memory, lens, lp, ctc_weight=0.3, beam=3, pre_beam=2, scorers={"lm": lm},
+                                weights={"lm": 1.0}, length_penalty=0.5)
+    assert torch.equal(joint.tokens, plain.tokens) and torch.equal(joint.scores, plain.scores)
+    assert not torch.equal(joint.scores, default.scores)  # the option is not a no-op here
 
 
 @pytest.mark.parametrize("conf", ["tiny_transformer.yaml", "tiny_blstm_location_attention.yaml"])
