@@ -61,3 +61,17 @@ def test_score_cli_errors(ref_hyp, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:  # --out names a file
         main(["--ref", str(ref), "--hyp", str(hyp), "--out", str(dup)])
     assert exc.value.code == 2 and "not a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, n_err", [([], 4), (["--upper"], 2), (["--remove-punct"], 3),
+                                          (["--upper", "--remove-punct"], 0)])
+def test_score_cli_normalisation_flags(tmp_path, capsys, flags, n_err):
+    """Catches --upper/--remove-punct being accepted but silently ignored (or always on).
+    Hand counts over 4 reference words: "Hello," vs "hello" differs in case and punctuation,
+    "World"/"world" and "Yes"/"yes" in case only, "again!" vs "again" in punctuation only."""
+    ref, hyp = tmp_path / "ref", tmp_path / "hyp"
+    ref.write_text("u1 Hello, World Yes again!\n", encoding="utf-8")
+    hyp.write_text("u1 hello world yes again\n", encoding="utf-8")
+    assert main(["--ref", str(ref), "--hyp", str(hyp), *flags]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == f"%WER {100 * n_err / 4:.2f} [ {n_err} / 4, 0 ins, 0 del, {n_err} sub ]"
