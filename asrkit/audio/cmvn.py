@@ -114,6 +114,9 @@ class CMVNStats:
                     or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)):
                 raise CMVNError(f"{where}: '{key}' must be a list of {dim} finite numbers")
             setattr(stats, key, torch.tensor(values, dtype=torch.float64))
+        if bool((stats.sum_squares < 0).any()):  # a sum of squares cannot be negative: a corrupt file
+            raise CMVNError(f"{where}: 'sum_squares' has negative entries (at dimensions "
+                            f"{torch.nonzero(stats.sum_squares < 0).flatten().tolist()})")
         stats.frame_count = count
         return stats
 

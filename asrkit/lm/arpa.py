@@ -94,7 +94,7 @@ def read_arpa(path: str | os.PathLike) -> ArpaLM:
             break
     else:
         raise ArpaError(f"{path}: no \\data\\ header; not an ARPA file")
-    lineno, line = 0, ""
+    # lineno/line stay at the \data\ line when the file ends right after it (the error names that line).
     for lineno, line in lines:
         if not line:
             if declared:

@@ -21,12 +21,12 @@ def _speechlike(n: int, seed: int, sr: int = 16000) -> torch.Tensor:
     return (0.1 * x + 0.01 * torch.randn(n, generator=g)).float()
 
 
-def _batch(lengths, seed=0, pad_noise=True):
+def _batch(lengths, seed=0, pad_noise=True, sr=16000):
     """Pad with *noise* (not zeros) so any leak of padding into features shows up."""
     wav = torch.randn(len(lengths), max(lengths), generator=torch.Generator().manual_seed(seed)) if pad_noise \
         else torch.zeros(len(lengths), max(lengths))
     for b, n in enumerate(lengths):
-        wav[b, :n] = _speechlike(n, seed + b)
+        wav[b, :n] = _speechlike(n, seed + b, sr)
     return wav, torch.tensor(lengths)
 
 
@@ -101,20 +101,92 @@ def test_all_shorter_than_a_window_gives_empty_features():
         assert feats.shape == (2, 0, 80) and lens.tolist() == [0, 0]
 
 
-@pytest.mark.parametrize("window,fmax", [("povey", None), ("hamming", 7000.0)])
-def test_kaldi_fbank_equals_torchaudio(window, fmax):
-    cfg = FrontendConfig(kind="kaldi_fbank", window=window, n_mels=40, fmin=40.0, fmax=fmax)
+def _kaldi_fbank_numpy(x: np.ndarray, sr: int, win: int, hop: int, n_mels: int, low: float, high: float,
+                       window: str, remove_dc: bool = True) -> np.ndarray:
+    """Kaldi ``compute-fbank`` (default options, dither 0, snip_edges) written out in float64 numpy.
+
+    ``x`` holds the samples on Kaldi's int16 scale. Follows feature-window.cc / mel-computations.cc:
+    frames of ``win`` samples every ``hop`` (only whole frames), DC offset removed per frame,
+    pre-emphasis 0.97 (the first sample against itself), window, zero padding to the next power of two,
+    power spectrum, triangles equally spaced in Kaldi mel (1127 ln(1 + f/700)) between ``low`` and
+    ``high`` (``high <= 0``: offset from Nyquist) over the FFT bins below Nyquist, log with a floor of
+    float32 epsilon. Returns (frames, n_mels). ``remove_dc=False`` only serves to show the test's sensitivity.
+    """
+    num_frames = 1 + (len(x) - win) // hop if len(x) >= win else 0
+    frames = np.stack([x[t * hop:t * hop + win] for t in range(num_frames)]).astype(np.float64)
+    if remove_dc:
+        frames = frames - frames.mean(axis=1, keepdims=True)
+    frames = np.concatenate([frames[:, :1] * (1 - 0.97), frames[:, 1:] - 0.97 * frames[:, :-1]], axis=1)
+    n = np.arange(win)
+    hann = 0.5 - 0.5 * np.cos(2 * np.pi * n / (win - 1))  # Kaldi's windows are symmetric (N - 1)
+    w = {"povey": hann ** 0.85, "hanning": hann, "hamming": 0.54 - 0.46 * np.cos(2 * np.pi * n / (win - 1))}[window]
+    padded = 1 << (win - 1).bit_length()
+    spec = np.fft.rfft(frames * w, n=padded)
+    power = spec.real ** 2 + spec.imag ** 2  # (F, padded/2 + 1)
+
+    def mel(f):
+        return 1127.0 * np.log(1.0 + np.asarray(f, dtype=np.float64) / 700.0)
+
+    high = high if high > 0 else sr / 2 + high
+    delta = (mel(high) - mel(low)) / (n_mels + 1)
+    left = mel(low) + delta * np.arange(n_mels)[:, None]
+    center, right = left + delta, left + 2 * delta
+    m = mel(np.arange(padded // 2) * sr / padded)[None, :]  # Kaldi's banks skip the Nyquist bin
+    banks = np.where((m > left) & (m < right), np.where(m <= center, (m - left) / (center - left),
+                                                        (right - m) / (right - center)), 0.0)  # (M, K)
+    energies = power[:, :padded // 2] @ banks.T
+    return np.log(np.maximum(energies, np.finfo(np.float32).eps))
+
+
+@pytest.mark.parametrize("window,sr,win,hop,n_mels,fmin,fmax", [
+    ("povey", 16000, 400, 160, 40, 40.0, None),
+    ("hamming", 16000, 400, 160, 40, 40.0, 7000.0),
+    ("hann", 8000, 200, 80, 23, 20.0, 3800.0),  # another rate, window size and FFT size
+])
+def test_kaldi_fbank_equals_numpy_reference(window, sr, win, hop, n_mels, fmin, fmax):
+    n_fft = 1 << (win - 1).bit_length()
+    cfg = FrontendConfig(kind="kaldi_fbank", sample_rate=sr, win_length=win, hop_length=hop, n_fft=n_fft,
+                         window=window, n_mels=n_mels, fmin=fmin, fmax=fmax)
     fe = build_frontend(cfg).eval()
-    assert isinstance(fe, KaldiFbank) and fe.output_dim == 40
-    wav, lens = _batch([7000, 5000, 6100], seed=5)
+    assert isinstance(fe, KaldiFbank) and fe.output_dim == n_mels
+    lengths = [7000, 5000, 6100]
+    wav, lens = _batch(lengths, seed=5, sr=sr)  # noise in the padding
+    wav[1, :lengths[1]] += 0.05  # a DC offset (cheap microphones): Kaldi removes it per frame
     feats, feat_lens = fe(wav, lens)
-    for b, n in enumerate(lens.tolist()):
-        # Kaldi reads 16-bit PCM as integers: the module scales [-1, 1] floats by 32768.
-        ref = kaldi.fbank(wav[b:b + 1, :n] * 32768.0, num_mel_bins=40, frame_length=25.0, frame_shift=10.0,
-                          low_freq=40.0, high_freq=fmax or 0.0, window_type=window.replace("hann", "hanning"),
-                          dither=0.0, sample_frequency=16000.0)
-        assert int(feat_lens[b]) == ref.shape[0]
-        torch.testing.assert_close(feats[b, :ref.shape[0]], ref, atol=1e-5, rtol=1e-5)
+    kaldi_window = "hanning" if window == "hann" else window
+    refs = [_kaldi_fbank_numpy(wav[b, :n].double().numpy() * 32768.0, sr, win, hop, n_mels, fmin, fmax or 0.0,
+                               kaldi_window) for b, n in enumerate(lengths)]
+    for b, ref in enumerate(refs):
+        # Frame count: snip_edges framing with the configured window and hop in samples (centred framing,
+        # or a hop/window lost in the conversion to Kaldi's milliseconds, changes it).
+        assert int(feat_lens[b]) == ref.shape[0] == (lengths[b] - win) // hop + 1
+        # Values (float32 module vs float64 reference: ~1e-5 apart here): catches a missing or wrong int16
+        # scaling (x32768 shifts every log energy by 2 ln 32768 = 20.8), the configured window ignored
+        # (> 0.3 off), fmin/fmax or the sample rate not passed on (> 1 off), no pre-emphasis (> 4), a
+        # magnitude instead of a power spectrum (~10), an FFT not padded to a power of two (> 0.8), no DC
+        # removal (utterance 1, > 0.015) and padding samples read into an utterance's frames (noise follows
+        # each utterance in the batch).
+        np.testing.assert_allclose(feats[b, :ref.shape[0]].double().numpy(), ref, atol=5e-4, rtol=0)
+        # Frames past the utterance are exactly 0, not features of the padding noise.
+        assert torch.all(feats[b, ref.shape[0]:] == 0)
+    # The tolerance is far below the effect of the subtlest bugs, so the comparison above fails for them.
+    x = wav[1, :lengths[1]].double().numpy() * 32768.0
+    args = (sr, win, hop, n_mels, fmin, fmax or 0.0)
+    other_window = "hamming" if kaldi_window != "hamming" else "povey"
+    assert np.abs(_kaldi_fbank_numpy(x, *args, other_window) - refs[1]).max() > 0.1
+    assert np.abs(_kaldi_fbank_numpy(x, *args, kaldi_window, remove_dc=False) - refs[1]).max() > 0.01
+    assert np.abs(_kaldi_fbank_numpy(x / 32768.0, *args, kaldi_window) - refs[1]).min() > 20.0
+
+
+def test_numpy_kaldi_reference_agrees_with_torchaudio():
+    # Checks the reference above against torchaudio's Kaldi port (so a mistake in the reference cannot make
+    # both it and the module wrong in the same way unnoticed). The module itself is checked against numpy.
+    x = _speechlike(6000, seed=9) * 32768.0 + 1000.0
+    for window, low, high in [("povey", 20.0, 0.0), ("hamming", 64.0, -400.0), ("hanning", 0.0, 7600.0)]:
+        ref = _kaldi_fbank_numpy(x.double().numpy(), 16000, 400, 160, 40, low, high, window)
+        ta = kaldi.fbank(x[None], num_mel_bins=40, frame_length=25.0, frame_shift=10.0, low_freq=low,
+                         high_freq=high, window_type=window, dither=0.0, sample_frequency=16000.0, snip_edges=True)
+        np.testing.assert_allclose(ta.double().numpy(), ref, atol=5e-4, rtol=0)
 
 
 def test_kaldi_dither_only_in_training():
