@@ -12,7 +12,7 @@ from asrkit.audio.cmvn import CMVNError, CMVNStats
 from asrkit.audio.frontend import build_frontend
 from asrkit.cli.compute_cmvn import compute_cmvn, main
 from asrkit.config import FrontendConfig
-from asrkit.data.table import write_table
+from asrkit.data.table import read_table, write_table
 
 SR = 16000
 
@@ -96,3 +96,24 @@ def test_errors(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main([str(data), str(tmp_path / "o.json"), "--max-utts", "0"])
     assert exc.value.code == 2 and "--max-utts must be >= 1" in capsys.readouterr().err
+
+
+def test_an_utterance_with_nan_samples_is_skipped_not_averaged_in(tmp_path, capsys):
+    """NaN samples would give NaN features and make every mean and variance NaN: the audio reader refuses
+    them, and compute-cmvn skips the utterance by name."""
+    data, waves = _make_data_dir(tmp_path, [8000, 5600])
+    bad = np.full(4000, 0.1, dtype=np.float32)
+    bad[100] = np.nan
+    sf.write(tmp_path / "nan.wav", bad, 16000, subtype="FLOAT")
+    scp = read_table(data / "wav.scp")
+    scp["nan1"] = str(tmp_path / "nan.wav")
+    write_table(data / "wav.scp", scp)
+    write_table(data / "text", {**read_table(data / "text"), "nan1": "X"})
+    write_table(data / "utt2spk", {**read_table(data / "utt2spk"), "nan1": "s"})
+    out = tmp_path / "cmvn.json"
+    assert main([str(data), str(out), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "skipping utterance nan1" in err and "audio contains NaN or infinite samples" in err
+    count, mean, _ = _reference(waves, FrontendConfig())
+    stats = CMVNStats.load(out)
+    assert stats.frame_count == count and torch.isfinite(stats.sum).all()
