@@ -272,7 +272,7 @@ class LMDataConfig:
 @dataclass(frozen=True)
 class LMExperimentConfig:
     """An LM dir's ``config.yaml``. ``train`` is the ASR :class:`TrainConfig` (optimizer, schedule, clipping,
-    seed, epochs, keep_best); ``train-lm`` refuses the keys it does not implement (see asrkit.train.lm_trainer)."""
+    seed, epochs, keep_best); ``train-lm`` refuses the keys it does not implement (see asrkit.train.lm_task)."""
     model: LMModelConfig = field(default_factory=LMModelConfig)
     data: LMDataConfig = field(default_factory=LMDataConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)

@@ -71,3 +71,13 @@ def test_rng_state_round_trips_through_a_safe_checkpoint(tmp_path):
     expected = (random.random(), float(np.random.rand()), float(torch.rand(())))
     set_rng_state(load_checkpoint(path)["rng"])
     assert (random.random(), float(np.random.rand()), float(torch.rand(()))) == expected
+
+
+def test_a_format_1_experiment_dir_is_refused_naming_the_format(tmp_path):
+    """An experiment dir written before models were composed: its config.yaml has model.name."""
+    import asrkit
+    from asrkit.config import ConfigError
+
+    (tmp_path / "config.yaml").write_text("model:\n  name: ctc_transformer\n  encoder:\n    d_model: 144\n")
+    with pytest.raises(ConfigError, match=r"'model.name' is a key of config format 1.*model.encoder.kind"):
+        asrkit.load_model(str(tmp_path))

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from asrkit.config import load_config, load_decode_config, load_lm_config
 from asrkit.lm.neural import IGNORE_ID, build_lm, make_lm_batch
 from asrkit.models.registry import build_model
-from asrkit.train.lm_trainer import check_lm_train_config
+from asrkit.train.lm_task import check_lm_train_config
 from asrkit.train.optim import build_optimizer
 
 CONF = pathlib.Path(__file__).resolve().parents[1] / "conf"
@@ -97,11 +97,16 @@ def test_lm_config_builds_and_trains_one_step(path):
     lm = build_lm(cfg.model, vocab_size=30).train()
     optimizer = build_optimizer(lm, cfg.train)
     ys_in, ys_out = make_lm_batch([[5, 6, 7, 8], [9, 9]])
-    logits = lm(ys_in)
+    rng = torch.get_rng_state()
+    out = lm({"ys_in": ys_in, "ys_out": ys_out})  # the trainer's call
+    assert out["loss"].dim() == 0 and torch.isfinite(out["loss"]), path.name
+    torch.set_rng_state(rng)  # the same dropout masks again
+    logits = lm.logits(ys_in)
     assert logits.shape == (2, 5, 30), path.name
-    loss = F.cross_entropy(logits.flatten(0, 1), ys_out.flatten(), ignore_index=IGNORE_ID)
-    assert torch.isfinite(loss)
-    loss.backward()
+    # per target token: 4 + 1 and 2 + 1 targets, the padding of the second row excluded
+    expected = F.cross_entropy(logits.flatten(0, 1), ys_out.flatten(), ignore_index=IGNORE_ID, reduction="sum") / 8
+    torch.testing.assert_close(out["loss"], expected)
+    out["loss"].backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in lm.parameters()), path.name
     before = [p.detach().clone() for p in lm.parameters()]
     optimizer.step()

@@ -3,13 +3,16 @@
 The text is read like 'asrkit train-ngram' reads it: Kaldi text (utt-id words...) by default, one
 sentence per line with --plain-text; empty lines are skipped and counted in the log. The LM dir
 (config.yaml, tokenizer.json, model.pt = best dev perplexity) is what 'decode.lm' takes for shallow
-fusion. Re-running the same command resumes after the latest epoch checkpoint; a dir holding a
-different LM (config or tokenizer) is refused unless --overwrite.
+fusion. Training runs the loop of 'asrkit train' (gradient accumulation, AMP, torchrun,
+train.save_every_steps, the best train.keep_best epochs kept for 'asrkit average --metric valid_loss').
+Re-running the same command resumes from the latest checkpoint; a dir holding a different LM (config
+or tokenizer) is refused unless --overwrite.
 """
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from typing import List, Optional
 
@@ -40,7 +43,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ConfigError as exc:
         print(f"asrkit train-lm: {exc}", file=sys.stderr)
         return 2
-    from asrkit.train.lm_trainer import TrainingError, train_lm
+    from asrkit.train.lm_task import train_lm
+    from asrkit.train.trainer import TrainingError
 
     resume = "require" if args.resume else "overwrite" if args.overwrite else "auto"
     try:
@@ -53,6 +57,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except TrainingError as exc:
         print(f"asrkit train-lm: {exc}", file=sys.stderr)
         return 1
+    if int(os.environ.get("RANK", "0")) > 0:  # under torchrun, one line from rank 0 is enough
+        return 0
     ppl = summary.get("best_valid_ppl")
     print(f"wrote {args.out}" + (f": best dev perplexity {ppl:.2f}" if ppl is not None and math.isfinite(ppl) else ""))
     return 0

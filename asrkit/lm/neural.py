@@ -1,9 +1,14 @@
 """Neural language models over tokenizer ids (LSTM, Transformer) and their batched search scorer.
 
 A sentence is modelled as ``<sos> y1 .. yn <eos>`` over the tokenizer's ids (``<sos/eos>`` = 2 for
-both ends; the CTC blank, id 0, is never a target). ``forward(ys_in)`` scores all positions at once
-for training: ``ys_in`` (B, L) = ``<sos> y1 .. y(L-1)`` -> logits (B, L, V), position i predicting
-token i+1 from ``ys_in[:, :i+1]`` only (padding at the end of a row changes nothing before it).
+both ends; the CTC blank, id 0, is never a target). ``logits(ys_in)`` scores all positions at once:
+``ys_in`` (B, L) = ``<sos> y1 .. y(L-1)`` -> logits (B, L, V), position i predicting token i+1 from
+``ys_in[:, :i+1]`` only (padding at the end of a row changes nothing before it).
+
+Training: ``forward(batch)`` takes the batch dict of :func:`make_lm_batch`'s tensors, ``ys_in`` and
+``ys_out`` (B, L), and returns ``{"loss": ...}``, the mean cross-entropy per target token (``y1..yn
+<eos>``, padding excluded), like the ASR models' ``forward(batch)``, so one trainer drives both
+(asrkit.train); the trainer weighs a batch by its target token count (``num_tokens``).
 
 Incremental use: ``zero_state(n, device)`` then ``step(tokens (N,), state, active (N,))`` consumes one
 token per prefix and returns the logits of the next one. Rows with ``active`` False keep their state
@@ -19,7 +24,7 @@ a tuple of batch-first tensors, so a search reorders it with ``index_select`` al
 from __future__ import annotations
 
 import os
-from typing import NamedTuple, Optional, Protocol, Sequence, Tuple
+from typing import Dict, NamedTuple, Optional, Protocol, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -43,9 +48,16 @@ class IncrementalLM(Protocol):
 
     vocab_size: int
 
-    def forward(self, ys_in: torch.Tensor) -> torch.Tensor: ...
+    def logits(self, ys_in: torch.Tensor) -> torch.Tensor: ...
     def zero_state(self, n: int, device: torch.device) -> LMState: ...
     def step(self, tokens: torch.Tensor, state: LMState, active: torch.Tensor) -> Tuple[torch.Tensor, LMState]: ...
+
+
+def lm_loss(logits: torch.Tensor, ys_out: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """logits (B, L, V), ys_out (B, L) padded with IGNORE_ID -> ``{"loss"}``: the mean cross-entropy per
+    target token, computed in float32 even under bf16/fp16 autocast (the softmax normaliser sums over the
+    whole vocabulary, which half precision rounds badly)."""
+    return {"loss": F.cross_entropy(logits.float().flatten(0, 1), ys_out.flatten(), ignore_index=IGNORE_ID)}
 
 
 class LSTMLM(nn.Module):
@@ -63,10 +75,14 @@ class LSTMLM(nn.Module):
         if tie_embeddings:
             self.output.weight = self.embed.weight
 
-    def forward(self, ys_in: torch.Tensor) -> torch.Tensor:
+    def logits(self, ys_in: torch.Tensor) -> torch.Tensor:
         """ys_in (B, L) -> logits (B, L, V)."""
         out, _ = self.lstm(self.dropout(self.embed(ys_in)))  # (B, L, H)
         return self.output(self.dropout(out))
+
+    def forward(self, batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """``ys_in``, ``ys_out`` (B, L) -> ``{"loss"}`` (see the module docstring)."""
+        return lm_loss(self.logits(batch["ys_in"]), batch["ys_out"])
 
     def zero_state(self, n: int, device: torch.device) -> LMState:
         dtype = self.output.weight.dtype
@@ -133,7 +149,11 @@ class TransformerLM(nn.Module):
         if tie_embeddings:
             self.output.weight = self.embed.weight
 
-    def forward(self, ys_in: torch.Tensor) -> torch.Tensor:
+    def forward(self, batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """``ys_in``, ``ys_out`` (B, L) -> ``{"loss"}`` (see the module docstring)."""
+        return lm_loss(self.logits(batch["ys_in"]), batch["ys_out"])
+
+    def logits(self, ys_in: torch.Tensor) -> torch.Tensor:
         """ys_in (B, L) -> logits (B, L, V)."""
         mask = causal_mask(ys_in.size(1), ys_in.device).unsqueeze(0)  # (1, L, L)
         x = self.pos(self.embed(ys_in))
@@ -204,7 +224,7 @@ def make_lm_batch(sentences: Sequence[Sequence[int]], sos_eos_id: int = SOS_EOS_
 
 def sentence_log_likelihood(lm: nn.Module, ys_in: torch.Tensor, ys_out: torch.Tensor) -> torch.Tensor:
     """(B,) sum of ln P(target) over the non-padding targets of ``make_lm_batch`` tensors (float32)."""
-    logp = lm(ys_in).float().log_softmax(dim=-1)  # (B, L, V)
+    logp = lm.logits(ys_in).float().log_softmax(dim=-1)  # (B, L, V)
     picked = logp.gather(2, ys_out.clamp(min=0).unsqueeze(2)).squeeze(2)  # (B, L)
     return picked.masked_fill(ys_out == IGNORE_ID, 0.0).sum(dim=1)
 

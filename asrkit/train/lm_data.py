@@ -1,4 +1,4 @@
-"""Text for neural LM training: reading a text file, tokenising it, length-bucketed sentence batches.
+"""Text for neural LM training: reading a text file, tokenising it, length-bucketed sentence batches, loaders.
 
 A text file is read like ``asrkit train-ngram`` reads it: Kaldi ``text`` (``utt-id words...``) by default,
 one plain sentence per line with ``plain_text``. Empty lines (and Kaldi lines with an utterance id only)
@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import Any, Dict, List, Sequence
+
+import torch
+from torch.utils.data import DataLoader
 
 from asrkit.config import ConfigError, LMDataConfig
 from asrkit.data.sampler import FRAMES_PER_SECOND, BucketBatchSampler
+from asrkit.lm.neural import make_lm_batch
 from asrkit.text.tokenizer import Tokenizer
 
 # More than this share of <unk> tokens means the tokenizer was made for another text (or the text is
@@ -95,7 +99,8 @@ def check_data_config(cfg: LMDataConfig) -> None:
 
 def sentence_batches(sentences: Sequence[Sequence[int]], cfg: LMDataConfig, shuffle: bool,
                      seed: int = 0) -> BucketBatchSampler:
-    """Batches of sentence indices, padded cost (sentences x (longest + 1)) within ``data.max_tokens``.
+    """Batches of sentence indices, padded cost (sentences x (longest + 1)) within ``data.max_tokens``,
+    sharded over the initialised process group (one process: all of them).
 
     The ASR sampler does the work: it counts lengths in 10 ms frames, so a sentence of n tokens is
     given as n + 1 "frames" (its ys_in/ys_out length) and the bucket width likewise. Shuffled batches
@@ -104,4 +109,24 @@ def sentence_batches(sentences: Sequence[Sequence[int]], cfg: LMDataConfig, shuf
     """
     lengths = [(len(s) + 1) / FRAMES_PER_SECOND for s in sentences]
     return BucketBatchSampler(lengths, cfg.max_tokens, cfg.max_batch_size, shuffle=shuffle, seed=seed,
-                              num_replicas=1, rank=0, bucket_width=cfg.bucket_width / FRAMES_PER_SECOND)
+                              bucket_width=cfg.bucket_width / FRAMES_PER_SECOND)
+
+
+def collate_sentences(sentences: Sequence[Sequence[int]]) -> Dict[str, Any]:
+    """Token id lists -> the batch an LM's ``forward`` takes: ``ys_in``, ``ys_out`` (B, L) (see
+    :func:`~asrkit.lm.neural.make_lm_batch`) and ``num_tokens``, their target count (<eos> included),
+    which is what the trainer weighs the batch by."""
+    ys_in, ys_out = make_lm_batch(sentences)
+    return {"ys_in": ys_in, "ys_out": ys_out, "num_tokens": sum(len(s) + 1 for s in sentences)}
+
+
+def lm_loader(corpus: LMCorpus, cfg: LMDataConfig, *, train: bool, seed: int,
+              pin_memory: bool = False) -> DataLoader:
+    """A DataLoader of :func:`collate_sentences` batches whose ``batch_sampler`` is :func:`sentence_batches`
+    (shuffled when ``train``). Batching token lists is cheap, so no worker processes; the loader still gets a
+    generator of its own, so that starting an epoch never draws from the global torch RNG (dropout's)."""
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    sampler = sentence_batches(corpus.sentences, cfg, shuffle=train, seed=seed)
+    return DataLoader(corpus.sentences, batch_sampler=sampler, collate_fn=collate_sentences, generator=generator,
+                      pin_memory=pin_memory)

@@ -1,17 +1,23 @@
-"""Training loop for any registered model: accumulation, mixed precision, DDP, validation, checkpoints.
+"""One training loop for every model (ASR models and LMs): accumulation, mixed precision, DDP, validation,
+checkpoints, logging. What differs between tasks comes from a :class:`~asrkit.train.task.TrainTask`.
 
-One optimizer update consumes ``train.accum_grad`` batches. Each batch's loss (a mean over its
-utterances) is weighted by ``world_size * utts_in_batch / utts_in_update`` (utterances counted over
-all ranks), so after DDP's gradient averaging the update is exactly that of one batch holding all
-the utterances. Gradients are clipped to ``train.grad_clip`` (<= 0: no clipping, the norm is still
-logged). An update whose loss or gradient is not finite is skipped with a warning and counted;
+One optimizer update consumes ``train.accum_grad`` batches. Each batch's loss (a mean over its units:
+utterances for ASR, target tokens for an LM) is weighted by ``world_size * units_in_batch /
+units_in_update`` (units counted over all ranks), so after DDP's gradient averaging the update is
+exactly that of one batch holding all the units. Validation loss is likewise the mean per unit over
+the whole validation set (an LM's: total dev NLL / dev tokens). Gradients are clipped to
+``train.grad_clip`` (<= 0: no clipping, the norm is still logged). An update whose loss or gradient
+is not finite is skipped with a warning and counted;
 ``train.max_nonfinite_steps`` of them in a row stop training with :class:`TrainingError`. (With fp16,
 an overflow the gradient scaler handles by lowering its scale is not counted.)
 
 Checkpoints (see :mod:`asrkit.checkpoint`) are written at every epoch end and every
 ``train.save_every_steps`` updates; training resumes from the latest one with the model, optimizer,
 scheduler, scaler, sampler position, epoch totals and every rank's RNG state, so the loss curve
-(``steps.tsv``) continues exactly as if it had never stopped.
+(``steps.tsv``) continues exactly as if it had never stopped. model.pt is written before the epoch's
+checkpoint (a kill between the two re-runs an epoch that ends in the same weights): the last epoch's
+weights, or the best epoch's by ``train.best_metric`` for a task with ``best_model`` (without
+validation data, the last one's).
 """
 from __future__ import annotations
 
@@ -21,24 +27,22 @@ import math
 import os
 import random
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from asrkit.config import ConfigError, ExperimentConfig
-from asrkit.models.registry import build_model
-from asrkit.text.tokenizer import load_tokenizer
+from asrkit.config import ConfigError, ExperimentConfig, TrainConfig
 from asrkit.train import distributed as dist_util
 from asrkit.checkpoint import (FORMAT_VERSION, METRICS, MODEL_FILE, CheckpointIndex, load_checkpoint, rng_state,
                                      save_atomic, save_model_weights, set_rng_state)
 from asrkit.train.distributed import DistContext, all_reduce_sum, gather_objects
 from asrkit.train.experiment import STEP_LOG, ExperimentError, prepare_experiment, setup_logging
-from asrkit.train.loader import build_loader
 from asrkit.train.optim import build_optimizer, build_scheduler
 from asrkit.train.steplog import StepLog
+from asrkit.train.task import AsrTask, TrainTask
 
 log = logging.getLogger("asrkit.train")
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -54,38 +58,41 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def check_train_config(t: TrainConfig, device: torch.device) -> None:
+    """The ``train.*`` settings the loop itself needs; checked before an experiment dir is written."""
+    if t.amp not in AMP_DTYPES:
+        raise ConfigError(f"train.amp '{t.amp}' is unknown (choose from: {', '.join(AMP_DTYPES)})")
+    if t.amp == "fp16" and device.type != "cuda":
+        raise ConfigError("train.amp fp16 needs a CUDA device; use bf16 (or none) on CPU")
+    if t.accum_grad < 1 or t.max_nonfinite_steps < 1:
+        raise ConfigError("train.accum_grad and train.max_nonfinite_steps must be at least 1")
+    if t.best_metric not in METRICS:
+        raise ConfigError(f"train.best_metric '{t.best_metric}' is unknown (choose from: {', '.join(METRICS)})")
+
+
 def _new_totals() -> Dict[str, float]:
-    return {"loss_sum": 0.0, "utts": 0.0, "updates": 0, "skipped_utts": 0, "nonfinite": 0, "audio_s": 0.0}
+    """An epoch's running totals: loss * units, units, updates, unreadable utterances, non-finite updates
+    skipped, and the task's throughput amount."""
+    return {"loss_sum": 0.0, "count": 0.0, "updates": 0, "skipped_utts": 0, "nonfinite": 0, "amount": 0.0}
 
 
 class Trainer:
-    """Trains on the Kaldi data dir ``train_dir`` into ``exp_dir`` (prepared by :func:`prepare_experiment`);
+    """Trains ``task``'s model with the settings ``cfg`` into ``exp_dir`` (prepared by :func:`prepare_experiment`);
     resumes from the latest checkpoint there if any."""
 
-    def __init__(self, cfg: ExperimentConfig, exp_dir: str, train_dir: str, valid_dir: Optional[str],
-                 device: Optional[str] = None, ctx: Optional[DistContext] = None):
-        self.cfg, self.exp_dir, t = cfg, exp_dir, cfg.train
+    def __init__(self, cfg: TrainConfig, task: TrainTask, exp_dir: str, device: Optional[str] = None,
+                 ctx: Optional[DistContext] = None):
+        self.cfg, self.task, self.exp_dir, t = cfg, task, exp_dir, cfg
         self.ctx = ctx or dist_util.init_distributed(device)
         self.device = self.ctx.device
-        if t.amp not in AMP_DTYPES:
-            raise ConfigError(f"train.amp '{t.amp}' is unknown (choose from: {', '.join(AMP_DTYPES)})")
-        if t.amp == "fp16" and self.device.type != "cuda":
-            raise ConfigError("train.amp fp16 needs a CUDA device; use bf16 (or none) on CPU")
-        if t.accum_grad < 1 or t.max_nonfinite_steps < 1:
-            raise ConfigError("train.accum_grad and train.max_nonfinite_steps must be at least 1")
-        if t.best_metric not in METRICS:
-            raise ConfigError(f"train.best_metric '{t.best_metric}' is unknown (choose from: {', '.join(METRICS)})")
+        check_train_config(t, self.device)
         seed_everything(t.seed)  # same initial weights on every rank
-        self.tokenizer = load_tokenizer(os.path.join(exp_dir, cfg.tokenizer.path))
-        cmvn = os.path.join(exp_dir, cfg.cmvn) if cfg.cmvn else None
-        self.raw_model = build_model(cfg, self.tokenizer.vocab_size, cmvn_path=cmvn).to(self.device)
-        cuda = self.device.type == "cuda"
-        self.train_loader = build_loader(train_dir, cfg, self.tokenizer, self.raw_model, train=True, pin_memory=cuda)
-        self.valid_loader = (build_loader(valid_dir, cfg, self.tokenizer, self.raw_model, train=False,
-                                          pin_memory=cuda) if valid_dir else None)
+        self.raw_model = task.build_model().to(self.device)
+        self.train_loader, self.valid_loader = task.build_loaders(self.raw_model, self.device.type == "cuda")
         self.model: torch.nn.Module = self.raw_model
         if self.ctx.distributed:
             # Every part a model has is in its loss graph (a zero-weight part is never built).
+            cuda = self.device.type == "cuda"
             self.model = DistributedDataParallel(self.raw_model, device_ids=[self.device] if cuda else None)
         if self.ctx.rank > 0:  # rank 0 draws exactly what a single process draws
             seed_everything(t.seed + 1_000_003 * self.ctx.rank)
@@ -96,6 +103,7 @@ class Trainer:
         self.amp_dtype = AMP_DTYPES[t.amp]
         self.step, self.epoch, self.batches_done = 0, 0, 0
         self.totals, self.nonfinite_in_row = _new_totals(), 0
+        self.best: Optional[float] = None  # train.best_metric of the best epoch so far
         self._last_batch: Optional[Dict[str, Any]] = None
         self.index = CheckpointIndex(exp_dir)
         if self.index.latest:
@@ -118,11 +126,12 @@ class Trainer:
                      "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                      "scaler": self.scaler.state_dict(), "step": self.step, "epoch": self.epoch,
                      "batches_done": self.batches_done, "end_of_epoch": end_of_epoch, "totals": dict(self.totals),
-                     "nonfinite_in_row": self.nonfinite_in_row, "rng": rngs, "world_size": self.ctx.world_size,
+                     "nonfinite_in_row": self.nonfinite_in_row, "best": self.best, "rng": rngs,
+                     "world_size": self.ctx.world_size,
                      "sampler": sampler.state_dict(batches_consumed=self.batches_done), **(metrics or {})},
                     os.path.join(self.exp_dir, name))
         entry = {"file": name, "epoch": self.epoch, "step": self.step, "end_of_epoch": end_of_epoch, **(metrics or {})}
-        stale = self.index.add(entry, self.cfg.train.keep_best, self.cfg.train.best_metric)
+        stale = self.index.add(entry, self.cfg.keep_best, self.cfg.best_metric)
         self.index.remove_files(stale)
 
     def _resume(self, path: str) -> None:
@@ -132,7 +141,7 @@ class Trainer:
         self.scheduler.load_state_dict(ckpt["scheduler"])
         if ckpt.get("scaler"):
             self.scaler.load_state_dict(ckpt["scaler"])
-        self.step, self.nonfinite_in_row = ckpt["step"], ckpt["nonfinite_in_row"]
+        self.step, self.nonfinite_in_row, self.best = ckpt["step"], ckpt["nonfinite_in_row"], ckpt.get("best")
         if ckpt["end_of_epoch"]:
             self.epoch, self.batches_done = ckpt["epoch"] + 1, 0
         else:
@@ -147,9 +156,9 @@ class Trainer:
         else:
             log.warning("%s was written by %d processes, now %d: random streams restart from the seed",
                         path, len(rngs), self.ctx.world_size)
-            seed_everything(self.cfg.train.seed + self.step + 1_000_003 * self.ctx.rank)
-        log.info("resumed from %s: epoch %d, step %d, %d batches into the epoch", path, self.epoch, self.step,
-                 self.batches_done)
+            seed_everything(self.cfg.seed + self.step + 1_000_003 * self.ctx.rank)
+        log.info("resumed from %s: continuing with epoch %d at step %d, %d batches into it", path, self.epoch,
+                 self.step, self.batches_done)
 
     # ---------------------------------------------------------------- training
     def _autocast(self) -> contextlib.AbstractContextManager:
@@ -162,21 +171,21 @@ class Trainer:
 
     def _update(self, group: List[Dict[str, Any]]) -> None:
         """One optimizer update over the batches of ``group`` (see the module docstring)."""
-        t, world = self.cfg.train, self.ctx.world_size
-        counts = [len(b["utts"]) for b in group]
-        self.totals["skipped_utts"] += sum(int(b.get("num_skipped", 0)) for b in group)
-        total_utts = all_reduce_sum([float(sum(counts))], self.ctx)[0]
-        if total_utts == 0:
-            log.warning("epoch %d: %d batches with no readable utterance skipped", self.epoch, len(group))
+        t, world = self.cfg, self.ctx.world_size
+        counts = [self.task.count(b) for b in group]
+        self.totals["skipped_utts"] += sum(int(b.get("num_skipped", 0)) for b in group)  # unreadable audio
+        total = all_reduce_sum([float(sum(counts))], self.ctx)[0]
+        if total == 0:
+            log.warning("epoch %d: %d batches with nothing readable skipped", self.epoch, len(group))
             return
-        loss_sum, audio_s, out = 0.0, 0.0, {}
+        loss_sum, amount, out = 0.0, 0.0, {}
         for i, (batch, n) in enumerate(zip(group, counts)):
-            weight = n * world / total_utts
+            weight = n * world / total
             if n == 0:
                 if not self.ctx.distributed:
                     continue
                 if self._last_batch is None:
-                    raise TrainingError("a batch with no readable utterance came before any readable one on rank "
+                    raise TrainingError("a batch with nothing readable came before any readable one on rank "
                                         f"{self.ctx.rank}; DDP cannot skip it (fix the data: see the warnings)")
                 batch, weight = self._last_batch, 0.0  # keeps the ranks' collectives in step; adds nothing
             else:
@@ -188,12 +197,12 @@ class Trainer:
                 self.scaler.scale(out["loss"] * weight).backward()
             if n:
                 loss_sum += float(out["loss"].detach()) * n
-                audio_s += float(batch["wav_lens"].sum()) / self.cfg.frontend.sample_rate
+                amount += self.task.measure(batch)
         self.scaler.unscale_(self.optimizer)
         clip = t.grad_clip if t.grad_clip > 0 else math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), clip))
-        loss_sum, audio_s = all_reduce_sum([loss_sum, audio_s], self.ctx)
-        loss = loss_sum / total_utts
+        loss_sum, amount = all_reduce_sum([loss_sum, amount], self.ctx)
+        loss = loss_sum / total
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.update()  # with fp16: lowers the scale after an overflow
@@ -203,8 +212,10 @@ class Trainer:
             self.nonfinite_in_row += 1
             self.totals["nonfinite"] += 1
             what = "loss" if not math.isfinite(loss) else "gradient"
-            log.warning("epoch %d batch %d: non-finite %s, update skipped (%d in a row; utts %s)", self.epoch,
-                        self.batches_done, what, self.nonfinite_in_row, ", ".join(group[-1]["utts"][:3]))
+            utts = group[-1].get("utts")  # an ASR batch names its utterances
+            where = f"; utts {', '.join(utts[:3])}" if utts else ""
+            log.warning("epoch %d batch %d: non-finite %s, update skipped (%d in a row%s)", self.epoch,
+                        self.batches_done, what, self.nonfinite_in_row, where)
             if self.nonfinite_in_row >= t.max_nonfinite_steps:
                 raise TrainingError(
                     f"stopping: {self.nonfinite_in_row} updates in a row had a non-finite {what} (epoch "
@@ -217,7 +228,7 @@ class Trainer:
         self.scheduler.step()
         self.step += 1
         self.nonfinite_in_row = 0
-        for k, v in (("loss_sum", loss_sum), ("utts", total_utts), ("updates", 1), ("audio_s", audio_s)):
+        for k, v in (("loss_sum", loss_sum), ("count", total), ("updates", 1), ("amount", amount)):
             self.totals[k] += v
         self._log_step(loss, lr, grad_norm, out)
         if t.save_every_steps > 0 and self.step % t.save_every_steps == 0:
@@ -227,28 +238,32 @@ class Trainer:
         if not self.ctx.is_main:
             return
         self.steplog.write(self.step, self.epoch, loss, lr, grad_norm)
-        if self.step % self.cfg.train.log_interval:
+        if self.step % self.cfg.log_interval:
             return
-        elapsed = max(time.time() - self._epoch_start, 1e-9)
-        speed = (self.totals["audio_s"] - self._audio_at_start) / elapsed  # s of audio per s, all ranks
+        speed = self._speed()
         for k, v in out.items():
             if (k.startswith("loss") or k == "acc") and k != "loss":
                 self.writer.add_scalar(f"train/{k}", float(v), self.step)
-        for k, v in (("loss", loss), ("lr", lr), ("grad_norm", grad_norm), ("audio_s_per_s", speed),
-                     ("frames_per_s", speed * self.cfg.frontend.sample_rate / self.cfg.frontend.hop_length)):
+        figures = self.task.loss_figures(loss)
+        for k, v in (("loss", loss), *figures.items(), ("lr", lr), ("grad_norm", grad_norm),
+                     (f"{self.task.amount}_per_s", speed)):
             self.writer.add_scalar(f"train/{k}", v, self.step)
-        log.info("epoch %d step %d: loss %.4f lr %.3g grad_norm %.3g, %.1f s audio/s", self.epoch, self.step, loss,
-                 lr, grad_norm, speed)
+        log.info("epoch %d step %d: loss %.4f%s lr %.3g grad_norm %.3g, %.1f %s/s", self.epoch, self.step, loss,
+                 "".join(f" {k} {v:.4g}" for k, v in figures.items()), lr, grad_norm, speed, self.task.amount)
+
+    def _speed(self) -> float:
+        """The task's amount per second in this epoch so far (all ranks)."""
+        return (self.totals["amount"] - self._amount_at_start) / max(time.time() - self._epoch_start, 1e-9)
 
     def train_epoch(self) -> Dict[str, float]:
         """The rest of epoch ``self.epoch`` (all of it unless resumed mid-epoch); returns its totals."""
-        t = self.cfg.train
+        t = self.cfg
         sampler = self.train_loader.batch_sampler
         sampler.set_epoch(self.epoch)  # after a resume, the same epoch keeps the sampler's position
         self.train_loader.generator.manual_seed(t.seed * 1000 + self.epoch)  # workers' seeds, per epoch
         total = self.batches_done + len(sampler)
         self.model.train()
-        self._epoch_start, self._audio_at_start = time.time(), self.totals["audio_s"]
+        self._epoch_start, self._amount_at_start = time.time(), self.totals["amount"]
         bar = tqdm(total=total, initial=self.batches_done, desc=f"epoch {self.epoch}", leave=False,
                    dynamic_ncols=True, disable=not self.ctx.is_main)
         group: List[Dict[str, Any]] = []
@@ -259,23 +274,23 @@ class Trainer:
             if len(group) == t.accum_grad or self.batches_done == total:
                 self._update(group)
                 group = []
-                speed = (self.totals["audio_s"] - self._audio_at_start) / max(time.time() - self._epoch_start, 1e-9)
-                bar.set_postfix(loss=f"{self.totals['loss_sum'] / max(self.totals['utts'], 1):.3f}",
-                                step=self.step, audio_s_per_s=f"{speed:.1f}")
+                bar.set_postfix({"loss": f"{self.totals['loss_sum'] / max(self.totals['count'], 1):.3f}",
+                                 "step": self.step, f"{self.task.amount}_per_s": f"{self._speed():.1f}"})
         bar.close()
-        n = max(self.totals["utts"], 1)
+        n = max(self.totals["count"], 1)
         return {"loss": self.totals["loss_sum"] / n, "seconds": time.time() - self._epoch_start,
-                **{k: self.totals[k] for k in ("updates", "skipped_utts", "nonfinite", "audio_s")}}
+                "speed": self._speed(), **{k: self.totals[k] for k in ("updates", "skipped_utts", "nonfinite")}}
 
     # ---------------------------------------------------------------- validation
     @torch.no_grad()
     def validate(self) -> Dict[str, float]:
-        """Loss (and decoder accuracy, if the model reports one) averaged over utterances of all ranks."""
+        """``valid_loss`` (and ``valid_acc``, if the model reports one) per unit over all ranks' validation
+        data, and the task's figures derived from the loss (an LM's ``valid_ppl``)."""
         self.raw_model.eval()
-        sums = [0.0, 0.0, 0.0, 0.0]  # loss * B, B, acc * B, B with acc
-        plotted = 0
+        sums = [0.0, 0.0, 0.0, 0.0]  # loss * n, n, acc * n, n with acc (n: the batch's units)
+        plotted, limit = 0, self.cfg.plot_attention
         for batch in self.valid_loader:
-            n = len(batch["utts"])
+            n = self.task.count(batch)
             if n == 0:
                 continue
             batch = self._to_device(batch)
@@ -286,39 +301,32 @@ class Trainer:
             if "acc" in out:
                 sums[2] += float(out["acc"]) * n
                 sums[3] += n
-            if self.ctx.is_main and plotted < self.cfg.train.plot_attention and "attention" in out:
-                plotted += self._plot(batch, out["attention"], self.cfg.train.plot_attention - plotted)
+            if self.ctx.is_main and plotted < limit:
+                plotted += self.task.plot_validation(self.raw_model, batch, out, limit - plotted, self.epoch)
         loss_sum, count, acc_sum, acc_count = all_reduce_sum(sums, self.ctx)
         result = {"valid_loss": loss_sum / count if count else math.nan}
         if acc_count:
             result["valid_acc"] = acc_sum / acc_count
+        result.update({f"valid_{k}": v for k, v in self.task.loss_figures(result["valid_loss"]).items()})
         return result
 
-    def _plot(self, batch: Dict[str, Any], attention: torch.Tensor, limit: int) -> int:
-        """Attention images of up to ``limit`` utterances of ``batch``; ``attention`` is (B, L, T)."""
-        from asrkit.train.plot import plot_attention
-
-        frames = self.raw_model.output_lengths(batch["wav_lens"].cpu()).tolist()
-        eos = int(attention.size(1) == batch["tokens"].size(1) + 1)  # a row for <eos>
-        count = min(limit, attention.size(0))
-        for b in range(count):
-            rows = int(batch["token_lens"][b]) + eos
-            cols = min(int(frames[b]), attention.size(2))
-            ids = batch["tokens"][b, : int(batch["token_lens"][b])].tolist()
-            labels = [self.tokenizer.token_list[i] for i in ids] + ["<eos>"] * eos
-            utt = batch["utts"][b]
-            plot_attention(attention[b, :rows, :cols], os.path.join(self.exp_dir, "attention", f"epoch{self.epoch}",
-                                                                    f"{utt}.png"),
-                           title=f"{utt} (epoch {self.epoch})", tokens=labels)
-        return count
+    def _improves(self, metrics: Dict[str, float]) -> bool:
+        """Is this epoch the best so far by ``train.best_metric``? Without that metric (no validation data)
+        every epoch is; a non-finite value only when nothing better was seen."""
+        value = metrics.get(self.cfg.best_metric)
+        if self.best is None:
+            return True
+        if value is None or not math.isfinite(value):
+            return False
+        return value < self.best if METRICS[self.cfg.best_metric] == "min" else value > self.best
 
     # ---------------------------------------------------------------- driver
     def fit(self) -> Dict[str, float]:
         """Train until ``train.epochs``, validating and checkpointing every epoch; the last epoch's summary."""
-        t = self.cfg.train
+        t = self.cfg
         n_params = sum(p.numel() for p in self.raw_model.parameters())
-        log.info("model %s: %.2fM parameters, device %s, %d process(es), %d batches per epoch per process",
-                 f"{self.cfg.model.encoder.kind}+{self.cfg.model.decoder.kind}", n_params / 1e6, self.device, self.ctx.world_size,
+        log.info("%s: %.2fM parameters, device %s, %d process(es), %d batches per epoch per process",
+                 self.task.name, n_params / 1e6, self.device, self.ctx.world_size,
                  len(self.train_loader.batch_sampler) + self.batches_done)
         summary: Dict[str, float] = dict(self.index.latest_entry() or {})
         if self.epoch >= t.epochs:
@@ -327,44 +335,72 @@ class Trainer:
         while self.epoch < t.epochs:
             tr = self.train_epoch()
             metrics = self.validate() if self.valid_loader is not None else {}
-            summary = {"epoch": self.epoch, "step": self.step, "train_loss": tr["loss"], **metrics,
+            train_figures = {"train_loss": tr["loss"], **{f"train_{k}": v for k, v in
+                                                          self.task.loss_figures(tr["loss"]).items()}}
+            summary = {"epoch": self.epoch, "step": self.step, **train_figures, **metrics,
                        "skipped_utts": tr["skipped_utts"], "nonfinite": tr["nonfinite"]}
-            msg = (f"epoch {self.epoch}: train loss {tr['loss']:.4f} ({tr['updates']} updates to step {self.step}, "
-                   f"{tr['seconds']:.1f}s, {tr['skipped_utts']} unreadable utts skipped, {tr['nonfinite']} "
+            skipped = f"{tr['skipped_utts']} unreadable utts skipped, " if tr["skipped_utts"] else ""
+            msg = (f"epoch {self.epoch}: {_figures(train_figures)} ({tr['updates']} updates to step {self.step}, "
+                   f"{tr['seconds']:.1f}s, {tr['speed']:.1f} {self.task.amount}/s, {skipped}{tr['nonfinite']} "
                    f"non-finite updates skipped)")
+            best = self._improves(metrics)
             if metrics:
-                msg += f", valid loss {metrics['valid_loss']:.4f}"
-                msg += f", valid acc {metrics['valid_acc']:.4f}" if "valid_acc" in metrics else ""
+                msg += f", {_figures(metrics)}" + (" (best)" if best else "")
                 if self.ctx.is_main:
                     for k, v in metrics.items():
                         self.writer.add_scalar(f"valid/{k[6:]}", v, self.step)
+            value = metrics.get(t.best_metric)
+            if best and value is not None and math.isfinite(value):
+                self.best = value
             log.info(msg)
+            if self.ctx.is_main and (best or not self.task.best_model):
+                save_model_weights(self.raw_model, os.path.join(self.exp_dir, MODEL_FILE), epoch=self.epoch,
+                                   **metrics)
             self._save(end_of_epoch=True, metrics=metrics)
-            if self.ctx.is_main:
-                save_model_weights(self.raw_model, os.path.join(self.exp_dir, MODEL_FILE), epoch=self.epoch)
             self.epoch, self.batches_done, self.totals = self.epoch + 1, 0, _new_totals()
         if self.ctx.is_main:
             self.writer.close()
             self.steplog.close()
+        if self.best is not None:
+            summary[f"best_{t.best_metric}"] = self.best
         return summary
+
+
+def _figures(values: Dict[str, float]) -> str:
+    """``{"valid_loss": 1.5, "valid_ppl": 4.48}`` -> ``valid loss 1.5000, valid ppl 4.4817`` (for the log)."""
+    return ", ".join(f"{k.replace('_', ' ')} {v:.4f}" for k, v in values.items())
+
+
+def run_experiment(train_cfg: TrainConfig, exp_dir: str, prepare: Callable[[bool], Any],
+                   make_task: Callable[[Any], TrainTask], device: Optional[str] = None) -> Dict[str, float]:
+    """Check, prepare ``exp_dir``, train; the last epoch's summary. The driver of ``asrkit train`` and
+    ``asrkit train-lm`` alike, which run under ``torchrun`` unchanged: every rank checks the experiment dir
+    with ``prepare(False)``, rank 0 writes it with ``prepare(True)``; both return the resolved config, from
+    which ``make_task`` makes the task (after logging is set up, so it may log)."""
+    ctx = dist_util.init_distributed(device)
+    try:
+        check_train_config(train_cfg, ctx.device)  # before anything is written
+        # Every rank checks first (same verdict everywhere, so no rank waits for a failed one); rank 0 writes.
+        resolved = prepare(False)
+        dist_util.barrier(ctx)
+        if ctx.is_main:
+            prepare(True)
+        dist_util.barrier(ctx)
+        setup_logging(exp_dir, ctx.is_main)
+        return Trainer(resolved.train, make_task(resolved), exp_dir, ctx=ctx).fit()
+    finally:
+        dist_util.cleanup()
 
 
 def train(cfg: ExperimentConfig, exp_dir: str, train_dir: str, valid_dir: Optional[str] = None,
           tokenizer: Optional[str] = None, cmvn: Optional[str] = None, device: Optional[str] = None,
           resume: str = "auto") -> Dict[str, float]:
-    """Prepare ``exp_dir`` (see :func:`prepare_experiment`), train, return the last epoch's summary.
+    """Prepare ``exp_dir`` (see :func:`prepare_experiment`), train an ASR model on the Kaldi data dirs, return
+    the last epoch's summary (see :func:`run_experiment`)."""
+    def prepare(write: bool) -> ExperimentConfig:
+        return prepare_experiment(cfg, exp_dir, tokenizer, cmvn, resume, write=write)[0]
 
-    Runs under ``torchrun`` unchanged: every rank checks the experiment dir, rank 0 writes it.
-    """
-    ctx = dist_util.init_distributed(device)
-    try:
-        # Every rank checks first (same verdict everywhere, so no rank waits for a failed one); rank 0 writes.
-        resolved, _ = prepare_experiment(cfg, exp_dir, tokenizer, cmvn, resume, write=False)
-        dist_util.barrier(ctx)
-        if ctx.is_main:
-            prepare_experiment(cfg, exp_dir, tokenizer, cmvn, resume, write=True)
-        dist_util.barrier(ctx)
-        setup_logging(exp_dir, ctx.is_main)
-        return Trainer(resolved, exp_dir, train_dir, valid_dir, ctx=ctx).fit()
-    finally:
-        dist_util.cleanup()
+    def make_task(resolved: ExperimentConfig) -> AsrTask:
+        return AsrTask(resolved, exp_dir, train_dir, valid_dir)
+
+    return run_experiment(cfg.train, exp_dir, prepare, make_task, device)

@@ -1,4 +1,5 @@
-"""asrkit train-lm end to end: a self-contained LM dir, resuming, refusing another LM, clear input errors."""
+"""asrkit train-lm end to end: a self-contained LM dir, resuming (after an epoch or mid-epoch), refusing
+another LM, clear input errors."""
 from __future__ import annotations
 
 import random
@@ -13,8 +14,10 @@ from asrkit.cli import main
 from asrkit.config import load_lm_config
 from asrkit.lm import NeuralLMScorer, load_neural_lm
 from asrkit.text.tokenizer import CharTokenizer
-from asrkit.checkpoint import load_checkpoint
+from asrkit.checkpoint import CheckpointIndex, load_checkpoint
 from asrkit.train.lm_data import read_text
+from asrkit.train.steplog import read_step_log
+from asrkit.train.trainer import Trainer
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 WORDS = ["THE CAT", "A DOG", "SAT ON", "RAN TO", "THE MAT", "A TREE"]
@@ -38,7 +41,7 @@ def data(tmp_path: Path) -> dict:
 
 def args(data: dict, out: Path, *overrides: str, config: str = "tiny_lm_lstm") -> List[str]:
     argv = ["train-lm", "--config", str(CONF / f"{config}.yaml"), "--text", str(data["text"]), "--dev-text",
-            str(data["dev"]), "--tokenizer", str(data["tokenizer"]), "--out", str(out),
+            str(data["dev"]), "--tokenizer", str(data["tokenizer"]), "--out", str(out), "--device", "cpu",
             "--set", "data.max_tokens=400"]  # several batches per epoch
     for o in overrides:
         argv += ["--set", o]
@@ -63,14 +66,15 @@ def test_train_lm_writes_a_self_contained_dir(data, tmp_path, capsys, config):
     out = tmp_path / "lm"
     assert main(args(data, out, "train.epochs=2", config=config)) == 0
     assert "best dev perplexity" in capsys.readouterr().out
-    for name in ("config.yaml", "tokenizer.json", "model.pt", "epoch1.pt", "checkpoints.json", "train.log"):
+    for name in ("config.yaml", "tokenizer.json", "model.pt", "epoch1.pt", "checkpoints.json", "train.log",
+                 "steps.tsv"):
         assert (out / name).is_file(), name
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     saved = load_lm_config(out / "config.yaml")  # every hyperparameter, the tokenizer path relative
     assert saved.tokenizer.path == "tokenizer.json" and saved.train.epochs == 2 and saved.data.max_tokens == 400
     assert saved.model == load_lm_config(CONF / f"{config}.yaml").model
     log = (out / "train.log").read_text(encoding="utf-8")
-    assert "80 sentences" in log and "2 empty lines skipped" in log and "dev ppl" in log
+    assert "80 sentences" in log and "2 empty lines skipped" in log and "valid ppl" in log
 
     before = lm_scores(out)
     moved = tmp_path / "elsewhere" / "lm"
@@ -95,6 +99,37 @@ def test_rerun_resumes_like_an_uninterrupted_run(data, tmp_path):
     assert main(args(data, resumed, "train.epochs=3")) == 0  # finished: nothing to do
     assert "already trained for 3 epochs" in (resumed / "train.log").read_text(encoding="utf-8")
     assert (resumed / "model.pt").read_bytes() == model
+
+
+def test_crash_mid_epoch_then_rerun_resumes_from_the_step_checkpoint(data, tmp_path, monkeypatch):
+    """train.save_every_steps (the shared trainer's) works for LMs: a run that dies mid-epoch continues from
+    its latest step checkpoint with the same batches and random streams as an uninterrupted run."""
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    settings = ("train.epochs=2", "train.save_every_steps=3")
+    assert main(args(data, straight, *settings)) == 0
+    per_epoch = len(read_step_log(str(straight / "steps.tsv"))) // 2
+    assert per_epoch > 3  # so that step 6 falls inside epoch 1
+
+    calls, update = [0], Trainer._update
+
+    def dying_update(self, group):
+        calls[0] += 1
+        if calls[0] == 7:
+            raise KeyboardInterrupt  # not caught by the CLI: the process would end here
+        return update(self, group)
+
+    monkeypatch.setattr(Trainer, "_update", dying_update)
+    with pytest.raises(KeyboardInterrupt):
+        main(args(data, resumed, *settings))
+    monkeypatch.setattr(Trainer, "_update", update)
+    assert CheckpointIndex(str(resumed)).latest == "step6.pt"
+    assert load_checkpoint(resumed / "step6.pt")["batches_done"] == 6 - per_epoch
+
+    assert main(args(data, resumed, *settings)) == 0
+    assert "resumed from" in (resumed / "train.log").read_text(encoding="utf-8")
+    assert read_step_log(str(resumed / "steps.tsv")) == read_step_log(str(straight / "steps.tsv"))
+    a, b = load_checkpoint(straight / "epoch1.pt"), load_checkpoint(resumed / "epoch1.pt")
+    assert a["valid_loss"] == b["valid_loss"] and all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
 
 
 def test_another_lm_or_tokenizer_in_the_dir_is_refused_unless_overwrite(data, tmp_path, capsys):
@@ -143,8 +178,12 @@ def test_bad_inputs_give_errors_naming_the_file(data, tmp_path, capsys):
 
     assert main(args(data, out, "model.hiden_size=3")) == 2
     assert "'model.hiden_size'" in capsys.readouterr().err
-    assert main(args(data, out, "train.amp=fp16")) == 2
-    assert "train.amp 'fp16'" in capsys.readouterr().err
+    assert main(args(data, out, "train.amp=fp16")) == 2  # --device cpu
+    assert "train.amp fp16 needs a CUDA device" in capsys.readouterr().err
+    assert main(args(data, out, "train.amp=fp8")) == 2
+    assert "train.amp 'fp8' is unknown" in capsys.readouterr().err
+    assert main(args(data, out, "train.plot_attention=2")) == 2
+    assert "train.plot_attention" in capsys.readouterr().err
     assert main(args(data, out, "model.name=gru")) == 2
     assert "model.name 'gru' is not a neural LM" in capsys.readouterr().err
     assert not out.exists()  # nothing was written for any of these

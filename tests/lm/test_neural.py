@@ -1,5 +1,6 @@
-"""Neural LMs: incremental steps against the full forward pass, the batched scorer against a reference
-search, no host sync inside the CTC prefix search, fusion behaviour, and training to a low perplexity."""
+"""Neural LMs: incremental steps against the full forward pass, the training loss against the sentence
+log-likelihoods, the batched scorer against a reference search, no host sync inside the CTC prefix search,
+fusion behaviour, and training (by the one trainer) to a low perplexity."""
 from __future__ import annotations
 
 import math
@@ -19,7 +20,7 @@ from asrkit.lm import (LSTMLM, NeuralLMScorer, TransformerLM, build_lm, load_neu
                        sentence_log_likelihood)
 from asrkit.search import ctc_prefix_beam_search
 from asrkit.text.tokenizer import CharTokenizer
-from asrkit.train.lm_trainer import train_lm
+from asrkit.train.lm_task import train_lm
 
 from host_sync import no_host_sync
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "search"))
@@ -51,7 +52,7 @@ def test_incremental_steps_equal_the_forward_pass_with_pauses(kind: str) -> None
     lm = make_lm(kind)
     gen = torch.Generator().manual_seed(1)
     ys_in, _ = make_lm_batch(random_sentences(5, gen))
-    full = lm(ys_in).log_softmax(-1)  # (B, L, V)
+    full = lm.logits(ys_in).log_softmax(-1)  # (B, L, V)
     # Rows pause (active False) at random moments; a pause must leave their state exactly as it was.
     b, length = ys_in.shape
     state = lm.zero_state(b, torch.device("cpu"))
@@ -65,6 +66,21 @@ def test_incremental_steps_equal_the_forward_pass_with_pauses(kind: str) -> None
                 got[r, pos[r]] = logits[r].log_softmax(-1)
             pos += active.long()
     torch.testing.assert_close(got, full.detach(), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "transformer"])
+def test_training_loss_is_the_mean_nll_per_target_token(kind: str) -> None:
+    """forward(batch), what the trainer calls: total NLL / target tokens (<eos> in, padding out), the
+    unit the trainer weighs batches by; a mean per sentence or over padded positions would differ."""
+    lm = make_lm(kind)
+    sentences = [[3, 4, 5, 6, 7, 8], [1], [], [5, 5, 3]]  # 7 + 2 + 1 + 4 targets
+    ys_in, ys_out = make_lm_batch(sentences)
+    with torch.no_grad():
+        loss = lm({"ys_in": ys_in, "ys_out": ys_out})["loss"]
+        nll = -sentence_log_likelihood(lm, ys_in, ys_out)  # (B,)
+    assert loss.dtype == torch.float32 and loss.dim() == 0
+    torch.testing.assert_close(loss, nll.sum() / 14, atol=1e-5, rtol=0)
+    assert abs(float(loss) - float((nll / torch.tensor([7.0, 2.0, 1.0, 4.0])).mean())) > 1e-3
 
 
 @pytest.mark.parametrize("kind", ["lstm", "transformer"])
@@ -131,7 +147,7 @@ def test_fused_search_equals_the_reference_search_with_the_full_forward_lm(kind:
     def next_logp(history: tuple) -> List[float]:
         ys = torch.tensor([[2] + [t for t in history if t != 2]])  # <sos/eos> never enters the history
         with torch.no_grad():
-            return lm(ys)[0, -1].log_softmax(-1).tolist()
+            return lm.logits(ys)[0, -1].log_softmax(-1).tolist()
 
     alpha, beta = 0.7, 0.4
     gen = torch.Generator().manual_seed(4)
@@ -207,7 +223,7 @@ def trained(texts: Path, tmp_path_factory) -> dict:
 def test_tiny_lm_reaches_a_low_dev_perplexity(kind: str, trained: dict) -> None:
     lm_dir, summary = trained[kind]
     log = (lm_dir / "train.log").read_text(encoding="utf-8")
-    ppl = [float(x) for x in re.findall(r"dev ppl ([0-9.]+)", log)]
+    ppl = [float(x) for x in re.findall(r"valid ppl ([0-9.]+)", log)]
     assert len(ppl) == 7 and ppl[-1] < ppl[0] / 3, ppl
     lm, tok = load_neural_lm(lm_dir)
     assert summary["best_valid_ppl"] < 2.5 < tok.vocab_size  # 25 chars; the corpus is nearly deterministic

@@ -14,6 +14,7 @@ from asrkit.text.tokenizer import CharTokenizer
 from asrkit.train.experiment import prepare_experiment
 from asrkit.train.loader import alignable
 from asrkit.train.steplog import read_step_log
+from asrkit.train.task import AsrTask
 from asrkit.train.trainer import Trainer, TrainingError, train
 from trainkit import EXACT, first_moment, make_data_dir, tiny_config
 
@@ -46,7 +47,7 @@ def test_accumulating_unequal_batches_equals_one_big_batch(equal_lengths, tmp_pa
 
 def make_trainer(corpus, exp, extra=()):
     cfg, _ = prepare_experiment(tiny_config(list(extra)), str(exp), str(corpus["tokenizer"]))
-    return Trainer(cfg, str(exp), str(corpus["train"]), None, device="cpu")
+    return Trainer(cfg.train, AsrTask(cfg, str(exp), str(corpus["train"]), None), str(exp), device="cpu")
 
 
 def test_non_finite_loss_or_gradient_skips_the_update(corpus, tmp_path, monkeypatch, caplog):
