@@ -199,6 +199,15 @@ class TrainConfig:
     best_metric: str = "valid_loss"  # valid_loss | valid_acc
     max_nonfinite_steps: int = 20  # stop after this many non-finite steps in a row
     plot_attention: int = 0  # attention images of this many validation utterances per epoch
+    # Start from these weights (a model.pt or checkpoint of the same model) instead of a random init; a run
+    # that resumes ignores it. Relative paths are relative to the working directory of asrkit train.
+    init_from: Optional[str] = None
+    # Minimum word error rate fine-tuning (asrkit.train.mwer): loss = (1 - w) * model loss + w * expected word
+    # errors over the model's own N-best (mwer_nbest hypotheses; joint search with mwer_ctc_weight when the
+    # model has a decoder and a CTC head). 0 = off.
+    mwer_weight: float = 0.0
+    mwer_nbest: int = 4
+    mwer_ctc_weight: float = 0.3
 
 
 @dataclass(frozen=True)

@@ -74,18 +74,51 @@ class LocationAwareAttention(nn.Module):
     ``f_ij[k] = sum_r F[k, r] * alpha_{i-1}[j + r - conv_kernel // 2]`` (zeros outside the utterance).
     Padding frames get exactly zero weight: their energies are replaced by the most negative float
     before the softmax, so ``exp`` underflows to 0.
+
+    The paper's three refinements of the normalisation (its section 2.3); the defaults give the plain
+    softmax over every valid frame, so models trained before they existed are unchanged:
+
+    - sharpening, ``sharpening`` = beta > 0: ``alpha_ij = exp(beta e_ij) / sum_j exp(beta e_ij)``.
+      beta > 1 makes the alignment peakier (less noise from irrelevant frames in the glimpse of a long
+      utterance), beta < 1 flatter, beta = 1 is the plain softmax.
+    - smoothing, ``smoothing=True``: ``alpha_ij = sigmoid(e_ij) / sum_j sigmoid(e_ij)``; the bounded sigmoid
+      in place of the unbounded exp keeps one frame from taking all the weight. Computed as
+      ``softmax(log sigmoid(e))``, the same ratio without sigmoid underflowing to 0 (and the sum to 0/0)
+      for very negative energies. With both options beta scales e inside the sigmoid.
+    - windowing, ``window`` = w > 0: only the frames ``m - w <= j <= m + w - 1`` are scored (the paper's
+      ``h_{p-w}, ..., h_{p+w-1}``: 2w frames, w before the median and w from it on), where the median m of
+      alpha_{i-1} is the first frame at which its cumulative sum reaches 0.5 (:meth:`alignment_median`).
+      Frames outside the window get weight exactly 0 and the normalisation (either one above) runs over
+      the window's valid frames. The window always holds frame m, which is a valid frame for any
+      alignment that sums to 1 over the valid frames, so no row is left with nothing to attend to.
+      Rows whose alpha_{i-1} is the uniform alpha_0 of :meth:`initial_weights` (the first step) are not
+      windowed: the median of a uniform alignment is the middle of the utterance, not a place the decoder
+      has reached, and a window there would hide the start of a long utterance from the first output.
+      All energies are still computed (the paper skips those outside the window); the window only masks.
+      ``window`` is a plain attribute, not in the state dict: a decoder may set it for decoding only.
     """
 
     def __init__(self, memory_dim: int, query_dim: int, attention_dim: int, conv_channels: int = 10,
-                 conv_kernel: int = 31):
+                 conv_kernel: int = 31, *, sharpening: float = 1.0, smoothing: bool = False, window: int = 0):
         super().__init__()
         if conv_kernel < 1 or conv_kernel % 2 == 0:
             raise ValueError(f"location conv_kernel must be odd and positive, got {conv_kernel}")
+        if not sharpening > 0:  # `not >` also rejects NaN
+            raise ValueError(f"attention sharpening (inverse temperature beta) must be > 0, got {sharpening}")
         self.memory_proj = nn.Linear(memory_dim, attention_dim)  # V h_j + b
         self.query_proj = nn.Linear(query_dim, attention_dim, bias=False)  # W s_{i-1}
         self.location_conv = nn.Conv1d(1, conv_channels, conv_kernel, padding=conv_kernel // 2, bias=False)  # F
         self.location_proj = nn.Linear(conv_channels, attention_dim, bias=False)  # U
         self.score_proj = nn.Linear(attention_dim, 1, bias=False)  # w (a bias would cancel in the softmax)
+        self.sharpening, self.smoothing = float(sharpening), bool(smoothing)
+        self.window = self.check_window(window)
+
+    @staticmethod
+    def check_window(window: int) -> int:
+        """The window half-width w, checked: an int >= 0 (0 = no window)."""
+        if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+            raise ValueError(f"attention window must be an int >= 0 (0 = off), got {window!r}")
+        return window
 
     @staticmethod
     def initial_weights(mask: torch.Tensor) -> torch.Tensor:
@@ -96,6 +129,30 @@ class LocationAwareAttention(nn.Module):
         """
         w = mask.float()
         return w / w.sum(dim=-1, keepdim=True).clamp(min=1.0)
+
+    @staticmethod
+    def alignment_median(weights: torch.Tensor) -> torch.Tensor:
+        """(B, T) alignment -> (B,) int64: the first frame j where ``sum_{k<=j} alpha_k >= 0.5``.
+
+        Counted as the number of frames whose cumulative sum is still below 0.5 (the cumulative sum of
+        nonnegative weights never decreases): tensor ops only, no host sync. The sum runs in float32, so
+        an alignment whose cumulative sum hits 0.5 exactly (a uniform one over an even number of frames)
+        may land on either side of the tie by rounding. A row of zeros gives T.
+        """
+        return (weights.float().cumsum(dim=-1) < 0.5).sum(dim=-1)
+
+    def window_mask(self, prev_weights: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(B, T) bool, True = inside the window ``[m - w, m + w - 1]`` around the median m of prev_weights
+        alpha_{i-1} (B, T); all True for rows whose alpha_{i-1} is the uniform alpha_0 of ``mask`` (B, T).
+        Needs ``window`` > 0; padding is not removed here (the caller ands with ``mask``)."""
+        w = self.window
+        m = self.alignment_median(prev_weights).unsqueeze(-1)  # (B, 1)
+        j = torch.arange(prev_weights.size(-1), device=prev_weights.device)  # (T,)
+        inside = (j >= m - w) & (j < m + w)  # (B, T)
+        # Exact equality: the decoder state holds the very tensor initial_weights made (or rows of it),
+        # and a learned alignment is never exactly uniform.
+        first = (prev_weights == self.initial_weights(mask)).all(dim=-1, keepdim=True)  # (B, 1)
+        return inside | first
 
     def project_memory(self, memory: torch.Tensor) -> torch.Tensor:
         """(B, T, D_mem) -> (B, T, A) = V h_j + b; computed once per utterance, reused by every step."""
@@ -113,11 +170,16 @@ class LocationAwareAttention(nn.Module):
 
         query (B, D_q), memory (B, T, D_mem), mask (B, T) bool (True = valid frame), prev_weights (B, T),
         keys: ``project_memory(memory)`` if already computed. Returns context (B, D_mem) and
-        weights alpha_i (B, T) in float32 (sum 1 over valid frames, exactly 0 on padding).
+        weights alpha_i (B, T) in float32 (sum 1 over the valid frames in the window, exactly 0 elsewhere).
         """
         keys = self.project_memory(memory) if keys is None else keys
         e = self.energies(query, keys, prev_weights).float()  # softmax in float32 under AMP too
-        # x mask: a zero-length utterance (all frames masked) gets all-zero weights instead of uniform ones.
-        weights = e.masked_fill(~mask, torch.finfo(e.dtype).min).softmax(dim=-1) * mask  # (B, T)
+        if self.sharpening != 1.0:  # skipped at beta = 1 so the default stays bit-identical to the plain softmax
+            e = e * self.sharpening  # beta e_ij
+        if self.smoothing:
+            e = F.logsigmoid(e)  # softmax(log sigmoid(e)) = sigmoid(e) / sum_j sigmoid(e)
+        allowed = mask if self.window == 0 else mask & self.window_mask(prev_weights, mask)  # (B, T)
+        # x allowed: a zero-length utterance (all frames masked) gets all-zero weights instead of uniform ones.
+        weights = e.masked_fill(~allowed, torch.finfo(e.dtype).min).softmax(dim=-1) * allowed  # (B, T)
         context = torch.bmm(weights.to(memory.dtype).unsqueeze(1), memory).squeeze(1)  # (B, D_mem)
         return context, weights

@@ -9,6 +9,10 @@ One step, for output i (y_0 = <sos>, s_0 = 0, c_0 = 0, alpha_0 uniform over vali
 
 (Index shift against the paper: our ``s_i`` is the state that has read y_{i-1}, the paper's ``s_{i-1}``.)
 Teacher-forced ``forward`` and the search's ``decode_step`` run the same :meth:`step`, so they agree.
+
+The attention's sharpening, smoothing and windowing (the paper's section 2.3) are keyword options, off by
+default; see :class:`LocationAwareAttention`. The window can also be switched on for decoding only, with
+:meth:`LSTMAttentionDecoder.set_decoding_window`: the paper's remedy for long utterances.
 """
 from __future__ import annotations
 
@@ -33,11 +37,16 @@ class LSTMDecoderState(NamedTuple):
 
 
 class LSTMAttentionDecoder(nn.Module):
-    """Autoregressive LSTM decoder over encoder memory (B, T, D_mem); ids 2 = <sos>/<eos> by default."""
+    """Autoregressive LSTM decoder over encoder memory (B, T, D_mem); ids 2 = <sos>/<eos> by default.
+
+    ``sharpening`` (beta), ``smoothing`` and ``window`` (half-width w, 0 = off) go to the attention
+    unchanged; the defaults are the plain softmax over every valid frame.
+    """
 
     def __init__(self, vocab_size: int, memory_dim: int, embed_dim: int = 128, hidden_size: int = 320,
                  num_layers: int = 1, attention_dim: int = 320, conv_channels: int = 10, conv_kernel: int = 31,
-                 dropout: float = 0.2, sos_id: int = 2):
+                 dropout: float = 0.2, sos_id: int = 2, *, sharpening: float = 1.0, smoothing: bool = False,
+                 window: int = 0):
         super().__init__()
         if num_layers < 1:
             raise ValueError(f"decoder num_layers must be >= 1, got {num_layers}")
@@ -46,9 +55,19 @@ class LSTMAttentionDecoder(nn.Module):
         self.embed = nn.Embedding(vocab_size, embed_dim)
         self.cells = nn.ModuleList(
             nn.LSTMCell(embed_dim + memory_dim if i == 0 else hidden_size, hidden_size) for i in range(num_layers))
-        self.attention = LocationAwareAttention(memory_dim, hidden_size, attention_dim, conv_channels, conv_kernel)
+        self.attention = LocationAwareAttention(memory_dim, hidden_size, attention_dim, conv_channels, conv_kernel,
+                                                sharpening=sharpening, smoothing=smoothing, window=window)
         self.dropout = nn.Dropout(dropout)
         self.output = nn.Linear(hidden_size + memory_dim, vocab_size)
+
+    def set_decoding_window(self, window: int) -> None:
+        """Attend only within ``[m - window, m + window - 1]`` around the median m of the previous alignment
+        from now on (0 = everywhere), whatever the model was trained with: windowing keeps the decoding of
+        an utterance much longer than the training ones from jumping to a similar fragment far away.
+        It holds for ``forward`` and ``decode_step`` alike (and so for training, if training goes on) until
+        set again; it is not saved with the weights. The first step is never windowed (see
+        :class:`LocationAwareAttention`)."""
+        self.attention.window = LocationAwareAttention.check_window(window)
 
     def init_state(self, memory: torch.Tensor, memory_lens: torch.Tensor) -> LSTMDecoderState:
         """State before <sos>: zero LSTM state and context, uniform alignment over the valid frames."""

@@ -57,6 +57,8 @@ def check_lm_train_config(cfg: LMExperimentConfig) -> None:
     if t.best_metric != "valid_loss":
         raise ConfigError(f"train.best_metric '{t.best_metric}': an LM is kept by dev loss (valid_loss, i.e. "
                           f"log perplexity)")
+    if t.mwer_weight:
+        raise ConfigError("train.mwer_weight: word error training is for speech recognizers, not LMs")
     if t.plot_attention:
         raise ConfigError("train.plot_attention: an LM has no attention over audio to plot")
     if t.accum_grad < 1 or t.max_nonfinite_steps < 1 or t.epochs < 0:
@@ -81,6 +83,9 @@ class LMTask:
         train = lm_loader(self.train, self.cfg.data, train=True, seed=seed, pin_memory=pin_memory)
         dev = lm_loader(self.dev, self.cfg.data, train=False, seed=seed, pin_memory=pin_memory) if self.dev else None
         return train, dev
+
+    def forward(self, model: nn.Module, batch: Dict[str, Any]) -> Dict[str, Any]:
+        return model(batch)
 
     def count(self, batch: Dict[str, Any]) -> int:
         return batch["num_tokens"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional, Protocol, Tuple
 
+import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -19,6 +20,7 @@ from asrkit.config import ExperimentConfig
 from asrkit.models.registry import build_model
 from asrkit.text.tokenizer import load_tokenizer
 from asrkit.train.loader import build_loader
+from asrkit.train.mwer import mwer_loss
 
 Batch = Dict[str, Any]
 
@@ -39,6 +41,10 @@ class TrainTask(Protocol):
         """Train and validation loaders (None: no validation). Their ``batch_sampler`` is a
         :class:`~asrkit.data.sampler.BucketBatchSampler` sharded over the process group, and each has a
         ``generator`` of its own (the trainer reseeds it every epoch)."""
+        ...
+
+    def forward(self, model: nn.Module, batch: Batch) -> Dict[str, torch.Tensor]:
+        """The training loss terms of a batch (``loss`` first of all); usually ``model(batch)``."""
         ...
 
     def count(self, batch: Batch) -> int:
@@ -80,6 +86,17 @@ class AsrTask:
         valid = (build_loader(self.valid_dir, self.cfg, self.tokenizer, model, train=False, pin_memory=pin_memory)
                  if self.valid_dir else None)
         return train, valid
+
+    def forward(self, model: nn.Module, batch: Batch) -> Dict[str, torch.Tensor]:
+        """``model(batch)``, and with ``train.mwer_weight`` w: ``(1 - w) * loss + w * loss_mwer``."""
+        out = model(batch)
+        w = self.cfg.train.mwer_weight
+        if w > 0:
+            t = self.cfg.train
+            mwer = mwer_loss(model, batch, self.tokenizer, t.mwer_nbest, t.mwer_ctc_weight)
+            out = {**out, "loss_mwer": mwer["loss_mwer"].detach(), "mwer_errors": mwer["mwer_errors"],
+                   "loss": (1.0 - w) * out["loss"] + w * mwer["loss_mwer"]}
+        return out
 
     def count(self, batch: Batch) -> int:
         return len(batch["utts"])

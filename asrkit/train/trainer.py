@@ -68,6 +68,12 @@ def check_train_config(t: TrainConfig, device: torch.device) -> None:
         raise ConfigError("train.accum_grad and train.max_nonfinite_steps must be at least 1")
     if t.best_metric not in METRICS:
         raise ConfigError(f"train.best_metric '{t.best_metric}' is unknown (choose from: {', '.join(METRICS)})")
+    if not 0.0 <= t.mwer_weight <= 1.0 or t.mwer_nbest < 2 or not 0.0 <= t.mwer_ctc_weight <= 1.0:
+        raise ConfigError(f"train.mwer_weight and train.mwer_ctc_weight must be in [0, 1] and train.mwer_nbest "
+                          f">= 2 (the expected errors need alternatives), got {t.mwer_weight}, "
+                          f"{t.mwer_ctc_weight}, {t.mwer_nbest}")
+    if t.init_from is not None and not os.path.isfile(t.init_from):
+        raise ConfigError(f"train.init_from: {t.init_from}: no such file")
 
 
 def _new_totals() -> Dict[str, float]:
@@ -90,7 +96,12 @@ class Trainer:
         self.raw_model = task.build_model().to(self.device)
         self.train_loader, self.valid_loader = task.build_loaders(self.raw_model, self.device.type == "cuda")
         self.model: torch.nn.Module = self.raw_model
+        if t.init_from is not None and not CheckpointIndex(exp_dir).latest:
+            self._init_from(t.init_from)
         if self.ctx.distributed:
+            if t.mwer_weight > 0:
+                raise ConfigError("train.mwer_weight: MWER fine-tuning runs in one process (its N-best search and "
+                                  "rescoring run outside DistributedDataParallel's forward)")
             # Every part a model has is in its loss graph (a zero-weight part is never built).
             cuda = self.device.type == "cuda"
             self.model = DistributedDataParallel(self.raw_model, device_ids=[self.device] if cuda else None)
@@ -116,6 +127,13 @@ class Trainer:
             self.steplog = StepLog(os.path.join(exp_dir, STEP_LOG), resume_step=self.step)
 
     # ---------------------------------------------------------------- checkpoints
+    def _init_from(self, path: str) -> None:
+        try:
+            self.raw_model.load_state_dict(load_checkpoint(path)["model"])
+        except (RuntimeError, KeyError) as exc:
+            raise ExperimentError(f"train.init_from: {path} does not hold weights of this model ({exc})") from None
+        log.info("initialised the model from %s", path)
+
     def _save(self, end_of_epoch: bool, metrics: Optional[Dict[str, float]] = None) -> None:
         rngs = gather_objects(rng_state(), self.ctx)  # a collective: every rank takes part
         if not self.ctx.is_main:
@@ -193,7 +211,7 @@ class Trainer:
             sync = i == len(group) - 1 or not self.ctx.distributed
             with contextlib.nullcontext() if sync else self.model.no_sync():
                 with self._autocast():
-                    out = self.model(self._to_device(batch))
+                    out = self.task.forward(self.model, self._to_device(batch))
                 self.scaler.scale(out["loss"] * weight).backward()
             if n:
                 loss_sum += float(out["loss"].detach()) * n
