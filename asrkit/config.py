@@ -150,6 +150,12 @@ class LSTMLocationDecoderConfig:
     conv_channels: int = 10  # location filters F (Chorowski et al. 2015)
     conv_kernel: int = 31  # odd width of the convolution over the previous alignment
     dropout: float = 0.2
+    # Chorowski et al. sec. 2.3 (asrkit/nets/attention.py): alignment sharpening beta (1 = plain softmax),
+    # sigmoid smoothing instead of softmax, and a window of +-window frames around the previous alignment's
+    # median (0 = off; decoding can set one with decode.attention_window)
+    sharpening: float = 1.0
+    smoothing: bool = False
+    window: int = 0
 
 
 @dataclass(frozen=True)
@@ -254,6 +260,9 @@ class DecodeConfig:
     # 0 = off (the additive length_bonus is the other, independent way to counter short outputs)
     length_penalty: float = 0.0
     lm_full: bool = False  # the LM scores every token and joins the pre-beam selection (as ESPnet's LM does)
+    # lstm_location decoders only: attend within +-N frames of the previous alignment's median (long
+    # utterances); 0 = the model's own setting (model.decoder.window)
+    attention_window: int = 0
 
 
 @dataclass(frozen=True)

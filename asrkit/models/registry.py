@@ -54,7 +54,8 @@ def _transformer_decoder(d: TransformerDecoderConfig, memory_dim: int, vocab_siz
 
 def _lstm_location_decoder(d: LSTMLocationDecoderConfig, memory_dim: int, vocab_size: int) -> Decoder:
     return LSTMAttentionDecoder(vocab_size, memory_dim, d.embed_dim, d.hidden_size, d.num_layers, d.attention_dim,
-                                d.conv_channels, d.conv_kernel, d.dropout)
+                                d.conv_channels, d.conv_kernel, d.dropout, sharpening=d.sharpening,
+                                smoothing=d.smoothing, window=d.window)
 
 
 INTERMEDIATE_LOSSES = ("interctc", "iterated")

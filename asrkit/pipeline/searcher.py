@@ -29,6 +29,7 @@ from asrkit.config import ConfigError, DecodeConfig
 from asrkit.lm import ngram_scorer
 from asrkit.lm.neural import NeuralLMScorer, load_neural_lm
 from asrkit.models.asr import AsrModel
+from asrkit.nets.lstm_decoder import LSTMAttentionDecoder
 from asrkit.search import (LengthBonus, NBest, attention_rescore, ctc_prefix_beam_search, greedy_search,
                            joint_beam_search)
 from asrkit.text.tokenizer import WORD_MARK, Tokenizer
@@ -71,6 +72,11 @@ def check_decode_config(cfg: DecodeConfig, model: AsrModel) -> None:
                           f"(mode attention or joint), not to mode {cfg.mode}")
     if cfg.lm_full and cfg.lm is None:
         raise ConfigError("decode.lm_full is set but decode.lm is not")
+    if cfg.attention_window < 0:
+        raise ConfigError(f"decode.attention_window must be >= 0, got {cfg.attention_window}")
+    if cfg.attention_window and not isinstance(model.decoder, LSTMAttentionDecoder):
+        raise ConfigError("decode.attention_window needs a location-aware attention decoder "
+                          "(model.decoder.kind lstm_location)")
 
 
 def load_lm_scorer(cfg: DecodeConfig, tokenizer: Tokenizer, device: torch.device) -> Any:
@@ -97,6 +103,8 @@ class Searcher:
     def __init__(self, cfg: DecodeConfig, model: AsrModel, tokenizer: Tokenizer, device: torch.device):
         check_decode_config(cfg, model)
         self.cfg, self.tokenizer = cfg, tokenizer
+        if cfg.attention_window:
+            model.decoder.set_decoding_window(cfg.attention_window)
         self.lm = load_lm_scorer(cfg, tokenizer, device)
         self.bonus: Optional[LengthBonus] = None
         if cfg.lm is not None and cfg.lm_units == "word" and not os.path.isdir(cfg.lm):

@@ -268,3 +268,22 @@ def test_tune_fusion_picks_the_best_weight_and_matches_plain_decoding(overfit, t
         assert float(wer) == pytest.approx(100 * score_texts(refs, read_table(dec / "text")).wer, abs=0.01)
     assert main(["tune-fusion", "--model", str(exp), "--data", str(data), "--out", str(out),
                  "--lm-weights", "0.5"]) == 1  # no LM configured
+
+
+def test_attention_window_for_long_utterances_reaches_the_location_aware_decoder():
+    """decode.attention_window sets the window of a lstm_location decoder (Chorowski et al.'s windowing) and
+    decoding runs with it; a Transformer decoder has no such window and is refused by name."""
+    cfg = load_config(REPO / "conf" / "tiny_blstm_location_attention.yaml",
+                      ["model.decoder.sharpening=2.0", "model.decoder.smoothing=true"])
+    torch.manual_seed(0)
+    model = build_model(cfg, 10).eval()
+    attention = model.decoder.attention
+    assert attention.sharpening == 2.0 and attention.smoothing and attention.window == 0  # config -> attention
+    tok = CharTokenizer(list("ABCDEFG"))
+    tr = Transcriber(model, cfg, tok, decode=DecodeConfig(mode="attention", beam=2, attention_window=5))
+    assert attention.window == 5
+    wav = 0.1 * torch.randn(48000, generator=torch.Generator().manual_seed(2))  # 3 s: 75 encoder frames
+    assert len(tr.transcribe([wav])) == 1
+    with pytest.raises(ConfigError, match="decode.attention_window needs a location-aware attention decoder"):
+        Transcriber(build_model(_tiny_config(), 10), _tiny_config(), tok,
+                    decode=DecodeConfig(mode="attention", attention_window=5))
