@@ -1,6 +1,7 @@
 """Shared fixtures: real synthetic speech (espeak-ng) in Kaldi data dirs, made once per test session."""
 from __future__ import annotations
 
+import locale
 import shutil
 import subprocess
 import sys
@@ -46,3 +47,16 @@ def _one_torch_thread():
     import torch
 
     torch.set_num_threads(1)
+
+
+@pytest.fixture
+def c_locale():
+    """The C locale (ASCII) for the test, as on a minimal container or a CI runner without LANG: a file
+    opened with the locale's encoding instead of UTF-8 fails on non-ASCII text then (when Python is not in
+    UTF-8 mode)."""
+    old = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        yield
+    finally:
+        locale.setlocale(locale.LC_CTYPE, old)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import locale
 import re
 
 import numpy as np
@@ -260,17 +259,6 @@ def test_saved_file_is_one_value_per_line(tmp_path):
 def test_from_dict_errors_default_to_a_generic_name():
     with pytest.raises(CMVNError, match=r'^CMVN stats: not an asrkit CMVN stats object \(missing "format"'):
         CMVNStats.from_dict({"format": "kaldi"})
-
-
-@pytest.fixture
-def c_locale():
-    """The C locale (ASCII) for the test, as on a minimal container or a CI runner without LANG."""
-    old = locale.setlocale(locale.LC_CTYPE)
-    locale.setlocale(locale.LC_CTYPE, "C")
-    try:
-        yield
-    finally:
-        locale.setlocale(locale.LC_CTYPE, old)
 
 
 def test_utf8_stats_file_loads_whatever_the_locale(tmp_path, c_locale):

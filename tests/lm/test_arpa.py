@@ -1,6 +1,5 @@
 """ARPA parsing: values, gzip, and clear errors naming file and line."""
 import gzip
-import locale
 import shutil
 from pathlib import Path
 
@@ -125,17 +124,6 @@ def test_undecodable_or_truncated_files_are_arpa_errors(tmp_path):
     gz.write_bytes(gzip.compress(GOOD.encode("utf-8"))[:40])  # truncated download
     with pytest.raises(ArpaError, match=r"cut\.arpa\.gz: cannot read"):
         read_arpa(gz)
-
-
-@pytest.fixture
-def c_locale():
-    """The C locale (ASCII) for the test, as on a minimal container or a CI runner without LANG."""
-    old = locale.setlocale(locale.LC_CTYPE)
-    locale.setlocale(locale.LC_CTYPE, "C")
-    try:
-        yield
-    finally:
-        locale.setlocale(locale.LC_CTYPE, old)
 
 
 def test_utf8_words_read_whatever_the_locale(tmp_path, c_locale):

@@ -9,16 +9,7 @@ import torch.nn.functional as F
 
 from asrkit.nets.conformer import ConformerLayer, RotarySelfAttention
 from asrkit.nets.transformer import TransformerEncoder
-
-
-def linear(x, layer):
-    return x @ layer.weight.T + layer.bias
-
-
-def norm(x, layer):
-    mean = x.mean(-1, keepdim=True)
-    var = ((x - mean) ** 2).mean(-1, keepdim=True)
-    return (x - mean) / torch.sqrt(var + layer.eps) * layer.weight + layer.bias
+from reference_layers import linear, norm
 
 
 def rotate_reference(x):

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from asrkit.nets.representation import FeatureRepresentation
 from asrkit.nets.transformer import TransformerEncoder
+from reference_layers import linear, norm
 
 
 def sinusoids(length, dim):
@@ -33,17 +34,6 @@ def plain_mha(mha, q_in, kv_in, key_mask):
 # A key projection's bias adds q . b_k to every score of a query row, which softmax cancels: its
 # gradient is zero by construction, so it is the one parameter a gradient test must not demand.
 ZERO_GRAD_BY_CONSTRUCTION = "k_proj.bias"
-
-
-def linear(x, layer):
-    return x @ layer.weight.T + layer.bias
-
-
-def norm(x, layer):
-    """LayerNorm written out: (x - mean) / sqrt(var + eps) * gamma + beta (biased variance)."""
-    mean = x.mean(-1, keepdim=True)
-    var = ((x - mean) ** 2).mean(-1, keepdim=True)
-    return (x - mean) / torch.sqrt(var + layer.eps) * layer.weight + layer.bias
 
 
 def feed_forward(x, rep):

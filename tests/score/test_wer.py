@@ -398,21 +398,15 @@ def test_write_report_into_existing_dir_twice(tmp_path):
         assert fh.read() == format_pra(rep)
 
 
-def test_write_report_is_utf8_under_a_c_locale(tmp_path):
+def test_write_report_is_utf8_under_a_c_locale(tmp_path, c_locale):
     """Catches files opened in the locale's encoding: with LANG=C (common on servers and in containers)
     writing Japanese alignments raises UnicodeEncodeError, or produces non-UTF-8 bytes."""
-    import locale
     import sys
 
     if sys.flags.utf8_mode:
         pytest.skip("Python UTF-8 mode makes the locale encoding UTF-8")
     rep = score_texts({"u": "日本語 テスト"}, {"u": "日本 テスト"})
-    saved = locale.setlocale(locale.LC_CTYPE)
-    locale.setlocale(locale.LC_CTYPE, "C")
-    try:
-        txt, pra = write_report(rep, tmp_path)
-    finally:
-        locale.setlocale(locale.LC_CTYPE, saved)
+    txt, pra = write_report(rep, tmp_path)
     with open(pra, "rb") as fh:
         assert "REF:  日本語 テスト".encode("utf-8") in fh.read()
     with open(txt, "rb") as fh:
