@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import locale
+import os
 import shutil
 import subprocess
 import sys
@@ -43,10 +44,11 @@ def tiny_corpus(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True, scope="session")
 def _one_torch_thread():
-    """Tiny test models run fastest on one thread; more threads only contend (and subprocess tests add their own)."""
+    """Tiny test models run fastest on one thread; more threads only contend (and subprocess tests add their own).
+    ASRKIT_TEST_THREADS=N runs the suite with N threads, to check that no result depends on the thread count."""
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(int(os.environ.get("ASRKIT_TEST_THREADS", "1")))
 
 
 @pytest.fixture
