@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import pytest
 import torch
@@ -273,6 +273,11 @@ def test_token_frames_and_nbest_shape() -> None:
     (dict(weights={"lm": 1.0}), "weight 'lm' has no scorer"),
     (dict(scorers={"lm": LengthBonus()}), "scorer 'lm' has no weight"),
     (dict(blank_skip_threshold=1.5), "blank_skip_threshold"),
+    # Catches: the open interval (0, 1) of blank_skip_threshold closed at either end; a token_topk
+    # error that does not name the value.
+    (dict(blank_skip_threshold=0.0), "blank_skip_threshold must be in \\(0, 1\\) or None, got 0.0"),
+    (dict(blank_skip_threshold=1.0), "blank_skip_threshold must be in \\(0, 1\\) or None, got 1.0"),
+    (dict(token_topk=0), "token_topk must be >= 1 or None, got 0"),
 ])
 def test_bad_arguments_are_named(kwargs: dict, match: str) -> None:
     args = dict(log_probs=torch.zeros(1, 10, 4).log_softmax(-1), lengths=torch.tensor([10]))
@@ -296,3 +301,269 @@ def test_per_word_length_bonus_counts_word_initial_tokens() -> None:
     got = ctc_prefix_beam_search(lp, lengths, beam=4, scorers={"length_bonus": LengthBonus(word_start)},
                                  weights={"length_bonus": 2.0}, **EXACT)
     assert_same(got, lp, lengths, 4, 1e-9, token_score=lambda p, c: 2.0 * float(word_start[c]))
+
+
+def topk_candidates(lp: torch.Tensor, k: int, min_logp: Optional[float] = None):
+    """candidates(t) for the reference: the k best non-blank tokens of frame t (ids 1..), those at or
+    above min_logp (computed here from the frame, not by the module)."""
+    def cands(t: int) -> List[int]:
+        vals, ids = lp[t, 1:].topk(min(k, lp.shape[1] - 1))
+        return [int(i) + 1 for i, v in zip(ids, vals) if min_logp is None or float(v) >= min_logp]
+    return cands
+
+
+@pytest.mark.parametrize("topk", [1, 3])
+def test_token_topk_limits_new_prefixes_to_the_best_tokens(topk: int) -> None:
+    # Catches: token_topk ignored (every token a candidate), not passed on to the frame tables, or
+    # floored at 2 instead of 1. Flat frames make the pruning bind (checked against the exact search).
+    gen = torch.Generator().manual_seed(20)
+    lp = random_log_probs(3, 15, 12, gen, scale=1.0)
+    lengths = torch.tensor([15, 11, 6])
+    got = ctc_prefix_beam_search(lp, lengths, beam=6, token_topk=topk, token_min_logp=None,
+                                 blank_skip_threshold=None)
+    exact = ctc_prefix_beam_search(lp, lengths, beam=6, **EXACT)
+    assert not torch.equal(got.tokens, exact.tokens)  # the pruning matters on this input
+    for b in range(3):
+        ref = ref_nbest(lp[b], int(lengths[b]), 6, candidates=topk_candidates(lp[b], topk))
+        mine = got.to_lists()[b]
+        assert [tuple(h.tokens) for h in mine] == [r[0] for r in ref], f"utterance {b}"
+        assert [h.score for h in mine] == pytest.approx([r[1] for r in ref], abs=1e-9)
+
+
+def test_defaults_are_beam_10_and_the_documented_pruning() -> None:
+    # Catches: a changed default beam (10) or token_topk (8) (token_min_logp -12, blank_skip 0.999).
+    gen = torch.Generator().manual_seed(21)
+    lp = random_log_probs(2, 20, 30, gen, scale=0.5)  # flat frames: the 9th best token would matter
+    lp[1, 5:9] = torch.tensor([0.9995, *([0.0005 / 29] * 29)], dtype=torch.float64).log()  # skipped frames
+    lengths = torch.tensor([20, 17])
+    got = ctc_prefix_beam_search(lp, lengths)
+    assert got.scores.shape == (2, 10)
+    for b in range(2):
+        ref = ref_nbest(lp[b], int(lengths[b]), 10, candidates=topk_candidates(lp[b], 8, -12.0),
+                        skip_blank_above=0.999)
+        mine = got.to_lists()[b]
+        assert [tuple(h.tokens) for h in mine] == [r[0] for r in ref], f"utterance {b}"
+        assert [h.score for h in mine] == pytest.approx([r[1] for r in ref], abs=1e-9)
+
+
+def test_token_min_logp_keeps_a_token_at_the_threshold_and_blocks_pruned_repeats() -> None:
+    # Catches: a token exactly at token_min_logp dropped (`<=` for `<`); a pruned token still
+    # creating the new prefix "p + c" by a blank-separated repeat of p's own last token c.
+    at = torch.tensor([[[0.55, 0.25, 0.2]]], dtype=torch.float64).log()
+    min_logp = float(at[0, 0, 1])  # token 1 sits exactly at the threshold, token 2 below
+    got = ctc_prefix_beam_search(at, torch.tensor([1]), beam=3, token_topk=None, token_min_logp=min_logp,
+                                 blank_skip_threshold=None)
+    assert [h.tokens for h in got.to_lists()[0]] == [[], [1]]
+
+    probs = torch.tensor([[0.1, 0.8, 0.1], [0.9, 0.05, 0.05], [0.5, 0.01, 0.49], [0.6, 0.3, 0.1]],
+                         dtype=torch.float64)
+    lp = probs.log()[None]
+    min_logp = math.log(0.02)  # frame 2: token 1 is pruned, so no prefix may end in a new "1" there
+    got = ctc_prefix_beam_search(lp, torch.tensor([4]), beam=10, token_topk=None, token_min_logp=min_logp,
+                                 blank_skip_threshold=None)
+    assert_same(got, lp, torch.tensor([4]), 10, 1e-12, candidates=topk_candidates(lp[0], 2, min_logp))
+
+
+def test_blank_skipping_needs_a_blank_probability_above_the_threshold() -> None:
+    # Catches: `>=` for `>`: a frame whose blank probability equals the threshold is not skipped.
+    lp = torch.tensor([[[math.log(0.5), math.log(0.3), math.log(0.2)]]], dtype=torch.float64)
+    got = ctc_prefix_beam_search(lp, torch.tensor([1]), beam=3, token_topk=None, token_min_logp=None,
+                                 blank_skip_threshold=0.5)
+    assert [h.tokens for h in got.to_lists()[0]] == [[], [1], [2]]
+    assert_same(got, lp, torch.tensor([1]), 3, 1e-12, skip_blank_above=0.5)
+
+
+class CheckedBigram(BigramScorer):
+    """BigramScorer that asserts the scorer protocol on every call: score sees real token ids; select_state
+    rows stay in their utterance and its tokens are real ids or exactly -1 ("prefix unchanged")."""
+
+    def __init__(self, vocab: int, gen: torch.Generator, beam: int) -> None:
+        super().__init__(vocab, gen)
+        self.vocab, self.beam, self.selects = vocab, beam, 0
+
+    def score(self, state: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        assert bool(((tokens >= 1) & (tokens < self.vocab)).all()), tokens
+        return super().score(state, tokens)
+
+    def select_state(self, state: torch.Tensor, index: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        self.selects += 1
+        assert bool(((tokens == -1) | ((tokens >= 1) & (tokens < self.vocab))).all()), tokens
+        assert torch.equal(index // self.beam, torch.arange(index.shape[0]) // self.beam), index
+        return super().select_state(state, index, tokens)
+
+
+def test_two_scorers_are_each_weighted_and_keep_the_search_dtype() -> None:
+    # Catches: every scorer after the first added with weight 1.0; a float64 scorer's final score
+    # turning a float32 search's scores into float64; stays passed to select_state as another
+    # negative id than -1, or rows moved between utterances.
+    gen = torch.Generator().manual_seed(22)
+    for trial in range(4):
+        b, t, v = 2, 8 + 3 * trial, 5 + trial
+        lp = random_log_probs(b, t, v, gen)
+        lengths = torch.tensor([t, t - 3])
+        lm, lm2 = CheckedBigram(v, gen, 5), CheckedBigram(v, gen, 5)
+        weights = {"lm": 0.4, "lm2": 0.7, "length_bonus": 0.3}
+
+        def token_score(prefix, c):
+            return lm.ref_token(0.4, 0.3)(prefix, c) + lm2.ref_token(0.7, 0.0)(prefix, c)
+
+        def final_score(prefix):
+            return lm.ref_final(0.4)(prefix) + lm2.ref_final(0.7)(prefix)
+
+        got = ctc_prefix_beam_search(lp, lengths, beam=5, scorers={"lm": lm, "lm2": lm2}, weights=weights, **EXACT)
+        assert lm.selects == t and lm2.selects == t
+        assert_same(got, lp, lengths, 5, 1e-9, token_score=token_score, final_score=final_score)
+        got32 = ctc_prefix_beam_search(lp.float(), lengths, beam=5, scorers={"lm": lm, "lm2": lm2}, weights=weights,
+                                       **EXACT)
+        assert got32.scores.dtype == torch.float32 and got32.ctc_scores.dtype == torch.float32
+        assert_same(got32, lp.float().double(), lengths, 5, 1e-4, full_list=False, token_score=token_score,
+                    final_score=final_score)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_input_is_searched_in_float32(dtype: torch.dtype) -> None:
+    # Catches: float16 / bfloat16 input searched in its own precision (an ulp of 0.03 at a score of
+    # -60: the scores drift by ~0.1 over 60 frames) instead of being upcast to float32.
+    gen = torch.Generator().manual_seed(23)
+    lp = peaky_log_probs(3, 60, 9, gen, max_eps=0.4).to(dtype)
+    lengths = torch.tensor([60, 45, 17])
+    got = ctc_prefix_beam_search(lp, lengths, beam=5, **EXACT)
+    assert got.scores.dtype == torch.float32
+    assert_same(got, lp.double(), lengths, 5, 1e-4, full_list=False)
+    # Catches: the skipped-blank tail (summed in float64) not cast back, turning the scores float64.
+    skipping = ctc_prefix_beam_search(lp, lengths, beam=5)
+    assert skipping.scores.dtype == torch.float32 and skipping.ctc_scores.dtype == torch.float32
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.int32])
+def test_lengths_of_any_integer_dtype_are_accepted(dtype: torch.dtype) -> None:
+    # Catches: lengths kept in their own integer dtype (int16 lengths then fail as gather indices in
+    # the blank-skipping tables).
+    gen = torch.Generator().manual_seed(28)
+    lp = peaky_log_probs(3, 30, 6, gen)
+    lengths = torch.tensor([30, 18, 7])
+    got = ctc_prefix_beam_search(lp, lengths.to(dtype), beam=4, token_topk=None, token_min_logp=None,
+                                 blank_skip_threshold=0.99)
+    assert_same(got, lp, lengths, 4, 1e-9, skip_blank_above=0.99)
+
+
+def test_zero_frames_empty_batch_and_all_skipped_frames() -> None:
+    # Catches: zero-frame input or an empty batch failing; the all-blank case (every frame of every
+    # utterance skipped, so no frame is left to search) losing the blank mass of the frames; empty
+    # slots (fewer hypotheses than the beam) getting tokens instead of -1 padding.
+    gen = torch.Generator().manual_seed(24)
+    lm = BigramScorer(5, gen)
+    for settings in (EXACT, {}):
+        got = ctc_prefix_beam_search(torch.zeros(2, 0, 5), torch.tensor([0, 0]), beam=3, scorers={"lm": lm},
+                                     weights={"lm": 0.5}, **settings)
+        assert got.scores.shape == (2, 3)
+        for hyps in got.to_lists():
+            assert len(hyps) == 1 and hyps[0].tokens == [] and hyps[0].ctc_score == 0.0
+            assert hyps[0].score == pytest.approx(0.5 * float(lm.eos[2]), abs=1e-6)  # the LM's end score only
+
+    empty = ctc_prefix_beam_search(torch.zeros(0, 7, 5), torch.zeros(0, dtype=torch.long), beam=3)
+    assert empty.scores.shape == (0, 3) and empty.to_lists() == []
+
+    probs = torch.full((2, 40, 4), 0.0002 / 3, dtype=torch.float64)
+    probs[..., 0] = 0.9998
+    lengths = torch.tensor([40, 23])
+    got = ctc_prefix_beam_search(probs.log(), lengths, beam=4)  # default blank_skip_threshold 0.999
+    for b, hyps in enumerate(got.to_lists()):
+        assert [h.tokens for h in hyps] == [[]]
+        want = -torch.nn.functional.ctc_loss(probs.log()[b, :, None], torch.zeros(1, 0, dtype=torch.long),
+                                             lengths[b:b + 1], torch.tensor([0]), reduction="sum")
+        assert hyps[0].ctc_score == pytest.approx(float(want), abs=1e-12)  # = lengths[b] * log(0.9998)
+
+    one = torch.tensor([[[0.3, 0.7]]], dtype=torch.float64).log()  # two prefixes for a beam of 4
+    got = ctc_prefix_beam_search(one, torch.tensor([1]), beam=4, **EXACT)
+    assert got.scores[0, 2:].tolist() == [float("-inf")] * 2
+    assert got.lengths[0].tolist() == [1, 0, 0, 0] and got.tokens[0, 1:].eq(-1).all()
+
+
+def test_int32_lookup_tables_give_the_same_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Catches: a broken int32 path of the token -> column table (used above 2^21 entries: here
+    # 6 x 180 x 2000 frames x utterances x tokens), e.g. its columns not widened for the indexing.
+    gen = torch.Generator().manual_seed(25)
+    batch, frames, vocab = 6, 180, 2000
+    lp = peaky_log_probs(batch, frames, vocab, gen, dtype=torch.float32)
+    lengths = torch.tensor([180, 150, 90, 180, 33, 120])
+    made = []
+    real = ctc_prefix._Frames
+
+    def spy(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(ctc_prefix, "_Frames", spy)
+    got = ctc_prefix_beam_search(lp, lengths, beam=4, token_topk=4, token_min_logp=None, blank_skip_threshold=None)
+    assert made[0].posk[0].dtype == torch.int32  # the path under test was taken
+    # Catches: small tables made int32 too without the widening: int32 index tensors only work from
+    # torch 2.8 on (setup.py allows 2.1), so small tables stay int64.
+    ctc_prefix_beam_search(lp[:1, :20, :50], lengths[:1].clamp(max=20), beam=4)
+    assert made[1].posk[0].dtype == torch.int64
+    for b in (1, 4):  # the python reference is slow on 2000 tokens: two utterances
+        ref = ref_nbest(lp[b].double(), int(lengths[b]), 4, candidates=topk_candidates(lp[b].double(), 4))
+        mine = got.to_lists()[b]
+        assert [tuple(h.tokens) for h in mine][:1] == [r[0] for r in ref][:1]
+        assert mine[0].score == pytest.approx(ref[0][1], abs=1e-3)
+
+
+def test_cpu_search_runs_on_one_thread_and_restores_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Catches: the thread count not lowered to 1 for the search (or lowered to another count), not
+    # restored after it, or not restored when the search raises.
+    seen = []
+    real = ctc_prefix._frame_loop
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    gen = torch.Generator().manual_seed(26)
+    lp = random_log_probs(2, 10, 5, gen)
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        monkeypatch.setattr(ctc_prefix, "_frame_loop", spy)
+        ctc_prefix_beam_search(lp, torch.tensor([10, 7]), beam=3)
+        assert seen == [1] and torch.get_num_threads() == 2
+
+        def boom(*args, **kwargs):
+            raise RuntimeError("boom")
+
+        monkeypatch.setattr(ctc_prefix, "_frame_loop", boom)
+        with pytest.raises(RuntimeError, match="boom"):
+            ctc_prefix_beam_search(lp, torch.tensor([10, 7]), beam=3)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_out_of_memory_splits_down_to_single_utterances(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Catches: a batch of two re-raised instead of split; a single utterance split into an empty
+    # half and itself (endless recursion instead of the out-of-memory error).
+    gen = torch.Generator().manual_seed(27)
+    lp = peaky_log_probs(3, 20, 6, gen)
+    lengths = torch.tensor([20, 9, 14])
+    expected = ctc_prefix_beam_search(lp, lengths, beam=3)
+    real = ctc_prefix._search_batch
+    sizes = []
+
+    def only_single(lp_: torch.Tensor, *args, **kwargs):
+        sizes.append(lp_.shape[0])
+        if lp_.shape[0] > 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(lp_, *args, **kwargs)
+
+    monkeypatch.setattr(ctc_prefix, "_search_batch", only_single)
+    got = ctc_prefix_beam_search(lp, lengths, beam=3)
+    assert sizes == [3, 1, 2, 1, 1]
+    assert torch.equal(got.tokens, expected.tokens) and torch.allclose(got.scores, expected.scores)
+
+    def any_rows(lp_: torch.Tensor, *args, **kwargs):
+        if lp_.shape[0] > 0:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(lp_, *args, **kwargs)
+
+    monkeypatch.setattr(ctc_prefix, "_search_batch", any_rows)
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        ctc_prefix_beam_search(lp, lengths, beam=3)

@@ -166,3 +166,81 @@ def test_bad_inputs_are_named() -> None:
         CTCPrefixScorer(torch.zeros(2, 8, 4).log_softmax(-1), torch.tensor([8, 9]))
     with pytest.raises(ValueError, match="holds 2 utterances"):
         CTCPrefixScorer(torch.zeros(2, 8, 4).log_softmax(-1), torch.tensor([8, 5])).init_state(3, 1, CPU)
+
+
+def _sequence_scores(scorer: CTCPrefixScorer, seqs) -> torch.Tensor:
+    """(N,) sum of each row's token scores, its <eos> score and nothing after (beam 1, one row per utterance)."""
+    n = len(seqs)
+    state = scorer.init_state(n, 1, CPU)
+    total = torch.zeros(n, dtype=torch.float64)
+    for step in range(max(len(s) for s in seqs) + 1):
+        tok = torch.tensor([s[step] if step < len(s) else 2 for s in seqs])
+        got = scorer.score(state, tok[:, None])[:, 0]
+        assert got.dtype == torch.float64
+        total += torch.tensor([float(got[r]) if step <= len(s) else 0.0 for r, s in enumerate(seqs)],
+                              dtype=torch.float64)
+        state = scorer.select_state(state, torch.arange(n), tok)
+    return total
+
+
+def test_float32_input_over_3000_frames_is_scored_in_float64() -> None:
+    # Catches: the float64 upcast of the input dropped, so the cumulative sums over T run in float32
+    # (error ~1e-4 at T = 3000 instead of ~1e-11), and scores returned in the input's dtype.
+    gen = torch.Generator().manual_seed(5)
+    frames = 3000
+    lp = random_log_probs(2, frames, 4, gen, torch.float32)
+    lengths = torch.tensor([frames, 2500])
+    seqs = [[1, 3, 3, 1], [3, 1]]
+    got = _sequence_scores(CTCPrefixScorer(lp, lengths), seqs)
+    want = -F.ctc_loss(lp.double().transpose(0, 1), torch.tensor([[1, 3, 3, 1], [3, 1, 0, 0]]), lengths,
+                       torch.tensor([4, 2]), blank=0, reduction="none", zero_infinity=False)
+    torch.testing.assert_close(got, want, atol=1e-8, rtol=0)
+
+
+def test_zero_frames_and_one_frame() -> None:
+    # Catches: the zero-frame input not padded (or padded wrongly) so scoring fails or gives the
+    # empty hypothesis a score other than log 1; a one-frame input mistaken for the zero-frame case
+    # (its log-probabilities replaced by the padding).
+    tokens = torch.arange(5).expand(2, 5)
+    empty = CTCPrefixScorer(torch.zeros(2, 0, 5), torch.tensor([0, 0]))
+    state = empty.init_state(2, 1, CPU)
+    got = empty.score(state, tokens)
+    assert got[:, 2].tolist() == [0.0, 0.0]  # <eos>: log P(empty | x) = 0
+    assert torch.isneginf(got[:, [0, 1, 3, 4]]).all()
+    assert empty.final_score(state).tolist() == [0.0, 0.0]
+
+    one = torch.tensor([[[0.5, 0.2, 0.1, 0.15, 0.05]], [[0.1, 0.6, 0.1, 0.1, 0.1]]], dtype=torch.float64).log()
+    scorer = CTCPrefixScorer(one, torch.tensor([1, 1]))
+    state = scorer.init_state(2, 1, CPU)
+    got = scorer.score(state, tokens)
+    # One frame: P(prefix c) = P_1(c), P(empty) = P_1(blank) (brute force over the V one-frame paths).
+    torch.testing.assert_close(got[:, [1, 3, 4]], one[:, 0, [1, 3, 4]], atol=1e-12, rtol=0)
+    torch.testing.assert_close(got[:, 2], one[:, 0, 0], atol=1e-12, rtol=0)
+    state = scorer.select_state(state, torch.arange(2), torch.tensor([3, 1]))
+    torch.testing.assert_close(scorer.final_score(state), torch.zeros(2, dtype=torch.float64), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.int32])
+def test_lengths_of_any_integer_dtype_are_accepted(dtype: torch.dtype) -> None:
+    # Catches: lengths kept in their own integer dtype (int16 lengths then fail as gather indices).
+    gen = torch.Generator().manual_seed(6)
+    lp = random_log_probs(2, 10, 5, gen, torch.float64)
+    lengths = torch.tensor([10, 7], dtype=dtype)
+    got = _sequence_scores(CTCPrefixScorer(lp, lengths), [[1, 3], [4, 4, 1]])
+    want = -F.ctc_loss(lp.transpose(0, 1), torch.tensor([[1, 3, 0], [4, 4, 1]]), lengths.long(), torch.tensor([2, 3]),
+                       blank=0, reduction="none")
+    torch.testing.assert_close(got, want, atol=1e-9, rtol=0)
+
+
+def test_out_of_range_candidate_ids_do_not_disturb_the_real_ones() -> None:
+    # Catches: candidate ids gathered unclamped, so a padding id (-1) or an id beyond the CTC
+    # vocabulary (a decoder-only symbol) makes the whole batched call fail.
+    gen = torch.Generator().manual_seed(7)
+    scorer = CTCPrefixScorer(random_log_probs(1, 8, 5, gen, torch.float64), torch.tensor([8]))
+    state = scorer.init_state(1, 2, CPU)
+    scorer.score(state, torch.tensor([[3], [3]]))
+    state = scorer.select_state(state, torch.tensor([0, 1]), torch.tensor([-1, 3]))  # rows: () and (3,)
+    plain = scorer.score(state, torch.tensor([[1, 3, 4], [1, 3, 4]]))
+    mixed = scorer.score(state, torch.tensor([[1, -1, 3, 5, 4], [7, 1, 3, 4, -1]]))
+    torch.testing.assert_close(mixed[0, [0, 2, 4]], plain[0], atol=0, rtol=0)
+    torch.testing.assert_close(mixed[1, [1, 2, 3]], plain[1], atol=0, rtol=0)

@@ -65,7 +65,15 @@ def test_picks_the_hypothesis_the_decoder_prefers_on_a_constructed_case() -> Non
     assert out.best()[0].tokens == [5, 7]
 
 
-def test_rescoring_with_a_real_tiny_model_runs() -> None:
+def test_rescoring_with_a_real_tiny_model_follows_the_formula() -> None:
+    # Catches: any other combination of the CTC, decoder and LM/bonus terms (weights swapped, the
+    # LM/bonus part dropped or double-counted, the decoder score of the wrong row or without <eos>),
+    # and hypotheses separated from their own scores by the re-sort. Every term is computed here
+    # independently: CTC with torch's ctc_loss, the decoder one step at a time from scratch (not the
+    # batched teacher-forced pass that rescoring uses), the LM/bonus part from the bigram table.
+    # Utterances of 3 and 2 encoder frames and a beam of 1464 (every prefix of <= 3 of the 11
+    # tokens) make the first pass exhaustive, so its CTC scores are exact.
+    import torch.nn.functional as F
     from pathlib import Path
 
     from asrkit.config import load_config
@@ -74,15 +82,45 @@ def test_rescoring_with_a_real_tiny_model_runs() -> None:
     torch.manual_seed(0)
     model = build_model(load_config(Path(__file__).resolve().parents[2] / "conf" / "tiny_transformer.yaml"), 12)
     model.eval()
-    wav = 0.1 * torch.randn(2, 9600, generator=torch.Generator().manual_seed(1))
+    gen = torch.Generator().manual_seed(1)
+    wav = 0.1 * torch.randn(2, 3200, generator=gen)
+    lm, alpha, beta, ctc_weight = BigramScorer(12, gen), 0.5, 0.7, 0.3
     with torch.no_grad():
-        enc, enc_lens = model.encode(wav, torch.tensor([9600, 7000]))
-        nbest = ctc_prefix_beam_search(model.ctc_log_probs(enc), enc_lens, beam=4)
+        enc, enc_lens = model.encode(wav, torch.tensor([3200, 2400]))
+        lp = model.ctc_log_probs(enc).double()
+        nbest = ctc_prefix_beam_search(lp, enc_lens, beam=1464, nbest=6, scorers={"lm": lm},
+                                       weights={"lm": alpha, "length_bonus": beta}, token_topk=None,
+                                       token_min_logp=None, blank_skip_threshold=None)
+    assert enc_lens.tolist() == [3, 2]
     rows = torch.arange(2).repeat_interleave(nbest.nbest)
-    out = attention_rescore(nbest, lambda t, n: model.score_tokens(enc[rows], enc_lens[rows], t, n), ctc_weight=0.3)
-    assert out.scores.shape == nbest.scores.shape
-    assert (out.scores[:, :-1] >= out.scores[:, 1:]).all()
-    def hyps(x: NBest) -> list:
-        return sorted(map(tuple, x.tokens.flatten(0, 1).tolist()))
+    out = attention_rescore(nbest, lambda t, n: model.score_tokens(enc[rows], enc_lens[rows], t, n), ctc_weight)
 
-    assert hyps(out) == hyps(nbest)  # the same hypotheses, re-sorted
+    def decoder_score(b: int, tokens: list) -> float:
+        total = 0.0
+        with torch.no_grad():
+            for i, nxt in enumerate(tokens + [2]):  # ..., <eos> (2)
+                ys = torch.tensor([[2] + tokens[:i]])  # <sos> (2) y_1 .. y_i
+                total += float(model.decode_step(ys, enc[b:b + 1], enc_lens[b:b + 1], None)[0][0, nxt])
+        return total
+
+    first, got = nbest.to_lists(), out.to_lists()
+    for b in range(2):
+        want = {}
+        for h in first[b]:
+            ctc = -float(F.ctc_loss(lp[b, :int(enc_lens[b]), None], torch.tensor([h.tokens]), enc_lens[b:b + 1],
+                                    torch.tensor([len(h.tokens)]), reduction="sum", zero_infinity=False))
+            prev = [2] + h.tokens
+            lm_bonus = alpha * sum(float(lm.table[p, c]) for p, c in zip(prev, h.tokens)) \
+                + alpha * float(lm.eos[prev[-1]]) + beta * len(h.tokens)
+            assert h.ctc_score == pytest.approx(ctc, abs=1e-9)  # the first pass is exact here
+            assert h.score - h.ctc_score == pytest.approx(lm_bonus, abs=1e-9)
+            want[tuple(h.tokens)] = (ctc_weight * ctc + (1 - ctc_weight) * decoder_score(b, h.tokens) + lm_bonus,
+                                     h.ctc_score, h.token_frames)
+        assert len(got[b]) == len(want) == nbest.nbest
+        for h in got[b]:
+            score, ctc, frames = want[tuple(h.tokens)]
+            assert h.score == pytest.approx(score, abs=1e-4)
+            assert h.ctc_score == ctc and h.token_frames == frames
+        scores = [h.score for h in got[b]]
+        assert scores == sorted(scores, reverse=True)
+    assert any([h.tokens for h in g] != [h.tokens for h in f] for g, f in zip(got, first))  # the order changed
