@@ -17,7 +17,8 @@ def iter_table(path: str | os.PathLike, *, allow_empty_value: bool = True) -> It
 
     Tolerates CRLF line endings, tabs and repeated spaces (the value is
     whitespace-normalised to single spaces). Blank lines are an error because
-    Kaldi tools reject them and they usually mean a broken file.
+    Kaldi tools reject them and they usually mean a broken file. Bytes that are
+    not UTF-8 are an error naming the line (:func:`_utf8_error`).
     """
     path = os.fspath(path)
     try:
@@ -25,14 +26,34 @@ def iter_table(path: str | os.PathLike, *, allow_empty_value: bool = True) -> It
     except OSError as exc:
         raise TableError(f"{path}: cannot open: {exc.strerror}") from exc
     with fh:
-        for lineno, line in enumerate(fh, start=1):
-            fields = line.split()
-            if not fields:
-                raise TableError(f"{path}:{lineno}: empty line")
-            key, value = fields[0], " ".join(fields[1:])
-            if not value and not allow_empty_value:
-                raise TableError(f"{path}:{lineno}: no value for key '{key}'")
-            yield key, value, lineno
+        try:
+            for lineno, line in enumerate(fh, start=1):
+                fields = line.split()
+                if not fields:
+                    raise TableError(f"{path}:{lineno}: empty line")
+                key, value = fields[0], " ".join(fields[1:])
+                if not value and not allow_empty_value:
+                    raise TableError(f"{path}:{lineno}: no value for key '{key}'")
+                yield key, value, lineno
+        except UnicodeDecodeError as exc:
+            raise TableError(_utf8_error(path)) from exc
+
+
+def _utf8_error(path: str) -> str:
+    """The message for a file that is not UTF-8, naming the first bad line and the offending bytes.
+
+    The text reader decodes in chunks, so its error position says nothing about lines: the file is
+    scanned again as bytes to find the line (only on this error path).
+    """
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                bad = " ".join(f"0x{b:02x}" for b in raw[exc.start:exc.end])
+                return (f"{path}: line {lineno}: not valid UTF-8 ({bad} at byte {exc.start + 1} of the "
+                        f"line: {exc.reason}); re-encode the file as UTF-8")
+    return f"{path}: not valid UTF-8"  # the file changed under us
 
 
 def read_table(path: str | os.PathLike, *, allow_empty_value: bool = True) -> Dict[str, str]:

@@ -75,3 +75,27 @@ def test_score_cli_normalisation_flags(tmp_path, capsys, flags, n_err):
     assert main(["--ref", str(ref), "--hyp", str(hyp), *flags]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first == f"%WER {100 * n_err / 4:.2f} [ {n_err} / 4, 0 ins, 0 del, {n_err} sub ]"
+
+
+@pytest.mark.parametrize("bad_side", ["hyp", "ref"])
+@pytest.mark.parametrize("bad_line", [3, 1500])  # 1500: far past the text reader's first decoded chunk
+def test_score_cli_invalid_utf8_names_file_and_line(tmp_path, capsys, bad_side, bad_line):
+    lines = [f"u{i} caf\u00e9 \u65e5\u672c {i}".encode() for i in range(1, 2001)]  # valid multi-byte UTF-8
+    good = b"\n".join(lines) + b"\n"
+    broken = list(lines)
+    broken[bad_line - 1] = f"u{bad_line} caf".encode() + b"\xe9 au lait"  # Latin-1 e-acute: not UTF-8
+    good_path, bad_path = tmp_path / "good.txt", tmp_path / "bad.txt"
+    good_path.write_bytes(good)
+    bad_path.write_bytes(b"\n".join(broken) + b"\n")
+    # The reference for the line number: count the newlines before the first byte that fails to decode.
+    with pytest.raises(UnicodeDecodeError) as info:
+        bad_path.read_bytes().decode("utf-8")
+    expected_line = bad_path.read_bytes()[:info.value.start].count(b"\n") + 1
+    assert expected_line == bad_line
+    ref, hyp = (good_path, bad_path) if bad_side == "hyp" else (bad_path, good_path)
+    assert asrkit_main(["score", "--ref", str(ref), "--hyp", str(hyp)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "Traceback" not in captured.err
+    assert captured.err.startswith(f"asrkit score: error: {bad_path}: line {expected_line}: not valid UTF-8 (0xe9 ")
+    assert len(captured.err.strip().splitlines()) == 1
