@@ -243,6 +243,7 @@ class DecodeConfig:
     batch_size: int = 16  # utterances per search batch
     ctc_weight: float = 0.3  # joint: weight of the CTC prefix score; rescore: weight of the CTC score
     # LM shallow fusion: an ARPA file (.arpa or .arpa.gz) or a neural LM dir from 'asrkit train-lm'.
+    # Relative: to the working directory; a decode.yaml that asrkit writes holds it absolute (save_config).
     lm: Optional[str] = None
     lm_units: str = "token"  # ARPA only: token (the LM's words are the tokenizer's tokens) | word
     lm_lookahead: bool = True  # word ARPA only: unigram look-ahead for partial words
@@ -454,5 +455,9 @@ def load_lm_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> LM
     return load_yaml_as(LMExperimentConfig, path, overrides)
 
 def save_config(cfg: Any, path: str | os.PathLike) -> None:
+    """Write ``cfg`` as YAML. A DecodeConfig's ``lm`` is written absolute, so the file works from any
+    directory (a relative path in a config is read relative to the working directory, as on the command line)."""
+    if isinstance(cfg, DecodeConfig) and cfg.lm is not None:
+        cfg = dataclasses.replace(cfg, lm=os.path.abspath(cfg.lm))
     with open(path, "w", encoding="utf-8") as fh:
         yaml.safe_dump(to_dict(cfg), fh, sort_keys=False)

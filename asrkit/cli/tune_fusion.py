@@ -2,7 +2,8 @@
 
 Encodes the data dir once and runs the configured search (--decode-config with its LM) once per pair.
 Prints a table, writes OUT/results.tsv (lm_weight, length_bonus, error rate) and OUT/decode.yaml: the
-decoding config with the best pair, ready for 'asrkit decode --decode-config OUT/decode.yaml'.
+decoding config with the best pair, ready for 'asrkit decode --decode-config OUT/decode.yaml' from any
+directory (its LM path is written absolute).
 """
 from __future__ import annotations
 
