@@ -123,8 +123,10 @@ class LogMel(_Framed):
         """wav (B, T) float, wav_lens (B,) -> feats (B, F, n_mels), feat_lens (B,)."""
         _check_input(wav, wav_lens)
         feat_lens = self.num_frames(wav_lens.long())
-        n_frames = int(self.num_frames(torch.tensor(wav.size(1))))
-        if n_frames == 0:
+        # Plain int arithmetic on the size (not a tensor round trip), so that export (torch.export, jit.trace)
+        # keeps the frame count symbolic in the input length instead of baking in the example's.
+        n_frames = (wav.size(1) - self.win_length) // self.hop_length + 1
+        if n_frames <= 0:
             return wav.new_zeros(wav.size(0), 0, self.output_dim, dtype=torch.float32), feat_lens
         # Spectra in float32 even under autocast: log of small half-precision powers is unstable.
         with torch.autocast(device_type=wav.device.type, enabled=False):
