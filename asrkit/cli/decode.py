@@ -1,4 +1,8 @@
-"""Decode a Kaldi data dir with a trained model into a Kaldi text file (greedy CTC, beam searches, LM fusion)."""
+"""Decode a Kaldi data dir with a trained model into a Kaldi text file (greedy CTC, beam searches, LM fusion).
+
+With --nj N the data dir is split into N shards decoded by N local processes and merged in utterance order;
+under torchrun each rank decodes one shard. Finished shards are kept: a rerun decodes only the missing ones.
+"""
 from __future__ import annotations
 
 import argparse
@@ -11,29 +15,56 @@ from asrkit.cli.decode_options import add_decode_options, decode_config_from_arg
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="asrkit decode", description=__doc__)
+    p = argparse.ArgumentParser(prog="asrkit decode", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="experiment dir written by 'asrkit train'")
     p.add_argument("--data", required=True, help="Kaldi data dir to decode")
     p.add_argument("--out", required=True, help="output dir; hypotheses go to OUT/text, settings to OUT/decode.yaml")
     p.add_argument("--checkpoint", help="checkpoint file (default: MODEL/model.pt)")
     p.add_argument("--batch-size", type=int, help="utterances per batch (default: the config's batch_size)")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--nj", type=int, default=1,
+                   help="number of shards, each decoded by its own local process with cpus/N threads "
+                        "(OUT/split<N>/<k>, logs in OUT/log/decode.<k>.log); under torchrun the number of ranks")
     add_decode_options(p)
     args = p.parse_args(argv)
     if args.batch_size is not None and args.batch_size < 1:
         p.error("--batch-size must be >= 1")
+    if args.nj < 1:
+        p.error(f"--nj must be >= 1, got {args.nj}")
     for path, what in ((args.model, "--model"), (args.data, "--data")):
         if not os.path.isdir(path):
             p.error(f"{what} {path}: no such directory")
+    from asrkit.pipeline.sharded import torchrun_world
+
+    rank, world, _ = torchrun_world()
+    if world > 1 and args.nj not in (1, world):
+        p.error(f"under torchrun every rank decodes one shard: --nj {args.nj} differs from WORLD_SIZE {world} "
+                f"(leave --nj out)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from asrkit.pipeline import Transcriber
+    from asrkit.pipeline.sharded import DecodeJob, ShardError, decode_distributed, decode_sharded
 
     try:
         decode = decode_config_from_args(args)
-        transcriber = Transcriber.from_dir(args.model, device=args.device, checkpoint=args.checkpoint, decode=decode)
+        # built once here even when shards decode: a bad model dir, checkpoint or search setting is one clear
+        # message now rather than one traceback per shard
+        transcriber = Transcriber.from_dir(args.model, device="cpu" if world > 1 or args.nj > 1 else args.device,
+                                           checkpoint=args.checkpoint, decode=decode)
     except (FileNotFoundError, ValueError) as exc:  # ConfigError is a ValueError
         print(f"asrkit decode: {exc}", file=sys.stderr)
         return 1
-    transcriber.decode_data_dir(args.data, args.out, batch_size=args.batch_size)
+    if world == 1 and args.nj == 1:
+        transcriber.decode_data_dir(args.data, args.out, batch_size=args.batch_size)
+        return 0
+    del transcriber  # the shards' processes load their own
+    job = DecodeJob(args.model, decode, args.checkpoint, args.device, args.batch_size)
+    try:
+        if world > 1:
+            decode_distributed(job, args.data, args.out)
+        else:
+            decode_sharded(job, args.data, args.out, args.nj)
+    except (ShardError, ValueError, OSError) as exc:
+        print(f"asrkit decode: {exc}", file=sys.stderr)
+        return 1
     return 0
-
