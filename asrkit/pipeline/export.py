@@ -1,0 +1,349 @@
+"""Export a trained model's CTC path (frontend with CMVN -> encoder -> CTC head) to ONNX or TorchScript, and load
+it back as an :class:`ExportedModel` that the transcriber can run without asrkit's model code.
+
+The exported graph has dynamic batch and length::
+
+    inputs   wav        float32 (B, S)   waveforms at the model's sample rate, zero padded
+             wav_lens   int64   (B,)     valid samples per row
+    outputs  log_probs  float32 (B, T, V) CTC log-probabilities (frames at or past ``lens`` are padding)
+             lens       int64   (B,)     valid encoder frames per row
+
+A file carries what decoding needs, so it loads alone: one JSON object (:data:`METADATA_KEY`) with the format
+and its version, the asrkit version, the sample rate, the seconds per output frame, the tokenizer (the JSON
+that ``Tokenizer.save`` writes: a char list, or the sentencepiece model in base64) and the shortest and longest
+input the graph takes. ONNX keeps it in the model's ``metadata_props``, TorchScript in ``_extra_files``.
+
+Exporters, and why:
+
+* ONNX: ``torch.onnx.export(dynamo=True)`` (torch.export + onnxscript). The TorchScript-based exporter
+  cannot translate the complex ``torch.stft`` of the log-mel frontend; the dynamo exporter can, and it keeps
+  the batch and length symbolic. BiLSTM encoders are refused: ``pack_padded_sequence`` does not go through
+  torch.export (export those to TorchScript).
+* TorchScript: ``torch.jit.trace``. The model code is not scriptable (protocols, optional callables), and
+  tracing records sizes symbolically, so the traced graph takes any batch and length; it also traces packed
+  BiLSTMs.
+
+Security: loading a TorchScript file runs the code stored in it, as ``torch.jit.load`` always does; load only
+files you trust. ONNX is a data format interpreted by onnxruntime: it is the format for untrusted models.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from asrkit.audio.frontend import KaldiFbank
+from asrkit.nets.lstm import BLSTMEncoder
+from asrkit.nets.positional import PositionalEncoding
+from asrkit.text.tokenizer import Tokenizer, load_tokenizer
+
+FORMATS = ("onnx", "torchscript")
+FORMAT_NAME = "asrkit-export"
+FORMAT_VERSION = 1
+METADATA_KEY = "asrkit"  # ONNX metadata_props key, and the TorchScript extra file's name with ".json"
+TS_EXTRA_FILE = f"{METADATA_KEY}.json"
+log = logging.getLogger("asrkit.pipeline")
+INPUT_NAMES = ["wav", "wav_lens"]
+OUTPUT_NAMES = ["log_probs", "lens"]
+
+
+class ExportError(ValueError):
+    """A model that cannot be exported, or a file that is not a usable export; the message says which and why."""
+
+
+class CtcLogProbs(nn.Module):
+    """The exported graph: ``(wav (B, S) float32, wav_lens (B,) int64) -> (log_probs (B, T, V), lens (B,))``."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        if model.ctc is None:
+            raise ExportError("this model has no CTC head (model.ctc_weight is 0): export covers frontend + encoder "
+                              "+ CTC head, so an attention-only model cannot be exported")
+        self.model = model
+
+    def forward(self, wav: Tensor, wav_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        enc, lens = self.model.encode(wav, wav_lens)  # (B, T, D), (B,)
+        return self.model.ctc_log_probs(enc).float(), lens.long()  # (B, T, V), (B,)
+
+
+def _min_samples(model: nn.Module) -> int:
+    """The fewest samples that give one encoder frame (shorter inputs are zero padded up to it by the loader)."""
+    n = 1
+    while int(model.output_lengths(torch.tensor([n]))[0]) < 1:
+        n *= 2
+    lo, hi = n // 2, n  # output_lengths(lo) < 1 <= output_lengths(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if int(model.output_lengths(torch.tensor([mid]))[0]) >= 1 else (mid, hi)
+    return hi
+
+
+def _max_samples(model: nn.Module) -> Optional[int]:
+    """The most samples the graph takes, or None for no limit: absolute sinusoid positions are a fixed table in
+    the exported graph (eager code regrows it; a graph cannot), so the encoder frames must fit in it."""
+    tables = [m.table.size(0) for m in model.modules() if isinstance(m, PositionalEncoding)]
+    if not tables:
+        return None
+    limit, lo, hi = min(tables), 1, 1
+    while int(model.output_lengths(torch.tensor([hi]))[0]) <= limit:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:  # output_lengths(lo) <= limit < output_lengths(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if int(model.output_lengths(torch.tensor([mid]))[0]) <= limit else (lo, mid)
+    return lo
+
+
+def _tokenizer_json(tokenizer: Tokenizer) -> dict:
+    """What ``Tokenizer.save`` writes, as an object (so ``load_tokenizer`` rebuilds it, sentencepiece included)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "tokenizer.json")
+        tokenizer.save(path)
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+
+
+def export_metadata(model: nn.Module, tokenizer: Tokenizer, sample_rate: int) -> dict:
+    """The JSON object stored in an exported file (see the module docstring)."""
+    from asrkit import __version__
+
+    return {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "asrkit_version": __version__,
+            "sample_rate": int(sample_rate),
+            "frame_shift": float(model.frontend.frame_shift_seconds * model.subsampling_factor),
+            "vocab_size": int(tokenizer.vocab_size), "tokenizer": _tokenizer_json(tokenizer),
+            "min_samples": _min_samples(model), "max_samples": _max_samples(model)}
+
+
+def check_exportable(model: nn.Module, fmt: str) -> None:
+    """Raise :class:`ExportError` naming what keeps ``model`` from being exported to ``fmt``."""
+    if fmt not in FORMATS:
+        raise ExportError(f"unknown export format '{fmt}' (choose from: {', '.join(FORMATS)})")
+    if model.ctc is None:
+        CtcLogProbs(model)  # raises with the message
+    if isinstance(model.frontend.extractor, KaldiFbank):
+        raise ExportError("frontend.kind kaldi_fbank runs torchaudio's unbatched fbank once per utterance in "
+                          "Python and cannot be exported with a dynamic batch; export a logmel model")
+    if fmt == "onnx" and isinstance(model.encoder, BLSTMEncoder):
+        raise ExportError("a BiLSTM encoder (packed sequences) cannot be exported to ONNX by torch.export; "
+                          "use --format torchscript")
+
+
+def _example(model: nn.Module, sample_rate: int) -> Tuple[Tensor, Tensor]:
+    """Two rows of unequal length (so padding is in the traced graph); 1.3 s, an odd size nothing is tuned to."""
+    n = max(int(1.3 * sample_rate), 2 * _min_samples(model))
+    gen = torch.Generator().manual_seed(0)
+    wav = 0.1 * torch.randn(2, n, generator=gen)
+    return wav, torch.tensor([n, n * 3 // 4], dtype=torch.long)
+
+
+def _export_onnx(graph: CtcLogProbs, example: Tuple[Tensor, Tensor], out: str, meta: dict) -> None:
+    import onnx  # optional at import time: only export and ONNX loading need it
+
+    batch = torch.export.Dim("batch", min=1)
+    samples = torch.export.Dim("samples", min=meta["min_samples"], max=meta["max_samples"] or int(2 ** 31 - 1))
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_out = os.path.join(tmp, "model.onnx")
+        # external_data=False: one self-contained file (ONNX's protobuf limit makes that < 2 GB of weights).
+        torch.onnx.export(graph, example, tmp_out, dynamo=True, external_data=False, input_names=INPUT_NAMES,
+                          output_names=OUTPUT_NAMES, verbose=False,
+                          dynamic_shapes={"wav": {0: batch, 1: samples}, "wav_lens": {0: batch}})
+        proto = onnx.load(tmp_out)
+    entry = proto.metadata_props.add()
+    entry.key, entry.value = METADATA_KEY, json.dumps(meta, ensure_ascii=False)
+    onnx.save(proto, out)
+
+
+def _export_torchscript(graph: CtcLogProbs, example: Tuple[Tensor, Tensor], out: str, meta: dict) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        # Tracing warns about every Python-level branch on a size (input checks, the empty-input early returns);
+        # they hold for every input the loader passes (at least min_samples long, batch >= 1).
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+        traced = torch.jit.trace(graph, example, check_trace=False)
+    traced.save(out, _extra_files={TS_EXTRA_FILE: json.dumps(meta, ensure_ascii=False)})
+
+
+@dataclass
+class ExportInfo:
+    path: str
+    format: str
+    seconds: float  # wall time of the export
+    metadata: dict
+
+
+def export_model(model: nn.Module, tokenizer: Tokenizer, sample_rate: int, out: str, fmt: str) -> ExportInfo:
+    """Export ``model`` (an AsrModel; moved to the CPU, eval mode) to ``out`` as ``fmt`` (onnx | torchscript).
+
+    The file is written atomically (a temporary name, then renamed), so a failed export leaves no partial file.
+    """
+    check_exportable(model, fmt)
+    model = model.cpu().eval()
+    graph = CtcLogProbs(model).eval()
+    meta = export_metadata(model, tokenizer, sample_rate)
+    example = _example(model, sample_rate)
+    start = time.perf_counter()
+    out_dir = os.path.dirname(os.path.abspath(out))
+    os.makedirs(out_dir, exist_ok=True)
+    tmp = os.path.join(out_dir, f".{os.path.basename(out)}.tmp{os.getpid()}")
+    try:
+        with torch.no_grad():
+            (_export_onnx if fmt == "onnx" else _export_torchscript)(graph, example, tmp, meta)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return ExportInfo(out, fmt, time.perf_counter() - start, meta)
+
+
+def export_from_dir(exp_dir: str, out: str, fmt: str, checkpoint: Optional[str] = None) -> ExportInfo:
+    """Export the model of an experiment directory (see :func:`export_model`)."""
+    from asrkit.pipeline.transcriber import load_from_dir
+
+    model, cfg, tokenizer = load_from_dir(exp_dir, checkpoint, "cpu")
+    return export_model(model, tokenizer, cfg.frontend.sample_rate, out, fmt)
+
+
+# -- loading --------------------------------------------------------------------------------------------------
+
+def _check_metadata(meta: object, path: str) -> dict:
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise ExportError(f"{path}: not an asrkit export (no '{METADATA_KEY}' metadata of format {FORMAT_NAME})")
+    version = meta.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ExportError(f"{path}: export format version {version}, this asrkit reads version {FORMAT_VERSION} "
+                          f"(written by asrkit {meta.get('asrkit_version')}); export the model again")
+    missing = [k for k in ("sample_rate", "frame_shift", "tokenizer", "min_samples", "max_samples") if k not in meta]
+    if missing:
+        raise ExportError(f"{path}: export metadata lacks {', '.join(missing)}")
+    return meta
+
+
+def _tokenizer_from(meta: dict, path: str) -> Tokenizer:
+    with tempfile.TemporaryDirectory() as tmp:
+        tok_path = os.path.join(tmp, "tokenizer.json")
+        with open(tok_path, "w", encoding="utf-8") as fh:
+            json.dump(meta["tokenizer"], fh, ensure_ascii=False)
+        try:
+            tokenizer = load_tokenizer(tok_path)
+        except (ValueError, KeyError) as exc:
+            raise ExportError(f"{path}: the stored tokenizer is unusable: {exc}") from None
+    if "vocab_size" in meta and tokenizer.vocab_size != meta["vocab_size"]:
+        raise ExportError(f"{path}: the stored tokenizer has {tokenizer.vocab_size} tokens, the model "
+                          f"{meta['vocab_size']}")
+    return tokenizer
+
+
+class ExportedModel:
+    """An exported CTC model: ``sample_rate``, ``frame_shift`` (seconds per output frame), ``tokenizer`` and
+    :meth:`log_probs`. Build it with :func:`load_exported`."""
+
+    def __init__(self, path: str, meta: dict, runner, device: torch.device):
+        self._path, self._meta, self._run, self._device = path, meta, runner, device
+        self.sample_rate: int = int(meta["sample_rate"])
+        self.frame_shift: float = float(meta["frame_shift"])
+        self.tokenizer: Tokenizer = _tokenizer_from(meta, path)
+
+    def log_probs(self, wav: Tensor, wav_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        """wav (B, S) float32 zero padded, wav_lens (B,) int64 -> CTC log-probs (B, T, V) float32, lens (B,) int64,
+        on this model's device. Rows shorter than the graph's minimum come back with length 0."""
+        if wav.dim() != 2 or wav_lens.shape != (wav.size(0),):
+            raise ValueError(f"{self._path}: expected wav (B, S) and wav_lens (B,), got {tuple(wav.shape)} and "
+                             f"{tuple(wav_lens.shape)}")
+        max_samples = self._meta["max_samples"]
+        if max_samples is not None and wav.size(1) > max_samples:
+            raise ValueError(f"{self._path}: input of {wav.size(1)} samples is longer than this exported model takes "
+                             f"({max_samples} samples, {max_samples / self.sample_rate:.1f} s: the size of its "
+                             f"positional table); split the audio into shorter segments")
+        if wav.size(0) == 0:  # the graph's batch dimension is at least 1
+            return (torch.zeros(0, 0, self.tokenizer.vocab_size, device=self._device),
+                    torch.zeros(0, dtype=torch.long, device=self._device))
+        if wav.size(1) < self._meta["min_samples"]:  # padding never changes a row's output, so pad up to the minimum
+            wav = nn.functional.pad(wav, (0, self._meta["min_samples"] - wav.size(1)))
+        return self._run(wav.float().contiguous(), wav_lens.long())
+
+
+def _onnx_runner(path: str, device: torch.device, num_threads: Optional[int]):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if num_threads:
+        options.intra_op_num_threads = num_threads
+        options.inter_op_num_threads = 1
+    providers = ["CPUExecutionProvider"]
+    if device.type == "cuda":
+        if "CUDAExecutionProvider" in ort.get_available_providers():
+            providers.insert(0, "CUDAExecutionProvider")
+        else:
+            log.warning("%s: onnxruntime has no CUDAExecutionProvider here (pip install onnxruntime-gpu): "
+                        "running on the CPU", path)
+    try:
+        session = ort.InferenceSession(path, options, providers=providers)
+    except Exception as exc:  # onnxruntime raises its own exception types for unreadable models
+        raise ExportError(f"{path}: onnxruntime cannot load it: {exc}") from None
+    meta_json = session.get_modelmeta().custom_metadata_map.get(METADATA_KEY)
+
+    def run(wav: Tensor, wav_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        feeds: Dict[str, object] = {"wav": wav.detach().cpu().numpy(), "wav_lens": wav_lens.detach().cpu().numpy()}
+        log_probs, lens = session.run(OUTPUT_NAMES, feeds)
+        return torch.from_numpy(log_probs).to(device), torch.from_numpy(lens).to(device)
+
+    return meta_json, run
+
+
+def _torchscript_runner(path: str, device: torch.device):
+    extra = {TS_EXTRA_FILE: ""}
+    try:
+        module = torch.jit.load(path, map_location=device, _extra_files=extra)
+    except RuntimeError as exc:
+        raise ExportError(f"{path}: torch.jit.load cannot load it: {str(exc).splitlines()[0]}") from None
+    module.eval()
+
+    @torch.inference_mode()
+    def run(wav: Tensor, wav_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        log_probs, lens = module(wav.to(device), wav_lens.to(device))
+        return log_probs, lens
+
+    return extra[TS_EXTRA_FILE] or None, run
+
+
+def detect_format(path: str) -> str:
+    """``onnx`` or ``torchscript`` from the file's first bytes (TorchScript files are zip archives)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError as exc:
+        raise ExportError(f"{path}: cannot read: {exc.strerror}") from None
+    return "torchscript" if head.startswith(b"PK") else "onnx"
+
+
+def load_exported(path: str | os.PathLike, device: str | torch.device = "cpu",
+                  num_threads: Optional[int] = None) -> ExportedModel:
+    """Load a file written by :func:`export_model`; the format is read from the file itself.
+
+    ONNX runs in onnxruntime (CUDAExecutionProvider when ``device`` is cuda and that provider is installed, else
+    the CPU); ``num_threads`` sets onnxruntime's intra-op threads (default: its own choice). TorchScript runs in
+    torch on ``device``. Loading a TorchScript file runs code stored in it: load only files you trust (ONNX is
+    the safe format for models from elsewhere).
+    """
+    path, device = os.fspath(path), torch.device(device)
+    if not os.path.isfile(path):
+        raise ExportError(f"{path}: no such file")
+    fmt = detect_format(path)
+    if fmt == "onnx":
+        meta_json, run = _onnx_runner(path, device, num_threads)
+    else:
+        meta_json, run = _torchscript_runner(path, device)
+    if meta_json is None:
+        raise ExportError(f"{path}: a {fmt} file without asrkit metadata (not written by 'asrkit export')")
+    try:
+        meta = json.loads(meta_json)
+    except json.JSONDecodeError as exc:
+        raise ExportError(f"{path}: the asrkit metadata is not valid JSON: {exc}") from None
+    return ExportedModel(path, _check_metadata(meta, path), run, device)
