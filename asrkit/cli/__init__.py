@@ -14,6 +14,7 @@ SUBCOMMANDS = {
     "average": ("asrkit.cli.average", "average the best K epoch checkpoints of an experiment into model.pt"),
     "compute-cmvn": ("asrkit.cli.compute_cmvn", "global mean/variance statistics of a data dir's features"),
     "decode": ("asrkit.cli.decode", "decode a Kaldi data dir with a trained model into a Kaldi text file"),
+    "export": ("asrkit.cli.export", "export a model's frontend + encoder + CTC head to ONNX or TorchScript"),
     "score": ("asrkit.cli.score", "WER/CER of a hypothesis text against a reference, sclite-style reports"),
     "train": ("asrkit.cli.train", "train a model from a YAML config into an experiment dir"),
     "train-lm": ("asrkit.cli.train_lm", "train a neural LM (LSTM or Transformer) on text into an LM dir"),
