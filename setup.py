@@ -28,6 +28,11 @@ setup(
         "matplotlib>=3.5",
         "numpy>=1.23",
         "scipy>=1.8",
+        # asrkit export / transcribe --model X.onnx: onnxruntime runs an exported model; onnx and onnxscript
+        # are what torch.onnx.export(dynamo=True) writes it with.
+        "onnx>=1.17",
+        "onnxruntime>=1.20",
+        "onnxscript>=0.5",
     ],
     extras_require={
         # kenlm (built from source, ~75 s) is the reference the n-gram tests compare against.
