@@ -123,9 +123,8 @@ def plan_shards(job: DecodeJob, data_dir: str, out_dir: str, nj: int) -> List[Tu
 
 def prepare_shard(shard: Shard, sub: DataDir) -> None:
     """Write the shard's data dir and clear its old outputs and marker (before it is decoded again)."""
-    for stale in (shard.marker,):
-        if os.path.exists(stale):
-            os.remove(stale)
+    if os.path.exists(shard.marker):
+        os.remove(shard.marker)
     if os.path.isdir(shard.out_dir):
         shutil.rmtree(shard.out_dir)
     write_data_dir(sub, shard.data_dir)
