@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -362,6 +363,18 @@ class NgramLM(torch.nn.Module):
         lp = t.prob.take(row) + t.backoff.index_select(0, states).gather(1, col)
         return lp, t.next_state.take(row)
 
+    def word_logprob(self, states: torch.Tensor, words: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`state_logprob` for one word per state: ``states`` (R,), ``words`` (R,) -> (R,) ln P, (R,) next
+        state. The same single searchsorted with fewer ops (it runs once per search step in a word scorer)."""
+        t = self.state_tables()
+        query = t.chain_keys.index_select(0, states).add_(words.unsqueeze(1))  # (R, order)
+        pos = torch.searchsorted(t.keys, query)  # sentinel at the end: pos is always a valid row
+        # the matching columns are the last ones (suffix closure): the first match is the longest
+        col = torch.eq(t.keys.take(pos), query).max(1, keepdim=True)[1]  # (R, 1)
+        row = pos.gather(1, col).squeeze(1)
+        lp = t.prob.take(row) + t.backoff.index_select(0, states).gather(1, col).squeeze(1)
+        return lp, t.next_state.take(row)
+
     def sentence_logprobs(self, words: Sequence[str], eos: bool = True) -> List[float]:
         """ln P of each word (and of </s> when ``eos``) of one sentence after <s>; for checks."""
         hist, bo = self.start(1)
@@ -401,8 +414,9 @@ class NgramState(NamedTuple):
 class NgramScorer:
     """Batched scorer (asrkit.search protocol) for an LM whose words are the tokenizer's tokens.
 
-    ``token_list[i]`` is token i's string; tokens absent from the LM score as ``<unk>``.
-    The blank scores 0 and never enters the history; ``sos_eos_id`` scores as ``</s>``.
+    ``token_list[i]`` is token i's string; tokens absent from the LM score as ``<unk>`` (a warning gives
+    their count and examples). The blank scores 0 and never enters the history; ``sos_eos_id`` scores as
+    ``</s>`` (None: the token named ``<sos/eos>``, ``</s>`` or ``<eos>`` if any; -1: none).
 
     Two paths with the same scores. Dense (the default while ``S * V_tok <= dense_max_entries``,
     S = ``lm.num_states``): the LM compiled at construction into tables on its device,
@@ -412,11 +426,25 @@ class NgramScorer:
     state is an :class:`NgramState` and a score call searches the n-gram tables.
     """
 
-    def __init__(self, lm: NgramLM, token_list: Sequence[str], blank_id: int = 0, sos_eos_id: int = 2,
+    def __init__(self, lm: NgramLM, token_list: Sequence[str], blank_id: int = 0, sos_eos_id: Optional[int] = None,
                  dense: Optional[bool] = None, dense_max_entries: int = DENSE_MAX_ENTRIES) -> None:
         self.lm = lm
+        token_list = list(token_list)
+        if not 0 <= blank_id < len(token_list):
+            raise ValueError(f"blank_id={blank_id} is outside the token list (0 .. {len(token_list) - 1})")
+        if sos_eos_id is None:  # by name; -1 (or a token list without one): no sos/eos token
+            sos_eos_id = next((i for i, t in enumerate(token_list) if t in ("<sos/eos>", "</s>", "<eos>")), -1)
+        elif not -1 <= sos_eos_id < len(token_list) or sos_eos_id == blank_id:
+            raise ValueError(f"sos_eos_id={sos_eos_id} is outside the token list (0 .. {len(token_list) - 1}, "
+                             f"-1 for none) or is the blank")
         self.blank_id, self.sos_eos_id = blank_id, sos_eos_id
         ids = [lm.eos_id if i == sos_eos_id else lm.index(t) for i, t in enumerate(token_list)]
+        missing = [t for i, t in enumerate(token_list) if i not in (blank_id, sos_eos_id) and t not in lm.word_to_id
+                   and t.lower() not in ("<unk>", "[unk]")]
+        if missing:
+            shown = ", ".join(repr(t) for t in missing[:8]) + (", ..." if len(missing) > 8 else "")
+            warnings.warn(f"{len(missing)} of {len(token_list)} tokens are not in the LM's vocabulary and score as "
+                          f"<unk>: {shown} (is the LM over these tokens? a word LM needs units='word')", stacklevel=3)
         self.tok_to_lm = torch.tensor(ids, dtype=torch.long, device=lm.device)  # (V_tok,)
         self.vocab = len(ids)
         self.dense = lm.num_states * self.vocab <= dense_max_entries if dense is None else bool(dense)

@@ -1,226 +1,314 @@
 """A word-level n-gram LM applied to a search over sub-word tokens (chars or sentencepiece pieces).
 
-Word boundaries follow the tokenizer's "▁" marker: a token whose string starts with "▁"
-begins a new word, so the word being spelled so far is complete. The char tokenizer's
-space token "▁" is the same rule with no letters; a sentencepiece piece "▁THE" completes
-the previous word and starts "THE". A completed word is scored with the word LM
-(ln P(word | previous words); words not in the LM score as ``<unk>``), and
-``final_score`` scores the last partial word plus ``</s>``. "▁" inside a token is taken as
-a letter. The tokenizer's ``<unk>`` token is a letter that no LM word contains, so a
-word holding it scores as ``<unk>``.
+Word boundaries: a token whose string starts with the boundary mark begins a new word, so the word
+spelled so far is complete. The mark is ``▁`` (sentencepiece and asrkit's char tokenizer), ``|``
+(wav2vec2 / flashlight token sets) or the space ``" "``, found in the token list, or named with
+``word_boundary``; a token list with none of them is an error naming its tokens. A lone mark is a
+word boundary with no letters; a piece "▁THE" completes the previous word and starts "THE". A
+completed word is scored with the word LM (ln P(word | previous words); words not in the LM score
+as ``<unk>``), and ``final_score`` scores the last partial word plus ``</s>``. The mark inside a
+token is taken as a letter. The tokenizer's ``<unk>`` token is a letter that no LM word contains,
+so a word holding it scores as ``<unk>``.
 
-Partial words are identified by a rolling polynomial hash of their **letters** (not token
-ids), so "▁TH"+"E" and "▁THE" are the same word. Two independent 31-bit hashes are packed
-into one int64 key (0 = the empty word). One sorted table of the keys of the LM words' prefixes
-gives, with one ``torch.searchsorted``, a partial word's look-ahead and, taken as a whole word,
-its LM id. Two vocabulary words with equal keys are reported at load time.
+Partial words are nodes of the **letter trie of the LM's words** (node 0 = the empty word, node 1 =
+"no LM word starts like this", absorbing until the next boundary). A (nodes, V+1) table gives the
+node after each token, built once (column 0 is the search's ``-1``, "no change"); with look-ahead a
+table of the same shape gives the next node's look-ahead, so a ``score`` call is two gathers plus
+one per-row term. Tries too large for dense tables (``dense_max_entries``) keep only the trie's
+edges in a sorted key table (one searchsorted per call instead).
 
 The word history is an LM context-state id (:meth:`NgramLM.state_tables`: the longest suffix of
-the history that is in the model). Whenever a partial word changes, the state also gets the word's
-score ln P(word | history) and ``closed_state``, the history's state once the word closes, from one
-n-gram searchsorted (:meth:`NgramLM.state_logprob`): a word boundary is then a select, and
-``</s>`` a gather from the per-state ln P(</s> | state) table.
+the history that is in the model). Whenever a partial word changes, ``select_state`` also gets the
+word's score ln P(word | history) and ``closed_state``, the history's state once the word closes,
+from one n-gram searchsorted (:meth:`NgramLM.word_logprob`): a word boundary is then a select, and
+``</s>`` a gather from the per-state ln P(</s> | state) table. The state keeps, per hypothesis, what
+appending a token of each kind (letters, boundary, ``</s>``) adds beside the trie's look-ahead.
 
 Partial-word option ``lookahead`` (default on): while a word is being spelled, its score
 is LA(prefix) = the best ln unigram probability among LM words that start with the prefix
-(``<unk>``'s when none does), found in that table. Each token adds
-LA(new prefix) - LA(old prefix), and completing the word adds ln P(word | history) - LA(word),
-so a finished sentence gets exactly the word LM score while the search can already prune
-misspelt prefixes. With ``lookahead=False`` letters score 0 and the whole word score lands
-on the boundary (add a per-token length bonus scorer in the search if needed).
+(``<unk>``'s when none does). Each token adds LA(new prefix) - LA(old prefix), and completing the
+word adds ln P(word | history) - LA(word), so a finished sentence gets exactly the word LM score
+while the search can already prune misspelt prefixes. With ``lookahead=False`` letters score 0 and
+the whole word score lands on the boundary (add a per-token length bonus scorer in the search if
+needed).
 
-``unk_offset`` (ln, default 0 = the LM's own ``<unk>`` score) is added to every word outside the LM
-and, with look-ahead, to partial words that no LM word starts with (their look-ahead is then
-``<unk>``'s plus the offset): a negative offset keeps the search from spelling out-of-vocabulary
-words, as pyctcdecode's ``unk_score_offset`` does.
+``unk_offset`` (ln) is added to every word outside the LM and, with look-ahead, to partial words
+that no LM word starts with (their look-ahead is then ``<unk>``'s plus the offset): a negative
+offset keeps the search from spelling out-of-vocabulary words, as pyctcdecode's
+``unk_score_offset`` does. With 0 (the LM's own ``<unk>`` score) a misspelt word is often cheaper
+than two real ones, and the search glues words together. Default :data:`DEFAULT_UNK_OFFSET`,
+measured: WER on the char benchmark (tools/bench_decode.py, word 3-gram, weight 0.5, beam 10)
+falls from 11.6% at 0 to 2.3% at -10, and stays there to -23.
 """
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple, Sequence, Tuple
+import warnings
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 
 from asrkit.lm.arpa import BOS, EOS, UNK
 from asrkit.lm.ngram import NgramLM
 
 WORD_MARK = "\u2581"  # "▁"
-_P1, _P2 = 2147483647, 2147483629  # primes below 2**31: products of two residues fit in int64
-_B1, _B2 = 1000003, 911382323
-_MASK = (1 << 31) - 1
-_UNK_LETTER = 0x110001  # beyond Unicode: never a letter of an LM word
-_SENTINEL = torch.iinfo(torch.int64).max
+BOUNDARY_MARKS = (WORD_MARK, "|", " ")  # the word-boundary marks found automatically
+DEFAULT_UNK_OFFSET = -10.0
+DENSE_TRIE_MAX_ENTRIES = 2 ** 23  # (trie nodes x (V+1)) entries of the dense tables: 64 + 32 MB at most
+ROOT, SINK = 0, 1  # trie nodes: the empty word; a partial word that no LM word starts with
 SKIP, CONT, START, END = 0, 1, 2, 3  # token kinds
+_UNK_NAMES = ("<unk>", "<UNK>", "[UNK]", "<oov>")
+_EOS_NAMES = ("<sos/eos>", "</s>", "<eos>")
 
 
-def _letters_hash(codes: Sequence[int]) -> Tuple[int, int, int, int]:
-    """(h1, h2, B1**len, B2**len) of letter codes, each mod its prime."""
-    h1 = h2 = 0
-    for c in codes:
-        h1, h2 = (h1 * _B1 + c) % _P1, (h2 * _B2 + c) % _P2
-    return h1, h2, pow(_B1, len(codes), _P1), pow(_B2, len(codes), _P2)
+def find_special(token_list: Sequence[str], given: Optional[int], names: Sequence[str], what: str,
+                 required: bool = False) -> Optional[int]:
+    """Validate an explicit special id against the token list, or find it by name (None if absent)."""
+    if given is None:
+        found = [i for i, t in enumerate(token_list) if t in names]
+        if not found and required:
+            raise ValueError(f"{what}: no token named {' or '.join(names)} in the token list; pass {what} explicitly")
+        return found[0] if found else None
+    if not 0 <= int(given) < len(token_list):
+        raise ValueError(f"{what}={given} is outside the token list (0 .. {len(token_list) - 1})")
+    return int(given)
 
 
-def _codes(text: str) -> List[int]:
-    return [ord(ch) + 1 for ch in text]  # +1 keeps every letter non-zero
+def find_boundary(token_list: Sequence[str], special: Sequence[Optional[int]],
+                  word_boundary: Optional[str] = None) -> str:
+    """The word-boundary mark that tokens start with: ``word_boundary`` if given (checked), else the one
+    of :data:`BOUNDARY_MARKS` that some token starts with. Errors name the tokens."""
+    ordinary = [t for i, t in enumerate(token_list) if i not in special]
+    if word_boundary is not None:
+        if not word_boundary or not any(t.startswith(word_boundary) for t in ordinary):
+            raise ValueError(f"word_boundary {word_boundary!r}: no token starts with it; tokens: {_show(ordinary)}")
+        return word_boundary
+    marks = [m for m in BOUNDARY_MARKS if any(t.startswith(m) for t in ordinary)]
+    if not marks:
+        raise ValueError(f"the word LM needs a word-boundary token: no token starts with any of "
+                         f"{', '.join(repr(m) for m in BOUNDARY_MARKS)}; tokens: {_show(ordinary)}. "
+                         f"Pass word_boundary=... naming the mark, or use a token-unit LM (units='token')")
+    if len(marks) > 1:
+        raise ValueError(f"tokens start with several word-boundary marks ({', '.join(repr(m) for m in marks)}): "
+                         f"pass word_boundary=... to say which one separates words")
+    return marks[0]
+
+
+def _show(items: Sequence[str], limit: int = 12) -> str:
+    shown = ", ".join(repr(t) for t in items[:limit])
+    return f"[{shown}{', ...' if len(items) > limit else ''}] ({len(items)} in all)"
 
 
 class WordNgramState(NamedTuple):
-    """Per-hypothesis state (leading dim N). LM histories are context-state ids (see
-    :meth:`NgramLM.state_tables`); ``closed_state == hist_state`` while the partial word is empty."""
+    """Per-hypothesis state (leading dim N)."""
 
-    hist_state: torch.Tensor  # (N,) int64 LM state of the completed words
-    key: torch.Tensor  # (N,) int64 hash key of the partial word's letters (0 when empty)
-    nchar: torch.Tensor  # (N,) letters in the partial word
-    word: torch.Tensor  # (N,) LM id of the partial word taken as a whole word (<unk> if unknown)
-    word_lp: torch.Tensor  # (N,) ln P(word | hist) (+ unk_offset for <unk>)
-    la: torch.Tensor  # (N,) lookahead score already given to the partial word (0 if none)
-    closed_state: torch.Tensor  # (N,) int64 LM state after closing the partial word
+    ints: torch.Tensor  # (N, 3) int64: trie node * (V+1), LM state of the completed words, LM state after closing
+    floats: torch.Tensor  # (N, 4): what a letter / boundary / </s> token adds beside LA(next node) (see score),
+    #                      and the final score
+
+    @property
+    def node_base(self) -> torch.Tensor:
+        return self.ints[:, 0]
+
+    @property
+    def hist_state(self) -> torch.Tensor:
+        """(N,) LM state of the completed words."""
+        return self.ints[:, 1]
+
+    @property
+    def closed_state(self) -> torch.Tensor:
+        """(N,) LM state after closing the partial word (= hist_state while it is empty)."""
+        return self.ints[:, 2]
 
 
 class WordNgramScorer:
     """Batched scorer (asrkit.search protocol) applying a word LM at word boundaries of tokens.
 
-    Per call, with no host sync: ``score`` one searchsorted (the look-ahead of the (N, C) extended
-    prefixes; none without look-ahead), ``select_state`` two over (N,) rows (the prefix table, which
-    gives word id and look-ahead, and the n-gram lookup of :meth:`NgramLM.state_logprob`),
-    ``final_score`` gathers only: the state keeps the LM state the history reaches when the partial
-    word closes. Memory: the LM's state tables (:meth:`NgramLM.state_tables`) and 20 bytes per
-    prefix of an LM word (per word without look-ahead).
+    Special ids: ``blank_id`` (scores 0, changes nothing), ``unk_id`` (a letter no word has),
+    ``sos_eos_id`` (scores ``</s>``); ``None`` for ``unk_id``/``sos_eos_id`` finds them by name
+    (``<unk>``, ``<sos/eos>``/``</s>``) or leaves them out. Ids are checked against ``token_list``.
+
+    Per call, with no host sync: ``score`` five gathers/adds over the (N, C) candidates;
+    ``select_state`` about 30 ops over (N,) rows with one searchsorted (:meth:`NgramLM.word_logprob`);
+    ``final_score`` one slice. Memory: the LM's state tables (:meth:`NgramLM.state_tables`) and 12
+    bytes per (trie node, token) (dense) or 24 per trie edge.
     """
 
     def __init__(self, lm: NgramLM, token_list: Sequence[str], lookahead: bool = True,
-                 blank_id: int = 0, unk_id: int = 1, sos_eos_id: int = 2, unk_offset: float = 0.0) -> None:
+                 blank_id: int = 0, unk_id: Optional[int] = None, sos_eos_id: Optional[int] = None,
+                 unk_offset: float = DEFAULT_UNK_OFFSET, word_boundary: Optional[str] = None,
+                 dense_max_entries: int = DENSE_TRIE_MAX_ENTRIES) -> None:
         self.lm, self.lookahead, self.unk_offset = lm, lookahead, float(unk_offset)
-        device = lm.device
-        kinds, hashes, nchars = [], [], []
+        token_list = list(token_list)
+        blank_id = find_special(token_list, blank_id, (), "blank_id")
+        unk_id = find_special(token_list, unk_id, _UNK_NAMES, "unk_id")
+        sos_eos_id = find_special(token_list, sos_eos_id, _EOS_NAMES, "sos_eos_id")
+        if len({blank_id, unk_id, sos_eos_id} - {None}) < len([i for i in (blank_id, unk_id, sos_eos_id) if i is not None]):
+            raise ValueError(f"blank_id={blank_id}, unk_id={unk_id}, sos_eos_id={sos_eos_id}: two are the same token")
+        special = (blank_id, unk_id, sos_eos_id)
+        self.word_boundary = mark = find_boundary(token_list, special, word_boundary)
+        for name, i in (("unk_id", unk_id), ("sos_eos_id", sos_eos_id)):
+            if i is not None and token_list[i].startswith(mark):
+                raise ValueError(f"{name}={i} is token {token_list[i]!r}, a word boundary: pass the id of the "
+                                 f"tokenizer's {'<unk>' if name == 'unk_id' else '<sos/eos>'} token (or None)")
+        self.blank_id, self.unk_id, self.sos_eos_id = blank_id, unk_id, sos_eos_id
+        kinds: List[int] = []
+        letters: List[Optional[str]] = []  # None: the <unk> token (no LM word has it)
         for i, tok in enumerate(token_list):
-            kind, letters = CONT, _codes(tok)
             if i == blank_id:
-                kind, letters = SKIP, []
+                kinds.append(SKIP), letters.append("")
             elif i == sos_eos_id:
-                kind, letters = END, []
+                kinds.append(END), letters.append("")
             elif i == unk_id:
-                letters = [_UNK_LETTER]
-            elif tok.startswith(WORD_MARK):
-                kind, letters = START, _codes(tok[1:])
-            h1, h2, pow1, pow2 = _letters_hash(letters)
-            if kind == START:  # a new word: the old key times 0, so _extend needs no select
-                pow1 = pow2 = 0
-            kinds.append(kind)
-            hashes.append((h1, h2, pow1, pow2))
-            nchars.append(len(letters))
-        # one more entry, for the token -1 of select_state (no change), reached as -1 % (V_tok + 1)
-        kinds.append(SKIP)
-        hashes.append(_letters_hash([]))
-        nchars.append(0)
-        self.n_entries = len(kinds)
-        kind_t = torch.tensor(kinds, dtype=torch.long, device=device)
-        self.tok_start, self.tok_end = kind_t == START, kind_t == END  # (V_tok + 1,) bool
-        self.tok_nchar = torch.tensor(nchars, dtype=torch.long, device=device)  # (V_tok + 1,)
-        # per token: letter hashes h1, h2 and the multipliers B1**len, B2**len, each (V_tok + 1,);
-        # blank and sos/eos leave a key unchanged (h = 0, multiplier 1)
-        self.tok_h1, self.tok_h2, self.tok_pow1, self.tok_pow2 = (
-            torch.tensor(col, dtype=torch.long, device=device) for col in zip(*hashes))
+                kinds.append(CONT), letters.append(None)
+            elif tok.startswith(mark):
+                kinds.append(START), letters.append(tok[len(mark):])
+            else:
+                kinds.append(CONT if tok else SKIP), letters.append(tok)
+        self._warn_missing_letters(token_list, letters, kinds)
         lm.state_tables()  # built now, not inside the search
-        self._build_tables(lm)
+        self._build_trie(lm, kinds, letters, dense_max_entries)
 
-    def _build_tables(self, lm: NgramLM) -> None:
-        """One sorted key table of the LM words' prefixes (words only without look-ahead), with each
-        prefix's look-ahead and, where it is a whole LM word, the word's id (else ``<unk>``'s)."""
-        words: Dict[int, int] = {}
-        prefixes: Dict[int, float] = {}
+    def _warn_missing_letters(self, token_list: Sequence[str], letters: Sequence[Optional[str]],
+                              kinds: Sequence[int]) -> None:
+        """Tokens with a letter that no LM word contains can only spell <unk> words: warn (case mismatches)."""
+        alphabet = set("".join(w for w in self.lm.vocab if w not in (BOS, EOS, UNK)))
+        missing = [token_list[i] for i, (k, s) in enumerate(zip(kinds, letters))
+                   if k in (CONT, START) and s and not set(s) <= alphabet]
+        if missing:
+            warnings.warn(f"{len(missing)} of {len(token_list)} tokens have letters that no word of the LM contains, "
+                          f"so words spelled with them score as <unk>: {_show(missing, 8)}; "
+                          f"LM letters: {''.join(sorted(alphabet))[:60]!r}", stacklevel=3)
+
+    def _build_trie(self, lm: NgramLM, kinds: List[int], letters: List[Optional[str]], dense_max: int) -> None:
+        """The letter trie of the LM words: per node its look-ahead, LM word and closing terms; the
+        (node, token) -> node transitions, dense or as sorted edge keys."""
         unigram = lm.prob_1.tolist()
-        for wid, word in enumerate(lm.vocab):
-            if word in (BOS, EOS, UNK):
-                continue
-            h1 = h2 = 0
-            for c in _codes(word):  # every prefix's key, then the word's
-                h1, h2 = (h1 * _B1 + c) % _P1, (h2 * _B2 + c) % _P2
-                key = (h1 << 31) | h2
-                if self.lookahead and prefixes.get(key, -float("inf")) < unigram[wid]:
-                    prefixes[key] = unigram[wid]
-            if key in words:
-                raise ValueError(f"word hash collision between '{lm.vocab[words[key]]}' and '{word}'; "
-                                 f"rename one of them in the LM")
-            words[key] = wid
-            prefixes.setdefault(key, 0.0)  # no look-ahead: the words alone, with LA 0
-        if 0 in prefixes:
-            raise ValueError("an LM word hashes like the empty word; rename it in the LM")
-        prefixes[0] = 0.0  # the empty partial word: no look-ahead, no word
-        device = lm.device
-        keys = sorted(prefixes)
-        self.prefix_keys = torch.tensor(keys + [_SENTINEL], dtype=torch.long, device=device)
-        self.prefix_la = torch.tensor([prefixes[k] for k in keys] + [0.0], dtype=torch.float32, device=device)
-        self.prefix_word = torch.tensor([words.get(k, lm.unk_id) for k in keys] + [lm.unk_id], dtype=torch.long,
-                                        device=device)
-        self.unk_la = float(unigram[lm.unk_id]) + self.unk_offset if self.lookahead else 0.0
+        node_of: Dict[str, int] = {"": ROOT}
+        la = [0.0, float(unigram[lm.unk_id]) + self.unk_offset if self.lookahead else 0.0]
+        word = [lm.unk_id, lm.unk_id]
+        words = [(w, wid) for wid, w in enumerate(lm.vocab) if w not in (BOS, EOS, UNK)]
+        for w, wid in words:
+            for j in range(1, len(w) + 1):
+                prefix = w[:j]
+                node = node_of.get(prefix)
+                if node is None:
+                    node = node_of[prefix] = len(la)
+                    la.append(-float("inf") if self.lookahead else 0.0)
+                    word.append(lm.unk_id)
+                if self.lookahead and la[node] < unigram[wid]:
+                    la[node] = unigram[wid]
+            word[node_of[w]] = wid
+        n_nodes, width = len(la), len(kinds) + 1
+        self.width = width
+        # the edges (node, token) -> node that stay in the trie, found word by word
+        cont: Dict[str, List[int]] = {}
+        for i, (k, s) in enumerate(zip(kinds, letters)):
+            if k == CONT and s:
+                cont.setdefault(s, []).append(i)
+        longest = max(map(len, cont), default=0)
+        edges: Dict[Tuple[int, int], int] = {}
+        for w, _ in words:
+            for i in range(len(w)):
+                src = node_of[w[:i]]
+                for j in range(i + 1, min(len(w), i + longest) + 1):
+                    for tok in cont.get(w[i:j], ()):
+                        edges[(src, tok + 1)] = node_of[w[:j]]
+        start_node = [node_of.get(s, SINK) if k == START else ROOT for k, s in zip(kinds, letters)]
+        dev = lm.device
+        self.n_nodes = n_nodes
+        self.dense = n_nodes * width <= dense_max
+        col_kind = np.array([SKIP] + kinds, dtype=np.int64)  # column 0: the search's -1 (no change)
+        if self.dense:
+            table = np.full((n_nodes, width), SINK, dtype=np.int64)
+            own = np.arange(n_nodes)[:, None]
+            stay = (col_kind == SKIP) | (col_kind == END)
+            table[:, stay] = np.broadcast_to(own, (n_nodes, int(stay.sum())))
+            table[:, col_kind == START] = np.array(start_node)[col_kind[1:] == START]
+            if edges:
+                src, col = np.array(list(edges.keys())).T
+                table[src, col] = list(edges.values())
+            self.trans = torch.from_numpy(table.reshape(-1)).to(dev)  # (nodes * (V+1),)
+            self.la_next = torch.tensor(la, dtype=torch.float32, device=dev).take(self.trans)  # LA(next node)
+        else:
+            keys = sorted((src * width + col, dst) for (src, col), dst in edges.items())
+            self.edge_keys = torch.tensor([k for k, _ in keys] + [torch.iinfo(torch.int64).max], dtype=torch.long,
+                                          device=dev)
+            self.edge_dst = torch.tensor([d for _, d in keys] + [SINK], dtype=torch.long, device=dev)
+            self.col_stay = torch.tensor((col_kind == SKIP) | (col_kind == END), device=dev)
+            self.col_start = torch.tensor([ROOT] + start_node, dtype=torch.long, device=dev)
+            self.col_is_start = torch.tensor(col_kind == START, device=dev)
+        # score: LA(next) + floats[row, TOKEN_SLOT[token]]; letters/blank -> -LA(node), boundary -> close,
+        # </s> -> final - LA(node) (blank and </s> keep the node, so LA(next) = LA(node))
+        slot = {SKIP: 0, CONT: 0, START: 1, END: 2}
+        self.token_slot = torch.tensor([slot[k] for k in kinds], dtype=torch.long, device=dev)  # (V,)
+        self.col_starts = torch.tensor(col_kind == START, dtype=torch.long, device=dev)  # (V+1,) 0/1
+        la_t = torch.tensor(la, dtype=torch.float32, device=dev)
+        off = torch.tensor(word, device=dev) == lm.unk_id
+        # per node: (word id, node * (V+1)); (unk offset - LA, -LA); is the node a non-empty word
+        self.node_ints = torch.stack([torch.tensor(word, dtype=torch.long, device=dev),
+                                      torch.arange(n_nodes, dtype=torch.long, device=dev) * width], 1)
+        self.node_floats = torch.stack([torch.where(off, self.unk_offset, 0.0) - la_t, -la_t], 1)
+        self.node_open = torch.arange(n_nodes, device=dev) != ROOT
+        self.la = la_t
+
+    _TENSORS = ("trans", "la_next", "edge_keys", "edge_dst", "col_stay", "col_start", "col_is_start", "token_slot",
+                "col_starts", "node_ints", "node_floats", "node_open", "la")
 
     def _to(self, device: torch.device) -> None:
         device = torch.device(device)
         if self.lm.device != device:
             self.lm.to(device)  # the state tables are LM buffers: they move with it
-        for name in ("tok_start", "tok_end", "tok_nchar", "tok_h1", "tok_h2", "tok_pow1", "tok_pow2", "prefix_keys",
-                     "prefix_la", "prefix_word"):
-            setattr(self, name, getattr(self, name).to(device))
+        for name in self._TENSORS:
+            if hasattr(self, name):
+                setattr(self, name, getattr(self, name).to(device))
 
-    # -- tensor helpers (no host sync) --
-    def _extend(self, key: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        """Keys of the partial words ``key`` followed by the letters of ``tokens`` (broadcast); a
-        word-start token gives the key of its own letters, blank and sos/eos the key unchanged."""
-        h1 = ((key >> 31) * self.tok_pow1.take(tokens) + self.tok_h1.take(tokens)) % _P1
-        h2 = ((key & _MASK) * self.tok_pow2.take(tokens) + self.tok_h2.take(tokens)) % _P2
-        return (h1 << 31) | h2
+    def _next_node(self, base: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+        """Node after column ``col`` (token + 1; 0 = no change) from nodes ``base`` = node * (V+1); broadcasts."""
+        if self.dense:
+            return self.trans.take(base + col)
+        key = base + col
+        pos = torch.searchsorted(self.edge_keys, key)
+        node = torch.div(base, self.width, rounding_mode="floor")
+        other = torch.where(self.col_is_start.take(col), self.col_start.take(col),
+                            torch.where(self.col_stay.take(col), node, SINK))
+        return torch.where(self.edge_keys.take(pos) == key, self.edge_dst.take(pos), other)
 
-    def _lookahead(self, key: torch.Tensor) -> torch.Tensor:
-        """LA of the partial words ``key`` (0 for the empty word, key 0)."""
-        if not self.lookahead:
-            return torch.zeros(key.shape, dtype=self.prefix_la.dtype, device=key.device)
-        pos = torch.searchsorted(self.prefix_keys, key)
-        return torch.where(self.prefix_keys.take(pos) == key, self.prefix_la.take(pos), self.unk_la)
-
-    def _with_word(self, hist: torch.Tensor, key: torch.Tensor, nchar: torch.Tensor) -> WordNgramState:
-        """The state of partial words ``key`` after ``hist``: two searchsorteds, the prefix table's
-        (word id and look-ahead) and the n-gram lookup's (score and closed state)."""
-        pos = torch.searchsorted(self.prefix_keys, key)
-        found = self.prefix_keys.take(pos) == key
-        word = torch.where(found, self.prefix_word.take(pos), self.lm.unk_id)
-        la = torch.where(found, self.prefix_la.take(pos), self.unk_la)
-        word_lp, closed = self.lm.state_logprob(hist, word.unsqueeze(1))  # (N, 1) each
-        word_lp, closed = word_lp.squeeze(1), closed.squeeze(1)
-        if self.unk_offset:  # <unk> is no prefix: every unknown word is <unk>
-            word_lp = torch.where(word == self.lm.unk_id, word_lp + self.unk_offset, word_lp)
-        closed = torch.where(nchar > 0, closed, hist)
-        return WordNgramState(hist, key, nchar, word, word_lp, la, closed)
+    def _state(self, node: torch.Tensor, hist: torch.Tensor) -> WordNgramState:
+        """The state of trie nodes ``node`` (M,) after LM states ``hist`` (M,): one n-gram lookup."""
+        ni = self.node_ints.index_select(0, node)  # (M, 2) word id, node base
+        nf = self.node_floats.index_select(0, node)  # (M, 2) unk offset - LA, -LA
+        lp, closed = self.lm.word_logprob(hist, ni[:, 0])
+        is_open = self.node_open.take(node)
+        close = torch.where(is_open, lp + nf[:, 0], 0.0)  # ln P(word | hist) (+ offset) - LA(word)
+        closed = torch.where(is_open, closed, hist)
+        final = self.lm.state_eos.take(closed) + close
+        ints = torch.stack([ni[:, 1], hist, closed], 1)
+        floats = torch.stack([nf[:, 1], close, final + nf[:, 1], final], 1)
+        return WordNgramState(ints, floats)
 
     # -- protocol --
     def init_state(self, batch: int, beam: int, device: torch.device) -> WordNgramState:
         self._to(device)
         n = batch * beam
         hist = torch.full((n,), self.lm.start_state, dtype=torch.long, device=device)
-        zeros = torch.zeros(n, dtype=torch.long, device=device)
-        return self._with_word(hist, zeros, zeros)
+        return self._state(torch.full((n,), ROOT, dtype=torch.long, device=device), hist)
 
     def score(self, state: WordNgramState, tokens: torch.Tensor) -> torch.Tensor:
         """tokens (N, C) -> (N, C) ln-score of appending each token (see module docstring)."""
-        start = self.tok_start.take(tokens)  # (N, C)
-        close = torch.where(state.nchar > 0, state.word_lp - state.la, 0.0)  # (N,)
-        if self.lookahead:  # blank and sos/eos keep the key: la_new - la_old is exactly 0
-            la_new = self._lookahead(self._extend(state.key.unsqueeze(1), tokens))  # (N, C)
-            out = torch.where(start, la_new + close.unsqueeze(1), la_new - state.la.unsqueeze(1))
-        else:
-            out = torch.where(start, close.unsqueeze(1), 0.0)
-        final = self.lm.state_eos.take(state.closed_state) + close  # = final_score(state)
-        return torch.where(self.tok_end.take(tokens), final.unsqueeze(1), out)
+        col = tokens + 1
+        base = state.ints[:, :1]
+        la_next = self.la_next.take(base + col) if self.dense else self.la.take(self._next_node(base, col))
+        return la_next + state.floats.gather(1, self.token_slot.take(tokens))
 
     def select_state(self, state: WordNgramState, index: torch.Tensor, tokens: torch.Tensor) -> WordNgramState:
         """Rows ``index`` (M,) extended by ``tokens`` (M,); -1, blank and sos/eos leave a row unchanged."""
-        tok = tokens % self.n_entries  # -1 -> the last table entry: no change
-        start = self.tok_start.take(tok)  # (M,)
-        hist = torch.where(start, state.closed_state.take(index), state.hist_state.take(index))
-        key = self._extend(state.key.take(index), tok)
-        nchar = torch.where(start, 0, state.nchar.take(index)) + self.tok_nchar.take(tok)
-        return self._with_word(hist, key, nchar)
+        ints = state.ints.index_select(0, index)  # (M, 3)
+        col = tokens + 1  # (M,) 0 for -1
+        node = self._next_node(ints[:, 0], col)
+        hist = ints[:, 1:].gather(1, self.col_starts.take(col).unsqueeze(1)).squeeze(1)  # closed on a boundary
+        return self._state(node, hist)
 
     def final_score(self, state: WordNgramState) -> torch.Tensor:
         """(N,) score of ending here: the partial word (minus its lookahead) and then </s>."""
-        return self.lm.state_eos.take(state.closed_state) + torch.where(state.nchar > 0, state.word_lp - state.la, 0.0)
+        return state.floats[:, 3]

@@ -385,7 +385,7 @@ def test_word_scorer_matches_word_reference(tmp_path, units, lookahead, order, c
 
 def test_word_scorer_lookahead_by_hand():
     lm = load_ngram(FIXTURES / "words_3gram.arpa")
-    scorer = WordNgramScorer(lm, CHAR_TOKENS + ["M"], lookahead=True)
+    scorer = WordNgramScorer(lm, CHAR_TOKENS + ["M"], lookahead=True, unk_offset=0.0)
     ids = {t: i for i, t in enumerate(CHAR_TOKENS + ["M"])}
     state = scorer.init_state(1, 1, torch.device("cpu"))
     for ch in "CA":
@@ -400,7 +400,7 @@ def test_word_scorer_unk_offset_penalises_only_out_of_vocabulary_words():
     lm = load_ngram(FIXTURES / "words_3gram.arpa")
     tokens = CHAR_TOKENS + ["M"]
     ids = {t: i for i, t in enumerate(tokens)}
-    plain = WordNgramScorer(lm, tokens, lookahead=True)
+    plain = WordNgramScorer(lm, tokens, lookahead=True, unk_offset=0.0)
     offset = WordNgramScorer(lm, tokens, lookahead=True, unk_offset=-7.0)
     for text, oov in (("CAT", False), ("CA", True)):
         totals = []

@@ -32,7 +32,7 @@ def test_word_scorer_agrees_with_kenlm(tmp_path, units, order):
     kenlm = pytest.importorskip("kenlm")
     path = write_random_arpa(tmp_path / "words.arpa", WORDS, order, seed=order + 30, closed=True)
     tokens = CHAR_TOKENS if units == "char" else SP_TOKENS
-    scorer, model = ngram_scorer(path, tokens, units="word"), kenlm.Model(str(path))
+    scorer, model = ngram_scorer(path, tokens, units="word", unk_offset=0.0), kenlm.Model(str(path))
     rng = random.Random(order)
     sents = [rng.choices(WORDS + OOV_WORDS, k=rng.randint(0, 6)) for _ in range(16)]
     seqs = [spell(s, tokens, rng) for s in sents]
@@ -51,11 +51,12 @@ def test_word_state_is_context_state_ids():
     assert state.hist_state.tolist() == state.closed_state.tolist() == [lm.bos_id]
     for ch in "THE":
         state = scorer.select_state(state, torch.tensor([0]), torch.tensor([ids[ch]]))
-    assert state.hist_state.tolist() == [lm.bos_id] and state.nchar.tolist() == [3]
+    assert state.hist_state.tolist() == [lm.bos_id] and state.node_base.tolist() != [0]
     _, closed = lm.state_logprob(torch.tensor([lm.bos_id]), torch.tensor([[lm.index("THE")]]))
     assert state.closed_state.tolist() == closed[:, 0].tolist()
     state = scorer.select_state(state, torch.tensor([0]), torch.tensor([ids["\u2581"]]))
     assert state.hist_state.tolist() == state.closed_state.tolist() == closed[:, 0].tolist()
+    assert state.node_base.tolist() == [0]  # the empty word: the trie's root
 
 
 def forbid_host_sync(monkeypatch, scorer, ran):
