@@ -2,8 +2,8 @@
 
 Every hypothesis is a distinct label prefix with two log-probabilities (Hannun et al., 2014):
 ``pb`` (all alignments ending in blank) and ``pnb`` (ending in its last token). Per frame each of
-the K hypotheses of an utterance offers one "stay" candidate (same prefix: blank or a repeat of
-its last token) and C "extension" candidates (prefix + a pre-selected token); a repeat of the last
+the K hypotheses of an utterance offers C "extension" candidates (prefix + a pre-selected token)
+and one "stay" candidate (same prefix: blank or a repeat of its last token); a repeat of the last
 token right after a blank is an extension, a repeat without blank is not. One ``topk`` over the
 K*(C+1) candidate scores of each utterance picks the next beam.
 
@@ -28,14 +28,26 @@ exceeds it as pure blank frames (no emissions, repeat paths dropped); runs of su
 collapse into one state update, so the loop only visits the other ("compacted") frames.
 On peaky CTC outputs the defaults agree with the exact search on >= 99% of utterances (tested).
 
+Cost model (why the code looks like this). The (B, T, V) input is read once, before the loop: one
+``topk`` per kept frame gives the (B, T', C) candidate table, and everything else works on that
+table and on the blank column. The loop reads the full input only for the K "own last token"
+log-probabilities per frame (a gather of B*K numbers). A run of skipped blank frames adds the same
+log-probability to every hypothesis of an utterance, which changes no ranking: it is applied once,
+at the end, and the loop only moves the mass of ``pnb`` into ``pb`` (folded into the gather of the
+new beam). A frame step is about 25 small torch ops (it was 70-95), since each costs a few
+microseconds of dispatch on CPU; the candidate tables of a step are built whole (ids, hashes,
+scores) and the new beam is one gather from them.
+
 The per-frame loop (:func:`_frame_loop`) reads no tensor value on the host; results are converted
-once at the end. On CUDA, a batch that runs out of memory is split in half and retried. On CPU
-the search runs with one intra-op thread (its tensors are tiny) and restores the setting after.
+once at the end. With ``cuda_graph=True`` on CUDA the loop is captured as one CUDA graph and
+replayed (one launch instead of thousands); elsewhere the flag runs the same eager loop. On CUDA,
+a batch that runs out of memory is split in half and retried. On CPU the search runs with one
+intra-op thread (its tensors are tiny) and restores the setting after.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import torch
 
@@ -50,84 +62,97 @@ NEG_INF = float("-inf")
 _DENSE_MATCH_MAX_BEAM = 20  # measured crossover of the two parent searches (CPU)
 
 
+def _steps(x: torch.Tensor) -> List[torch.Tensor]:
+    """(B, T', ...) -> T' contiguous per-step tensors (B, ...)."""
+    return list(x.transpose(0, 1).contiguous().unbind(0))
+
+
 class _Frames:
     """Per-batch tables, built once before the loop (host syncs allowed here).
 
     Compacted frame i of utterance b is original frame ``frame[b, i]`` (-1 = padding, a frame that
-    changes nothing). Candidate columns per hypothesis: 0 = stay, 1..C = extension by token
-    ``tok[i][b, c]``. Per-frame tensors are frame-major lists so the loop only picks an element.
+    changes nothing). Candidate columns per hypothesis: 0..C-1 = extension by token ``tokx[i][b, c]``,
+    C = stay (token -1). Per-frame tensors are lists so the loop only picks an element; the Python
+    bool lists ``pad_steps`` / ``run_steps`` say which steps need padding or skipped-run handling.
     """
 
     def __init__(self, lp: torch.Tensor, lengths: torch.Tensor, beam: int, topk: Optional[int],
-                 min_logp: Optional[float], skip_threshold: Optional[float]) -> None:
+                 min_logp: Optional[float], skip_threshold: Optional[float], rows_out: int) -> None:
         batch, frames, vocab = lp.shape
         dev = lp.device
-        in_len = torch.arange(frames, device=dev) < lengths[:, None]  # (B, T)
+        t_ids = torch.arange(frames, device=dev)
+        in_len = t_ids < lengths[:, None]  # (B, T)
+        blank = lp[..., BLANK_ID]  # (B, T)
         skip = None
-        keep = in_len
         if skip_threshold is not None:
-            skip = (lp[..., BLANK_ID] > math.log(skip_threshold)) & in_len
-            keep = in_len & ~skip
+            skip = (blank > math.log(skip_threshold)) & in_len
+            if not bool(skip.any()):  # adaptive: nothing to skip (e.g. large vocabularies), no compaction
+                skip = None
+        keep = in_len if skip is None else in_len & ~skip
         counts = keep.sum(1)  # (B,)
         self.steps = width = int(counts.max()) if batch else 0
-        slot = torch.where(keep, keep.cumsum(1) - 1, width)  # compacted position, or the spill column
-        t_ids = torch.arange(frames, device=dev).expand(batch, frames)
-        frame = torch.full((batch, width + 1), -1, dtype=torch.long, device=dev).scatter_(1, slot, t_ids)
-        self.frame = frame[:, :width]  # (B, T')
-        pad_row = torch.full((vocab,), NEG_INF, dtype=lp.dtype, device=dev)
-        pad_row[BLANK_ID] = 0.0  # a pure blank frame with probability 1: leaves every total unchanged
-        if skip is not None:
-            real = self.frame >= 0
-            lpc = lp.gather(1, self.frame.clamp(min=0)[..., None].expand(batch, width, vocab))
-            lpc = torch.where(real[..., None], lpc, pad_row)
-        elif bool((lengths < width).any()):
-            lpc = torch.where(in_len[:, :width, None], lp[:, :width], pad_row)
+        if skip is None:
+            frame = torch.where(in_len[:, :width], t_ids[:width], -1)  # (B, T')
         else:
-            lpc = lp[:, :width]  # nothing to pad or compact: no copy
-        lpc = lpc.transpose(0, 1)  # (T', B, V) frame-major view
-
-        non_blank = lpc[..., 1:]  # ids 1.. (blank is id 0)
+            slot = torch.where(keep, keep.cumsum(1) - 1, width)  # compacted position, or the spill column
+            frame = torch.full((batch, width + 1), -1, dtype=torch.long, device=dev)
+            frame = frame.scatter_(1, slot, t_ids.expand(batch, frames))[:, :width]
+        self.frame = frame
+        real = frame >= 0  # (B, T')
+        at = frame.clamp(min=0)
+        rows = (torch.arange(batch, device=dev)[:, None] * frames + at).flatten()  # (B*T',) input rows
+        flat = lp.reshape(batch * frames, vocab)
+        # The only full-size reads: one topk per kept frame (a row copy only when frames were dropped).
+        identity = width == frames and skip is None  # step i reads input frame i
+        src = flat if identity else flat.index_select(0, rows)
         self.n_cand = n_cand = vocab - 1 if topk is None else max(1, min(topk, vocab - 1))
         if n_cand < vocab - 1:
-            cval, cidx = non_blank.topk(n_cand, dim=-1)
-            ctok = cidx + 1
+            cval, cidx = src[:, 1:].topk(n_cand, 1, True, False)
+            ctok = (cidx + 1).view(batch, width, n_cand)
         else:
-            cval = non_blank
-            ctok = torch.arange(1, vocab, device=dev).expand(width, batch, vocab - 1)
+            cval = src[:, 1:]
+            ctok = torch.arange(1, vocab, device=dev).expand(batch, width, n_cand)
+        cval = cval.reshape(batch, width, n_cand)
+        drop = ~real[..., None]  # padding frames create nothing
         if min_logp is not None:
-            cval = cval.masked_fill(cval < min_logp, NEG_INF)
-        self.tok_all = torch.full((width, batch, n_cand + 1), -1, dtype=torch.long, device=dev)
-        self.tok_all[..., 1:] = ctok  # (T', B, C+1); column 0 (stay) is -1
-        # pos[i][b, v]: candidate column of token v, or 0 (the stay column) if v is not a live candidate.
-        col = torch.arange(1, n_cand + 1, device=dev).expand(width, batch, n_cand)
-        col = torch.where(cval > NEG_INF, col, 0)
-        # Large tables are int32 (a quarter of the memory traffic), widened per frame.
-        self.pos_int32 = width * batch * vocab > 1 << 21
-        pos_type = torch.int32 if self.pos_int32 else torch.long
-        pos = torch.zeros((width, batch, vocab), dtype=pos_type, device=dev).scatter_(2, ctok, col.to(pos_type))
-
-        self.skipping = skip is not None
-        self.tail = torch.zeros(batch, dtype=lp.dtype, device=dev)
+            drop = drop | (cval < min_logp)
+        cval = cval.masked_fill(drop, NEG_INF)
+        tok_all = torch.full((batch, width, n_cand + 1), -1, dtype=torch.long, device=dev)
+        tok_all[..., :n_cand] = ctok
+        self.tok_all = tok_all.transpose(0, 1)  # (T', B, C+1): column C (stay) is -1
+        self.tokx = _steps(tok_all)  # (B, C+1)
+        self.ctok = [t[:, None, :n_cand] for t in self.tokx]  # (B, 1, C)
+        self.cval = [c[:, None] for c in _steps(cval)]  # (B, 1, C): broadcasts over the beam
+        lpb = blank.gather(1, at).masked_fill(~real, 0.0)  # padding: P(blank) = 1 changes nothing
+        self.lpb = _steps(lpb[..., None])  # (B, 1)
+        # log P(own last token) per step: a gather from the input frame's (B, V) rows.
+        if identity:
+            self.lp_rows: Optional[List[torch.Tensor]] = list(lp.unbind(1))  # (B, V) views
+            self.flat_lp, self.base = None, []
+        else:
+            self.lp_rows, self.flat_lp = None, lp.reshape(-1)
+            self.base = _steps(rows.view(batch, width, 1) * vocab)  # (B, 1) offsets of the rows
+        pad = ~real
+        self.pad_steps: List[bool] = pad.any(0).tolist()
+        self.pad_bias = _steps(torch.zeros_like(lpb).masked_fill(pad, NEG_INF)[..., None])  # (B, 1)
+        # Skipped blank frames: their log P(blank) is the same for every hypothesis of an utterance,
+        # so it is added once at the end (offset); after a run, pnb's mass moves into pb, which the
+        # gather of the new beam does by reading other table rows (roff) on the steps before a run.
+        self.offset = torch.zeros(batch, dtype=lp.dtype, device=dev)
+        self.run_steps: List[bool] = [False] * width
+        self.roff: List[Optional[torch.Tensor]] = [None] * width
         if skip is not None:
-            # Blank log-prob summed over each run of skipped frames (float64: cumsum differences).
-            sb = torch.where(skip, lp[..., BLANK_ID].double(), 0.0)
-            csum = torch.nn.functional.pad(sb.cumsum(1), (1, 0))  # csum[:, t] = sum of sb[:, :t]
-            prev = torch.nn.functional.pad(self.frame[:, :-1], (1, 0), value=-1)  # previous kept frame
-            cur = torch.where(self.frame >= 0, self.frame, lengths[:, None])
-            has_run = ((cur - prev) > 1) & (self.frame >= 0)  # (B, T')
-            run = torch.where(has_run, csum.gather(1, cur) - csum.gather(1, prev + 1), 0.0).to(lp.dtype)
-            self.has_run = has_run.t()[..., None].contiguous().unbind(0)  # (B, 1) per frame
-            self.run = run.t()[..., None].contiguous().unbind(0)
-            last = frame.gather(1, (counts - 1).clamp(min=0)[:, None])[:, 0]
-            last = torch.where(counts > 0, last, -1)
-            tail = csum.gather(1, lengths[:, None])[:, 0] - csum.gather(1, (last + 1)[:, None])[:, 0]
-            self.tail = tail.to(lp.dtype)
-        expand = (width, batch, beam, vocab)  # (B, K, V) per frame: gathered with (B, K, 1) ids
-        self.lpk = lpc[:, :, None].expand(expand).unbind(0)
-        self.posk = pos[:, :, None].expand(expand).unbind(0)
-        self.lpb = lpc[..., BLANK_ID:BLANK_ID + 1].unbind(0)  # (B, 1)
-        self.cval = cval[:, :, None, :].unbind(0)  # (B, 1, C): broadcasts over the beam
-        self.tok = self.tok_all.unbind(0)  # (B, C+1)
+            self.offset = torch.where(skip, blank.double(), 0.0).sum(1).to(lp.dtype)
+            nxt = torch.nn.functional.pad(frame[:, 1:], (0, 1), value=-1)  # next kept frame
+            run_after = (nxt - frame > 1) & (nxt >= 0)  # (B, T'): skipped frames between i and i+1
+            self.run_steps = run_after.any(0).tolist()
+            cols = n_cand + 1
+            stride = (beam + 1) * cols  # one row of the candidate table
+            plain = torch.arange(rows_out, device=dev) * stride  # rows pnb, pb, tot, fused
+            moved = plain.clone()
+            moved[:2] = torch.tensor([4 * stride, 2 * stride])  # pnb <- the -inf row, pb <- tot
+            roff = torch.where(run_after[..., None], moved, plain)  # (B, T', R)
+            self.roff = [r[..., None] if any_run else None for r, any_run in zip(_steps(roff), self.run_steps)]
 
 
 class _Beam:
@@ -137,118 +162,136 @@ class _Beam:
     stands for "no parent in the beam": it addresses a -inf slot and a trash hypothesis.
     """
 
-    def __init__(self, batch: int, beam: int, steps: int, cols: int, dtype: torch.dtype,
+    def __init__(self, batch: int, beam: int, steps: int, n_cand: int, dtype: torch.dtype,
                  device: torch.device, scorers: Mapping[str, BatchScorer], bonus: float) -> None:
         full: Dict[str, Any] = dict(dtype=dtype, device=device)
-        # (B, 4, K+1) rows: pnb, pb, fused (sum of weighted scorer scores), tot (scratch); slot K
-        # stays -inf.
-        self.s = torch.full((batch, 4, beam + 1), NEG_INF, **full)
-        self.s[:, 1, 0] = 0.0  # one live hypothesis: the empty prefix
-        self.s[:, 2, :beam] = 0.0
-        self.pnb, self.pb, self.fused, self.tot = self.s[:, :, :beam].unbind(1)
-        self.pnb3, self.pb3, self.fused3, self.tot3 = (x[:, :, None] for x in (self.pnb, self.pb, self.fused, self.tot))
-        self.new3 = self.s[:, :3, :beam]  # gather target for (pnb, pb, fused) of the chosen candidates
-        self.pb_tot = self.s.view(batch, 4 * (beam + 1), 1)[:, beam + 1:]  # pb at k, tot at 2K+2+k
+        long: Dict[str, Any] = dict(dtype=torch.long, device=device)
+        cols = n_cand + 1
+        self.beam, self.cols = beam, cols
+        self.fusion = bool(scorers) or bonus != 0.0
+        self.rows = rows = 4 if self.fusion else 3  # table rows the new beam is gathered from
+        # (B, 4, K+1) rows: pnb, pb, tot (their logaddexp), fused (sum of weighted scorer scores); slot K -inf.
+        self.st = torch.full((batch, 4, beam + 1), NEG_INF, **full)
+        self.st[:, 1:3, 0] = 0.0  # one live hypothesis: the empty prefix
+        self.st[:, 3, :beam] = 0.0
+        self.pnb, self.pb, self.tot, self.fused = self.st[:, :, :beam].unbind(1)
+        self.pnb3, self.pb3, self.tot3, self.fused3 = (x[:, :, None] for x in (self.pnb, self.pb, self.tot, self.fused))
+        self.new = self.st[:, :rows, :beam]  # gather target of the new beam
+        self.nb_tot = self.st[:, 0:3:2, :beam]  # pnb, tot: cleared on dead picks
+        self.pb_tot = self.st.view(batch, 4 * (beam + 1), 1)[:, beam + 1:]  # pb at k, tot at K+1+k
+        # Candidate table (B, 5, (K+1)*(C+1)) rows: pnb, pb (-inf but for stays), tot, fused, -inf;
+        # hypothesis k owns columns k*(C+1) .. k*(C+1)+C of a row, the last being its stay.
+        width = beam * cols
+        self.tab = torch.full((batch, 5, (beam + 1) * cols), NEG_INF, **full)
+        tnb = self.tab[:, 0, :width].view(batch, beam, cols)
+        self.ext_nb, self.stay_nb3 = tnb[:, :, :n_cand], tnb[:, :, n_cand:]
+        self.stay_b = self.tab[:, 1, :width].view(batch, beam, cols)[:, :, n_cand]
+        self.nb_row, self.b_row, self.tot_row = self.tab[:, 0, :width], self.tab[:, 1, :width], self.tab[:, 2, :width]
+        self.nb_cells = self.tab[:, 0, :, None]  # (B, (K+1)*(C+1), 1) scatter target
+        self.tab_r = self.tab[:, :rows]
+        self.tab_x = self.tab.view(batch, 1, 5 * (beam + 1) * cols).expand(batch, rows, 5 * (beam + 1) * cols)
+        self.cand = self.tot_row
+        if self.fusion:
+            self.fus = self.tab[:, 3, :width].view(batch, beam, cols)
+            self.cand = torch.empty((batch, width), **full)
+            # What an extension adds to the fused score besides scorers: the length bonus (not the stay).
+            self.bonus = torch.full((1, 1, cols), bonus, **full)
+            self.bonus[..., n_cand] = 0.0
+            self.fusion_buf = self.bonus.expand(batch, beam, cols).clone()  # + weighted scorer scores
+            self.fusion_ext = self.fusion_buf[:, :, :n_cand]
         # (B, 4, K) rows: prefix hash, parent-prefix hash, last token (blank for the empty prefix),
         # "single" = 1 unless the last two tokens are equal. A merge into a prefix comes from its
         # parent's total, or only from the parent's pb when the prefix ends in a doubled token.
-        self.ints = torch.zeros((batch, 4, beam), dtype=torch.long, device=device)
+        self.ints = torch.zeros((batch, 4, beam), **long)
         self.ints[:, 0, 1:] = _SENT_HASH
         self.ints[:, 1] = _SENT_PARENT
         self.hash, self.parent_hash, self.last, self.single = self.ints.unbind(1)
-        self.last3, self.single3 = self.last[:, :, None], self.single[:, :, None]
+        self.hash3, self.last3, self.single3 = self.hash[:, :, None], self.last[:, :, None], self.single[:, :, None]
         self.child_view = self.ints[:, 1, :, None]  # (B, K1, 1) parent-prefix hash of k1
         self.parent_view = self.ints[:, 0, None, :]  # (B, 1, K2) prefix hash of k2
         self.match = torch.ones((batch, beam, beam + 1), dtype=torch.bool, device=device)  # column K: "none"
         self.match_real = self.match[:, :, :beam]
         self.sentinel = torch.tensor([_SENT_HASH, _SENT_PARENT, BLANK_ID, 0], device=device)[None, :, None]
-        self.hist = torch.zeros((steps, batch, beam), dtype=torch.long, device=device)  # topk picks
-        self.hist3 = self.hist[:, :, None, :].expand(steps, batch, 3, beam).unbind(0)  # gather indices
+        # Candidate ints (B, 4, K, C+1), the same rows as ints: built whole per step, then gathered.
+        self.cint = torch.empty((batch, 4, beam, cols), **long)
+        self.ci_hash, self.ci_par, self.ci_last, self.ci_single = self.cint[..., :n_cand].unbind(1)
+        self.ci_stay = self.cint[..., n_cand]
+        self.cint_flat = self.cint.view(batch, 4, width)
+        # eq[b, k, c]: candidate c is hypothesis k's own last token; column C is always True ("none").
+        self.eq = torch.ones((batch, beam, cols), dtype=torch.bool, device=device)
+        self.eq_ext = self.eq[:, :, :n_cand]
+        self.hist = torch.zeros((steps, batch, beam), **long)  # topk picks
+        self.pick_r = self.hist[:, :, None, :].expand(steps, batch, rows, beam).unbind(0)
+        self.pick4 = self.hist[:, :, None, :].expand(steps, batch, 4, beam).unbind(0)
         self.top = torch.empty((batch, beam), **full)
-        self.parent = torch.empty((batch, beam), dtype=torch.long, device=device)
-        self.parent4 = self.parent[:, None, :].expand(batch, 4, beam)
+        self.lp_last = torch.empty((batch, beam), **full)
+        self.lp_last3 = self.lp_last[:, :, None]
+        self.parent = torch.empty((batch, beam), **long)
         self.dead = torch.empty((batch, beam), dtype=torch.bool, device=device)
         self.dead4 = self.dead[:, None, :]
-        self.old = torch.empty_like(self.ints)  # the parents' ints, gathered
-        self.old_hash, self.old_parent_hash, self.old_last, self.old_single = self.old.unbind(1)
-        self.differs = torch.empty((batch, beam), dtype=torch.long, device=device)
-        # Candidate tables (B, 3, (K+1)*(C+1)) rows: CTC pnb, CTC pb (-inf but for stays), fused;
-        # hypothesis k owns columns k*(C+1) .. k*(C+1)+C of a row, the first being its stay.
-        self.table = torch.full((batch, 3, (beam + 1) * cols), NEG_INF, **full)
-        self.ctc, self.pbc, self.fus = (x[:, :beam * cols].view(batch, beam, cols) for x in self.table.unbind(1))
-        self.ctc_stay3, self.ctc_ext = self.ctc[:, :, :1], self.ctc[:, :, 1:]
-        self.ctc_stay, self.pbc_stay = self.ctc[:, :, 0], self.pbc[:, :, 0]
-        self.ctc_cells = self.table[:, 0, :, None]  # (B, (K+1)*(C+1), 1) scatter target
-        self.cand = torch.empty((batch, beam * cols), **full)
-        self.cand3 = self.cand.view(batch, beam, cols)
-        self.cand_stay = self.cand3[:, :, 0]
-        # What an extension adds to the fused score besides scorers: the length bonus (not the stay).
-        self.bonus = torch.full((1, 1, cols), bonus, **full)
-        self.bonus[..., 0] = 0.0
-        self.fusion = self.bonus.expand(batch, beam, cols).clone()  # + weighted scorer scores
-        self.fusion_ext = self.fusion[:, :, 1:]
         self.row0 = torch.arange(batch, device=device)[:, None] * beam  # (B, 1) flat row offsets
         self.states = {name: sc.init_state(batch, beam, device) for name, sc in scorers.items()}
+        self.graph: Any = None  # a captured CUDA graph, kept alive until the results are read
 
 
 def _step(i: int, s: _Beam, fr: _Frames, scorers: Mapping[str, BatchScorer],
           weights: Mapping[str, float]) -> None:
     """Advance every utterance by compacted frame i (no host sync)."""
-    beam = s.pnb.shape[1]
-    cols = fr.n_cand + 1
-    pb, pnb, tot = s.pb, s.pnb, s.tot
-    torch.logaddexp(pb, pnb, out=tot)
-    if fr.skipping:  # a run of skipped blank frames before this one: all mass moves to pb
-        ran = fr.has_run[i]
-        tot.add_(fr.run[i])
-        torch.where(ran, tot, pb, out=pb)
-        pnb.masked_fill_(ran, NEG_INF)
-    lp_last = fr.lpk[i].gather(2, s.last3)  # (B, K, 1) log P(own last token) this frame
-    torch.add(tot, fr.lpb[i], out=s.pbc_stay)  # stay via blank
-
+    beam, cols = s.beam, s.cols
+    if fr.lp_rows is not None:  # (B, K) log P(own last token) this frame
+        torch.gather(fr.lp_rows[i], 1, s.last, out=s.lp_last)
+    else:
+        torch.take(fr.flat_lp, torch.add(fr.base[i], s.last), out=s.lp_last)
+    if fr.pad_steps[i]:
+        s.lp_last.add_(fr.pad_bias[i])
     # Extensions: from pb and pnb, but a repeat of the own last token only from pb.
-    torch.add(s.tot3, fr.cval[i], out=s.ctc_ext)
-    col = fr.posk[i].gather(2, s.last3)  # (B, K, 1) column of the own last token (0: none, junk)
-    if fr.pos_int32:
-        col = col.long()
-    s.ctc.scatter_(2, col, s.pb3 + lp_last)
+    ctok = fr.ctok[i]  # (B, 1, C)
+    torch.eq(ctok, s.last3, out=s.eq_ext)  # (B, K, C)
+    torch.where(s.eq_ext, s.pb3, s.tot3, out=s.ext_nb)
+    s.ext_nb.add_(fr.cval[i])
+    col = s.eq.max(2, keepdim=True)[1]  # (B, K, 1) column of the own last token; C (the stay): none
     # Merge: k2 is the parent of k1 when hash[k2] == parent_hash[k1]; extension (k2, last[k1]) is
     # then k1's prefix: it folds into k1's stay and leaves the candidates. par = K: no parent.
     par = _find_parents(s)  # (B, K, 1)
-    s.ctc_cells.scatter_(1, torch.add(col, par, alpha=cols), NEG_INF)  # K*cols+: trash
-    src = s.pb_tot.gather(1, torch.add(par, s.single3, alpha=2 * beam + 2))  # parent's pb or total
-    torch.add(torch.logaddexp(s.pnb3, src), lp_last, out=s.ctc_stay3)
-
-    if scorers:
-        _score_candidates(i, s, fr, scorers, weights)
-    torch.add(s.fusion, s.fused3, out=s.fus)
-    torch.add(s.ctc, s.fus, out=s.cand3)
-    torch.add(torch.logaddexp(s.pbc_stay, s.ctc_stay), s.fused, out=s.cand_stay)
+    s.nb_cells.scatter_(1, torch.add(col, par, alpha=cols), NEG_INF)  # K*cols+: trash; stays rewritten below
+    src = s.pb_tot.gather(1, torch.add(par, s.single3, alpha=beam + 1))  # parent's pb or total
+    torch.add(torch.logaddexp(s.pnb3, src), s.lp_last3, out=s.stay_nb3)
+    torch.add(s.tot, fr.lpb[i], out=s.stay_b)  # stay via blank
+    torch.logaddexp(s.nb_row, s.b_row, out=s.tot_row)
+    if s.fusion:
+        if scorers:
+            _score_candidates(i, s, fr, scorers, weights)
+        torch.add(s.fusion_buf, s.fused3, out=s.fus)
+        torch.add(s.tot_row, s.fus.view(s.cand.shape), out=s.cand)
     top, pick = torch.topk(s.cand, beam, 1, True, False, out=(s.top, s.hist[i]))
 
-    # The new beam: (pnb, pb, fused) of the chosen candidates, hash bookkeeping from parents.
-    torch.gather(s.table, 2, s.hist3[i], out=s.new3)
-    parent = torch.div(pick, cols, rounding_mode="floor", out=s.parent)
-    token = fr.tok[i].gather(1, torch.sub(pick, parent, alpha=cols))  # (B, K), -1 for stays
-    is_ext = token >= 0
-    dead = torch.isneginf(top, out=s.dead)  # fewer live candidates than K: no hash, no merges
-    if scorers:  # a scorer's -inf leaves a finite CTC score on a dead pick
-        pnb.masked_fill_(dead, NEG_INF)
+    # The new beam: (pnb, pb, tot[, fused]) of the chosen candidates; before a run of skipped
+    # blank frames pnb reads the -inf row and pb the total.
+    if fr.run_steps[i]:
+        torch.gather(s.tab_x, 2, torch.add(s.pick_r[i], fr.roff[i]), out=s.new)
+    else:
+        torch.gather(s.tab_r, 2, s.pick_r[i], out=s.new)
+    torch.isneginf(top, out=s.dead)  # fewer live candidates than K: no hash, no merges
+    if scorers:
+        s.nb_tot.masked_fill_(s.dead4, NEG_INF)  # a scorer's -inf leaves a finite CTC score on a dead pick
+        parent = torch.div(pick, cols, rounding_mode="floor", out=s.parent)
+        token = fr.tokx[i].gather(1, torch.sub(pick, parent, alpha=cols))  # (B, K), -1 for stays
         rows = (parent + s.row0).view(-1)
         for name, sc in scorers.items():
             s.states[name] = sc.select_state(s.states[name], rows, token.view(-1))
-    torch.gather(s.ints, 2, s.parent4, out=s.old)
-    old_hash = s.old_hash
-    torch.where(is_ext, torch.add(token, old_hash, alpha=_HASH_MUL), old_hash, out=s.hash)
-    torch.where(is_ext, old_hash, s.old_parent_hash, out=s.parent_hash)
-    torch.where(is_ext, token, s.old_last, out=s.last)
-    torch.where(is_ext, torch.ne(token, s.old_last, out=s.differs), s.old_single, out=s.single)
+    # Hash bookkeeping: the ints of every candidate, then one gather.
+    torch.add(ctok, s.hash3, alpha=_HASH_MUL, out=s.ci_hash)
+    s.ci_par.copy_(s.hash3.expand_as(s.ci_par))
+    s.ci_last.copy_(ctok.expand_as(s.ci_last))
+    torch.ne(ctok, s.last3, out=s.ci_single)
+    s.ci_stay.copy_(s.ints)
+    torch.gather(s.cint_flat, 2, s.pick4[i], out=s.ints)
     torch.where(s.dead4, s.sentinel, s.ints, out=s.ints)
 
 
 def _find_parents(s: _Beam) -> torch.Tensor:
     """(B, K, 1): the beam index of each hypothesis's parent prefix, or K if it is not in the beam."""
-    beam = s.pnb.shape[1]
+    beam = s.beam
     if beam <= _DENSE_MATCH_MAX_BEAM:  # a (B, K, K) comparison is the fewest ops
         torch.eq(s.child_view, s.parent_view, out=s.match_real)
         return s.match.max(2, keepdim=True)[1]  # first True; column K is always True
@@ -264,11 +307,11 @@ def _score_candidates(i: int, s: _Beam, fr: _Frames, scorers: Mapping[str, Batch
     """Weighted scorer scores (+ length bonus) of this frame's extension tokens into s.fusion_ext."""
     batch, beam = s.pnb.shape
     n_cand = fr.n_cand
-    tokens = fr.tok[i][:, None, 1:].expand(batch, beam, n_cand).reshape(batch * beam, n_cand)
+    tokens = fr.ctok[i].expand(batch, beam, n_cand).reshape(batch * beam, n_cand)
     for j, (name, sc) in enumerate(scorers.items()):
-        scores = sc.score(s.states[name], tokens).view(batch, beam, n_cand).to(s.fusion.dtype)
+        scores = sc.score(s.states[name], tokens).view(batch, beam, n_cand).to(s.fusion_buf.dtype)
         if j == 0:
-            torch.add(s.bonus[:, :, 1:], scores, alpha=weights[name], out=s.fusion_ext)
+            torch.add(s.bonus[:, :, :n_cand], scores, alpha=weights[name], out=s.fusion_ext)
         else:
             s.fusion_ext.add_(scores, alpha=weights[name])
 
@@ -280,16 +323,34 @@ def _frame_loop(s: _Beam, fr: _Frames, scorers: Mapping[str, BatchScorer],
         _step(i, s, fr, scorers, weights)
 
 
+def _run_loop(s: _Beam, fr: _Frames, scorers: Mapping[str, BatchScorer], weights: Mapping[str, float],
+              cuda_graph: bool) -> None:
+    """The frame loop, eagerly or (cuda_graph on a CUDA device) captured as one graph and replayed.
+
+    Capture records the same ops without running them; every buffer already exists, so the replay
+    computes exactly what the eager loop would. Scorer states reassigned during capture are graph
+    tensors, filled by the replay.
+    """
+    if not (cuda_graph and s.st.is_cuda and fr.steps):
+        _frame_loop(s, fr, scorers, weights)
+        return
+    torch.cuda.synchronize(s.st.device)
+    s.graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(s.graph):
+        _frame_loop(s, fr, scorers, weights)
+    s.graph.replay()
+
+
 def _finish(s: _Beam, fr: _Frames, scorers: Mapping[str, BatchScorer], weights: Mapping[str, float],
             nbest: int) -> NBest:
     """End-of-sentence scores, sort, backtrack into an NBest."""
-    ctc = torch.logaddexp(s.pb, s.pnb) + fr.tail[:, None]
+    ctc = s.tot + fr.offset[:, None]  # + the skipped blank frames
     total = ctc + s.fused
     for name, sc in scorers.items():
         total = total + weights[name] * sc.final_score(s.states[name]).view(total.shape).to(total.dtype)
     total, order = total.topk(nbest, 1)  # best first
     ctc = ctc.gather(1, order)
-    cols = fr.n_cand + 1
+    cols = s.cols
     parents = torch.div(s.hist, cols, rounding_mode="floor")  # (T', B, K)
     emitted = fr.tok_all.gather(2, s.hist - parents * cols)  # (T', B, K), -1 where none
     paths = backtrack(parents, emitted, order)  # (B, N, T')
@@ -301,16 +362,18 @@ def _finish(s: _Beam, fr: _Frames, scorers: Mapping[str, BatchScorer], weights: 
 
 def _search_batch(lp: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: int,
                   scorers: Mapping[str, BatchScorer], weights: Mapping[str, float], bonus: float,
-                  topk: Optional[int], min_logp: Optional[float], skip: Optional[float]) -> NBest:
+                  topk: Optional[int], min_logp: Optional[float], skip: Optional[float],
+                  cuda_graph: bool = False) -> NBest:
     threads = torch.get_num_threads()
     if lp.device.type == "cpu" and threads > 1:
         # Nearly every op works on a few thousand numbers: intra-op threads only add barriers
         # (2-5x slower measured on a loaded 2-core machine). Restored below.
         torch.set_num_threads(1)
     try:
-        fr = _Frames(lp, lengths, beam, topk, min_logp, skip)
-        s = _Beam(lp.shape[0], beam, fr.steps, fr.n_cand + 1, lp.dtype, lp.device, scorers, bonus)
-        _frame_loop(s, fr, scorers, weights)
+        rows = 4 if scorers or bonus != 0.0 else 3
+        fr = _Frames(lp.contiguous(), lengths, beam, topk, min_logp, skip, rows)
+        s = _Beam(lp.shape[0], beam, fr.steps, fr.n_cand, lp.dtype, lp.device, scorers, bonus)
+        _run_loop(s, fr, scorers, weights, cuda_graph)
         return _finish(s, fr, scorers, weights, nbest)
     finally:
         if torch.get_num_threads() != threads:
@@ -341,6 +404,7 @@ def ctc_prefix_beam_search(
     token_topk: Optional[int] = 8,
     token_min_logp: Optional[float] = -12.0,
     blank_skip_threshold: Optional[float] = 0.999,
+    cuda_graph: bool = False,
 ) -> NBest:
     """CTC prefix beam search over a padded batch, with optional shallow fusion.
 
@@ -349,10 +413,12 @@ def ctc_prefix_beam_search(
     scorers/weights: e.g. ``scorers={"lm": ngram}, weights={"lm": 0.5, "length_bonus": 1.0}`` gives
     ``score = log P_ctc + 0.5 log P_lm + 1.0 * #tokens`` (each scorer needs a weight; a weight of 0
     disables its scorer). Pruning: see the module docstring; ``token_topk=None,
-    token_min_logp=None, blank_skip_threshold=None`` searches exactly.
+    token_min_logp=None, blank_skip_threshold=None`` searches exactly. ``cuda_graph``: on CUDA,
+    capture the frame loop as a CUDA graph and replay it (same results; no effect elsewhere).
     Returns an :class:`NBest` (B, nbest) on the input's device, best first; ``to_lists()`` converts.
     Its token_frames are the input frame at which each token was emitted on the hypothesis's own
     surviving path. On CPU the call runs with ``torch.set_num_threads(1)`` and restores the setting.
+    For checked inputs (token list, special ids, numpy) use :func:`asrkit.search.decode_ctc`.
     """
     check_ctc_inputs(log_probs, lengths)
     if beam < 1:
@@ -369,4 +435,4 @@ def ctc_prefix_beam_search(
     lp = log_probs.to(dtype)
     return _search_split(lp, lengths.to(lp.device, torch.long), beam=beam, nbest=nbest, scorers=active,
                          weights=active_weights, bonus=bonus, topk=token_topk,
-                         min_logp=token_min_logp, skip=blank_skip_threshold)
+                         min_logp=token_min_logp, skip=blank_skip_threshold, cuda_graph=bool(cuda_graph))

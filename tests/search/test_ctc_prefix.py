@@ -480,13 +480,15 @@ def test_zero_frames_empty_batch_and_all_skipped_frames() -> None:
     assert got.lengths[0].tolist() == [1, 0, 0, 0] and got.tokens[0, 1:].eq(-1).all()
 
 
-def test_int32_lookup_tables_give_the_same_search(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Catches: a broken int32 path of the token -> column table (used above 2^21 entries: here
-    # 6 x 180 x 2000 frames x utterances x tokens), e.g. its columns not widened for the indexing.
+@pytest.mark.parametrize("lengths,skip", [([180, 180, 180], None), ([180, 150, 33], None), ([180, 150, 33], 0.999)])
+def test_large_vocab_reads_own_tokens_from_the_right_input_frames(lengths: list, skip: Optional[float],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # Catches: the log-prob of a hypothesis's own last token (read per step from the full input, not
+    # from the (B, T', C) candidate table) taken from the wrong utterance or frame, on each of the
+    # two paths: (B, V) frame views when no frame is skipped, flat offsets of compacted frames.
     gen = torch.Generator().manual_seed(25)
-    batch, frames, vocab = 6, 180, 2000
-    lp = peaky_log_probs(batch, frames, vocab, gen, dtype=torch.float32)
-    lengths = torch.tensor([180, 150, 90, 180, 33, 120])
+    lp = peaky_log_probs(3, 180, 2000, gen, dtype=torch.float32)
+    lengths_t = torch.tensor(lengths)
     made = []
     real = ctc_prefix._Frames
 
@@ -495,14 +497,11 @@ def test_int32_lookup_tables_give_the_same_search(monkeypatch: pytest.MonkeyPatc
         return made[-1]
 
     monkeypatch.setattr(ctc_prefix, "_Frames", spy)
-    got = ctc_prefix_beam_search(lp, lengths, beam=4, token_topk=4, token_min_logp=None, blank_skip_threshold=None)
-    assert made[0].posk[0].dtype == torch.int32  # the path under test was taken
-    # Catches: small tables made int32 too without the widening: int32 index tensors only work from
-    # torch 2.8 on (setup.py allows 2.1), so small tables stay int64.
-    ctc_prefix_beam_search(lp[:1, :20, :50], lengths[:1].clamp(max=20), beam=4)
-    assert made[1].posk[0].dtype == torch.int64
-    for b in (1, 4):  # the python reference is slow on 2000 tokens: two utterances
-        ref = ref_nbest(lp[b].double(), int(lengths[b]), 4, candidates=topk_candidates(lp[b].double(), 4))
+    got = ctc_prefix_beam_search(lp, lengths_t, beam=4, token_topk=4, token_min_logp=None, blank_skip_threshold=skip)
+    assert (made[0].lp_rows is not None) == (skip is None)  # frame views (+ padding bias) or flat offsets
+    for b in (1, 2):  # the python reference is slow on 2000 tokens: two utterances
+        ref = ref_nbest(lp[b].double(), int(lengths_t[b]), 4, candidates=topk_candidates(lp[b].double(), 4),
+                        skip_blank_above=skip)
         mine = got.to_lists()[b]
         assert [tuple(h.tokens) for h in mine][:1] == [r[0] for r in ref][:1]
         assert mine[0].score == pytest.approx(ref[0][1], abs=1e-3)
