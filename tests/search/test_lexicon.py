@@ -1,0 +1,169 @@
+"""Lexicon-constrained CTC prefix search (LexiconScorer) against a brute-force constrained search."""
+import itertools
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import asrkit.search.ctc_prefix as ctc_prefix
+from asrkit.search import ctc_prefix_beam_search
+from asrkit.search.lexicon import LexiconScorer
+from host_sync import no_host_sync
+
+MARK = "\u2581"
+CHARS = ["<blank>", "<unk>", "<sos/eos>", MARK, "A", "B", "C"]
+PIECES = ["<blank>", "<unk>", "<sos/eos>", MARK, MARK + "AB", MARK + "A", "B", "C", "A"]
+WORDS = ["AB", "BA", "C", "ABC", "CAB"]
+FIXTURES = Path(__file__).resolve().parents[1] / "lm" / "fixtures"
+
+
+def allowed(tokens, ids, words):
+    """The reference rule, token by token: letters stay on a prefix of a listed word; a word boundary and
+    <sos/eos> (which does not change the word) only where the word so far is empty or listed; no <unk>."""
+    part = ""
+    for i in ids:
+        tok = tokens[i]
+        if i == 1:
+            return False
+        if i == 2 or tok.startswith(MARK):
+            if part and part not in words:
+                return False
+            part = part if i == 2 else tok[1:]
+        else:
+            part += tok
+        if part and not any(w.startswith(part) for w in words):
+            return False
+    return not part or part in words
+
+
+def ctc_ll(lp, ids):
+    """Exact log P_ctc(ids | lp) (float64, torch's ctc_loss)."""
+    if not ids:
+        return float(lp[:, 0].sum())
+    loss = torch.nn.functional.ctc_loss(lp.double()[:, None], torch.tensor([ids]), torch.tensor([lp.shape[0]]),
+                                        torch.tensor([len(ids)]), reduction="sum", zero_infinity=False)
+    return -float(loss)
+
+
+def brute_force(lp, tokens, words):
+    """Best listed-words label sequence by exhaustive enumeration: (log-likelihood, ids)."""
+    frames, vocab = lp.shape
+    best = (-math.inf, None)
+    for n in range(frames + 1):
+        for ids in itertools.product(range(1, vocab), repeat=n):
+            ids = list(ids)
+            if allowed(tokens, ids, words):
+                ll = ctc_ll(lp, ids)
+                if ll > best[0]:
+                    best = (ll, ids)
+    return best
+
+
+@pytest.mark.parametrize("tokens", [CHARS, PIECES], ids=["chars", "pieces"])
+def test_lexicon_search_equals_brute_force(tokens):
+    gen = torch.Generator().manual_seed(3 + len(tokens))
+    lex = LexiconScorer(WORDS, tokens)
+    batch, frames = 6, 5
+    lp = (torch.randn(batch, frames, len(tokens), generator=gen) * 2).log_softmax(-1).double()
+    lengths = torch.tensor([5, 5, 4, 5, 3, 5])
+    out = ctc_prefix_beam_search(lp, lengths, beam=400, nbest=4, scorers={"lexicon": lex}, weights={"lexicon": 1.0},
+                                 token_topk=None, token_min_logp=None, blank_skip_threshold=None)
+    free = ctc_prefix_beam_search(lp, lengths, beam=64, nbest=1, token_topk=None, token_min_logp=None,
+                                  blank_skip_threshold=None)
+    differs = 0
+    for b, hyps in enumerate(out.to_lists()):
+        want_ll, want_ids = brute_force(lp[b, :lengths[b]], tokens, WORDS)
+        assert hyps[0].score == pytest.approx(want_ll, abs=1e-6)
+        assert "".join(tokens[i] for i in hyps[0].tokens) == "".join(tokens[i] for i in want_ids)
+        for h in hyps:  # every hypothesis is listed words, scored by CTC alone (the constraint adds 0)
+            assert allowed(tokens, h.tokens, WORDS)
+            assert h.score == pytest.approx(h.ctc_score, abs=1e-9)
+            assert h.ctc_score == pytest.approx(ctc_ll(lp[b, :lengths[b]], h.tokens), abs=1e-6)
+        differs += free.to_lists()[b][0].tokens != hyps[0].tokens
+    assert differs >= 2  # the constraint changed the answer on random inputs (else the test proves little)
+
+
+def test_scores_by_hand():
+    lex = LexiconScorer(WORDS, CHARS)
+    ids = {t: i for i, t in enumerate(CHARS)}
+    state = lex.init_state(1, 1, torch.device("cpu"))
+    every = torch.arange(len(CHARS))[None]
+    inf = -math.inf
+    # empty word: blank, boundary, </s> and the first letters of listed words; <unk> never
+    assert lex.score(state, every)[0].tolist() == [0.0, inf, 0.0, 0.0, 0.0, 0.0, 0.0]
+    state = lex.select_state(state, torch.tensor([0]), torch.tensor([ids["A"]]))
+    # "A": only "B" continues (AB, ABC); "A" is no word, so no boundary or </s>; -1 keeps the node
+    assert lex.score(state, every)[0].tolist() == [0.0, inf, inf, inf, inf, 0.0, inf]
+    assert lex.final_score(state).tolist() == [inf]
+    assert lex.select_state(state, torch.tensor([0]), torch.tensor([-1])).tolist() == state.tolist()
+    state = lex.select_state(state, torch.tensor([0]), torch.tensor([ids["B"]]))
+    assert lex.score(state, every)[0].tolist() == [0.0, inf, 0.0, 0.0, inf, inf, 0.0]  # AB ends, or ABC
+    assert lex.final_score(state).tolist() == [0.0]
+    state = lex.select_state(state, torch.tensor([0]), torch.tensor([ids[MARK]]))
+    assert state.tolist() == [0]  # a new, empty word
+
+
+@pytest.mark.parametrize("dense_max", [None, 0])
+def test_sparse_tables_equal_dense(dense_max):
+    kw = {} if dense_max is None else {"dense_max_entries": dense_max}
+    lex, ref = LexiconScorer(WORDS, PIECES, **kw), LexiconScorer(WORDS, PIECES)
+    assert lex.dense == (dense_max is None)
+    gen = torch.Generator().manual_seed(0)
+    s1 = lex.init_state(4, 1, torch.device("cpu"))
+    s2 = ref.init_state(4, 1, torch.device("cpu"))
+    every = torch.arange(len(PIECES)).expand(4, -1)
+    for _ in range(8):
+        assert torch.equal(lex.score(s1, every), ref.score(s2, every))
+        index = torch.randint(0, 4, (4,), generator=gen)
+        toks = torch.randint(-1, len(PIECES), (4,), generator=gen)
+        s1, s2 = lex.select_state(s1, index, toks), ref.select_state(s2, index, toks)
+        assert torch.equal(s1, s2)
+        assert torch.equal(lex.final_score(s1), ref.final_score(s2))
+
+
+def test_with_word_lm_no_host_sync_and_lm_scores_unchanged(monkeypatch):
+    """Lexicon + word LM in one search: no host sync; hypotheses are listed words and their fused score is
+    the CTC score plus the word LM's own score of the same tokens."""
+    from asrkit.lm import ngram_scorer
+
+    tokens = CHARS[:3] + [MARK] + list("ACDEGHMNOST")
+    words = ["THE", "CAT", "SAT", "ON", "MAT", "A", "DOG"]
+    lm = ngram_scorer(FIXTURES / "words_3gram.arpa", tokens, units="word", unk_offset=-5.0)
+    lex = LexiconScorer(words, tokens)
+    ran = []
+    monkeypatch.setattr(ctc_prefix, "_frame_loop", no_host_sync(ctc_prefix._frame_loop, ran))
+    gen = torch.Generator().manual_seed(2)
+    ids = {t: i for i, t in enumerate(tokens)}
+    lp = torch.randn(2, 30, len(tokens), generator=gen)
+    for b, text in enumerate(["THE CAT SAT", "A DOG ON MAT"]):
+        for i, ch in enumerate(text.replace(" ", MARK)):
+            lp[b, 2 * i, ids[ch]] += 5.0
+    lp = lp.log_softmax(-1)
+    out = ctc_prefix_beam_search(lp, torch.tensor([30, 30]), beam=8, nbest=3, scorers={"lm": lm, "lexicon": lex},
+                                 weights={"lm": 0.5, "lexicon": 1.0})
+    assert ran == ["_frame_loop"]
+    for hyps in out.to_lists():
+        for h in hyps:
+            assert allowed(tokens, h.tokens, words)
+            state, total = lm.init_state(1, 1, torch.device("cpu")), 0.0
+            for t in h.tokens:
+                total += float(lm.score(state, torch.tensor([[t]]))[0, 0])
+                state = lm.select_state(state, torch.tensor([0]), torch.tensor([t]))
+            total += float(lm.final_score(state)[0])
+            assert h.score - h.ctc_score == pytest.approx(0.5 * total, abs=1e-3)
+
+
+def test_errors_name_what_is_wrong():
+    with pytest.raises(ValueError, match="no token starts with"):
+        LexiconScorer(WORDS, ["<blank>", "A", "B"])
+    with pytest.raises(ValueError, match="several marks"):
+        LexiconScorer(WORDS, ["<blank>", MARK, "|", "A"])
+    with pytest.raises(ValueError, match="empty"):
+        LexiconScorer([" ", ""], CHARS)
+    with pytest.raises(ValueError, match="no word of the list can be spelled"):
+        LexiconScorer(["xyz"], CHARS)
+    with pytest.warns(UserWarning, match="1 of 2 words"):
+        LexiconScorer(["AB", "ZZ"], CHARS)
+    lex = LexiconScorer(["AB"], ["<blank>", "|", "A", "B"])  # '|' found as the boundary
+    assert lex.word_boundary == "|"
