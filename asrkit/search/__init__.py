@@ -1,8 +1,10 @@
 """Batch-first decoding: greedy and prefix beam search over CTC outputs, label-synchronous
 (joint CTC/attention) beam search, attention rescoring, fused scorers.
 
-Imports torch only; models and LMs meet :class:`BatchScorer` structurally.
+Imports torch only; models and LMs meet :class:`BatchScorer` structurally. :func:`decode_ctc` is the
+checked entry point for library users (token list, special ids, numpy input).
 """
+from asrkit.search.api import Decoded, decode_ctc
 from asrkit.search.beam_search import beam_search, joint_beam_search
 from asrkit.search.ctc_prefix import ctc_prefix_beam_search
 from asrkit.search.ctc_prefix_score import CTCPrefixScorer, CTCPrefixState
@@ -18,6 +20,7 @@ __all__ = [
     "CTCPrefixState",
     "DecoderScorer",
     "DecoderScorerState",
+    "Decoded",
     "Hypothesis",
     "LengthBonus",
     "NBest",
@@ -26,6 +29,7 @@ __all__ = [
     "beam_search",
     "ctc_greedy_search",
     "ctc_prefix_beam_search",
+    "decode_ctc",
     "greedy_search",
     "joint_beam_search",
 ]

@@ -102,15 +102,22 @@ class _Frames:
         at = frame.clamp(min=0)
         rows = (torch.arange(batch, device=dev)[:, None] * frames + at).flatten()  # (B*T',) input rows
         flat = lp.reshape(batch * frames, vocab)
-        # The only full-size reads: one topk per kept frame (a row copy only when frames were dropped).
         identity = width == frames and skip is None  # step i reads input frame i
-        src = flat if identity else flat.index_select(0, rows)
         self.n_cand = n_cand = vocab - 1 if topk is None else max(1, min(topk, vocab - 1))
         if n_cand < vocab - 1:
-            cval, cidx = src[:, 1:].topk(n_cand, 1, True, False)
+            # The one full-size read: a topk per kept frame. Kept rows are copied in chunks of about
+            # 2**20 numbers (one large copy costs more in page faults than the topk it saves).
+            if identity:
+                cval, cidx = flat[:, 1:].topk(n_cand, 1, True, False)  # (B*T, C)
+            else:
+                step = max(1, (1 << 20) // vocab)
+                parts = [flat.index_select(0, rows[r:r + step])[:, 1:].topk(n_cand, 1, True, False)
+                         for r in range(0, rows.shape[0], step)]
+                cval = torch.cat([p[0] for p in parts]) if parts else flat.new_empty((0, n_cand))
+                cidx = torch.cat([p[1] for p in parts]) if parts else rows.new_empty((0, n_cand))
             ctok = (cidx + 1).view(batch, width, n_cand)
-        else:
-            cval = src[:, 1:]
+        else:  # exact search: every token is a candidate
+            cval = (flat if identity else flat.index_select(0, rows))[:, 1:]
             ctok = torch.arange(1, vocab, device=dev).expand(batch, width, n_cand)
         cval = cval.reshape(batch, width, n_cand)
         drop = ~real[..., None]  # padding frames create nothing

@@ -1,0 +1,156 @@
+"""asrkit.search.decode_ctc: the README example, conversions, special ids and every input error."""
+from __future__ import annotations
+
+import math
+import pathlib
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from asrkit.search import ctc_prefix_beam_search, decode_ctc
+from reference_ctc_prefix import reference_prefix_search
+from test_ctc_prefix import BigramScorer, peaky_log_probs
+
+README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+CHARS = ["<blank>", "<unk>", "'", " ", "a", "b", "c"]
+
+
+def spelled(text_ids, vocab: int, frames_per: int = 2, eps: float = 1e-3) -> torch.Tensor:
+    """(T, V) log-probs spelling the ids: each id for `frames_per` frames then a blank frame."""
+    path = []
+    for i in text_ids:
+        path += [i] * frames_per + [0]
+    probs = torch.full((len(path), vocab), eps / (vocab - 1), dtype=torch.float64)
+    probs[torch.arange(len(path)), torch.tensor(path)] = 1 - eps
+    return probs.log()
+
+
+def test_the_readme_example_runs_as_written() -> None:
+    # Catches: a README example that no longer runs or no longer gives the text (it is executed
+    # exactly as printed, with pyctcdecode-style labels: "" is the blank).
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    example = [b for b in blocks if "decode_ctc(" in b]
+    assert example, "README has no decode_ctc example"
+    labels = ["", "a", "b", " ", "'"]
+    utts = [[1, 2, 3, 2], [4, 1, 1, 2], [2]]
+    rows = [spelled(u, 5) for u in utts]
+    frames = max(r.shape[0] for r in rows)
+    log_probs = np.full((3, frames, 5), math.log(1e-9 / 4), dtype=np.float32)
+    log_probs[..., 0] = math.log(1 - 1e-9)
+    for b, r in enumerate(rows):
+        log_probs[b, :r.shape[0]] = r.numpy()
+    lengths = np.array([r.shape[0] for r in rows])
+    scope = {"log_probs": log_probs, "lengths": lengths, "labels": labels}
+    exec(example[0], scope)  # noqa: S102 (our own README)
+    assert scope["texts"] == ["ab b", "'aab", "b"]
+
+
+def test_equals_the_reference_search_with_numpy_and_list_inputs() -> None:
+    # Catches: numpy or list inputs converted wrongly (dtype, transposed), lengths ignored, ids or
+    # text not those of the reference's best prefix.
+    gen = torch.Generator().manual_seed(1)
+    lp = peaky_log_probs(3, 30, 7, gen)
+    lengths = [30, 17, 4]
+    want = [reference_prefix_search(lp[b, :n].tolist(), 6)[0] for b, n in enumerate(lengths)]
+    for args in ((lp, torch.tensor(lengths)), (lp.numpy(), np.array(lengths)), (lp.tolist(), lengths)):
+        got = decode_ctc(*args, CHARS, beam=6, token_topk=None, token_min_logp=None, blank_skip_threshold=None)
+        for b in range(3):
+            assert tuple(got[b][0].tokens) == want[b][0]
+            assert got[b][0].score == pytest.approx(want[b][1], abs=1e-4)
+            assert got[b][0].text == " ".join("".join(CHARS[i] for i in want[b][0]).split())
+
+
+def test_a_blank_at_another_id_is_moved_and_ids_are_mapped_back() -> None:
+    # Catches: blank_id ignored (id 0 searched as the blank), or token ids returned in the
+    # permuted order instead of the caller's.
+    gen = torch.Generator().manual_seed(2)
+    lp = peaky_log_probs(2, 25, 6, gen)  # blank at 0 here ...
+    order = [1, 2, 3, 4, 5, 0]  # ... and at 5 in the caller's layout
+    moved = lp[..., order]
+    tokens = ["a", "b", "c", "d", "e", "<pad>"]
+    got = decode_ctc(moved, None, tokens, beam=5, blank_id=5)
+    want = ctc_prefix_beam_search(lp, torch.tensor([25, 25]), beam=5, nbest=1).to_lists()
+    for b in range(2):
+        assert [order.index(order[i - 1]) for i in want[b][0].tokens] == got[b][0].tokens
+        assert got[b][0].text == "".join(tokens[i] for i in got[b][0].tokens)
+    assert decode_ctc(moved, None, tokens, beam=5)[0][0].tokens == got[0][0].tokens  # "<pad>" found by name
+
+
+def test_an_lm_scorer_is_fused_with_its_weight() -> None:
+    # Catches: lm or lm_weight / length_bonus not passed on to the search.
+    gen = torch.Generator().manual_seed(3)
+    lp = peaky_log_probs(2, 20, 7, gen)
+    lm = BigramScorer(7, gen)
+    got = decode_ctc(lp, [20, 11], CHARS, beam=4, nbest=4, lm=lm, lm_weight=0.7, length_bonus=0.3)
+    want = ctc_prefix_beam_search(lp, torch.tensor([20, 11]), beam=4, scorers={"lm": lm},
+                                  weights={"lm": 0.7, "length_bonus": 0.3}).to_lists()
+    for b in range(2):
+        assert [h.tokens for h in got[b]] == [h.tokens for h in want[b]]
+        assert [h.score for h in got[b]] == pytest.approx([h.score for h in want[b]], abs=1e-6)
+
+
+LP = torch.zeros(1, 6, 7).log_softmax(-1)
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(tokens=CHARS[:-1]), ValueError, "token list has 6 entries but log_probs has 7 classes"),
+    (dict(tokens=None), ValueError, "tokens .* is required"),
+    (dict(unk_id=3), ValueError, "unk_id=3 is the token ' ', but the token list has '<unk>' at id 1"),
+    (dict(tokens=["<blank>", " ", "'", "a", "b", "c", "d"], unk_id=1), ValueError, "unk_id=1 is the token ' ', an ordinary symbol"),
+    (dict(tokens=["<blank>", " ", "'", "a", "b", "c", "d"], eos_id=2), ValueError, "eos_id=2 is the token \"'\", an ordinary symbol"),
+    (dict(tokens=["<blank>", "<unk>", "<sos/eos>", "a", "b", "c", "d"], eos_id=1), ValueError, "eos_id=1 is the token '<unk>'"),
+    (dict(blank_id=7), ValueError, "blank_id=7 is outside the token list \\(ids 0..6\\)"),
+    (dict(blank_id=2), ValueError, "blank_id=2 is the token \"'\", but the token list has '<blank>' at id 0"),
+    (dict(unk_id=1.0), TypeError, "unk_id must be an int or None, got float"),
+    (dict(tokens=["x", "<unk>", "'", " ", "a", "b", "c"]), ValueError, "blank_id: no token named"),
+    (dict(tokens=["<blank>", "<unk>", "<unk>", " ", "a", "b", "c"]), ValueError, "unk_id: the token list has several"),
+    (dict(tokens=["<blank>", "<unk>", "'", " ", "a", "b", "c"], blank_id=0, unk_id=1, eos_id=1), ValueError,
+     "unk_id and eos_id are both 1 \\('<unk>'\\)"),
+    (dict(lengths=[6.5]), ValueError, "lengths must be whole numbers"),
+    (dict(lengths=[7]), ValueError, "utterance 0 .*length 7 outside \\[0, 6\\]"),
+    (dict(lengths=[6, 6]), ValueError, "lengths must be \\(1,\\)"),
+    (dict(log_probs=LP.exp()), ValueError, "frame 0: log_probs look like probabilities .*sums to 1.0000"),
+    (dict(log_probs=LP + 3.0), ValueError, "frame 0: log_probs has a positive value .*logits"),
+    (dict(log_probs=LP - 2.0), ValueError, "not normalised \\(log sum exp = -2"),
+    (dict(log_probs=LP.long()), ValueError, "floating point"),
+    (dict(log_probs="abc"), TypeError, "log_probs must be a torch tensor, a numpy array"),
+    (dict(lm="lm.arpa"), TypeError, "asrkit.lm.ngram_scorer\\('lm.arpa', tokens"),
+    (dict(lm=object()), TypeError, "BatchScorer protocol"),
+])
+def test_bad_inputs_are_named(kwargs: dict, error: type, match: str) -> None:
+    args = dict(log_probs=LP, lengths=[6], tokens=CHARS)
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        decode_ctc(args.pop("log_probs"), args.pop("lengths"), args.pop("tokens"), **args)
+
+
+def test_positive_values_are_found_on_valid_frames_only() -> None:
+    # Catches: padding frames past an utterance's length (often zero-filled garbage) rejected; a
+    # positive value on a later valid frame of a later utterance missed or misplaced.
+    lp = LP.expand(2, 6, 7).clone()
+    lp[0, 4:] = 5.0  # padding of utterance 0 (length 4)
+    assert decode_ctc(lp, [4, 6], CHARS)[0][0].tokens is not None
+    lp[1, 3, 2] = 0.5
+    with pytest.raises(ValueError, match="utterance 1 \\(batch row 1\\), frame 3: log_probs has a positive value"):
+        decode_ctc(lp, [4, 6], CHARS)
+
+
+def test_an_lm_built_with_other_special_ids_is_refused() -> None:
+    # Catches: an LM scorer whose unk / end-of-sentence ids differ from the token list's used silently
+    # (the issue's "every apostrophe scored as end of sentence").
+    gen = torch.Generator().manual_seed(4)
+    lm = BigramScorer(7, gen)
+    lm.sos_eos_id, lm.unk_id = 2, 1
+    tokens = ["<blank>", "<unk>", "'", "<sos/eos>", "a", "b", "c"]
+    with pytest.raises(ValueError, match="built with sos_eos_id=2, but eos_id is 3"):
+        decode_ctc(LP, [6], tokens, lm=lm)
+    lm.sos_eos_id = 3
+    decode_ctc(LP, [6], tokens, lm=lm)
+
+
+def test_eos_id_none_is_accepted_and_a_2d_input_is_one_utterance() -> None:
+    # Catches: eos_id=None failing (the issue's TypeError), a (T, V) input not taken as one utterance.
+    got = decode_ctc(spelled([4, 5], 7).float(), None, CHARS, eos_id=None)
+    assert len(got) == 1 and got[0][0].text == "ab" and got[0][0].tokens == [4, 5]
