@@ -2,7 +2,7 @@
 
 * :func:`load_ngram` / :class:`NgramLM` — ARPA (plain or gzip) -> device tensors with batched back-off lookup.
 * :class:`NgramScorer` — the LM's words are the tokenizer's tokens (``--units token``).
-* :class:`WordNgramScorer` — a word LM applied at the word boundaries ("▁", "|" or " ") of char/sentencepiece tokens.
+* :class:`WordNgramScorer` — a word LM applied at the word boundaries ("▁", "|" or " ") of char/BPE tokens.
 * :func:`ngram_scorer` — pick and build one of the two from a path.
 * :class:`LSTMLM` / :class:`TransformerLM` (``asrkit train-lm``), :func:`load_neural_lm` and :class:`NeuralLMScorer`.
 """
@@ -20,7 +20,8 @@ from asrkit.lm.neural import (LSTMLM, NeuralLMScorer, NeuralLMState, Transformer
 from asrkit.lm.word_ngram import BOUNDARY_MARKS, DEFAULT_UNK_OFFSET, WordNgramScorer, WordNgramState
 
 __all__ = ["ArpaError", "ArpaLM", "read_arpa", "LN10", "NgramLM", "NgramScorer", "NgramState", "NgramStates",
-           "load_ngram", "BOUNDARY_MARKS", "DEFAULT_UNK_OFFSET", "WordNgramScorer", "WordNgramState", "ngram_scorer", "LSTMLM", "TransformerLM",
+           "load_ngram", "BOUNDARY_MARKS", "DEFAULT_UNK_OFFSET", "WordNgramScorer", "WordNgramState", "ngram_scorer",
+           "LSTMLM", "TransformerLM",
            "NeuralLMScorer", "NeuralLMState", "build_lm", "load_neural_lm", "make_lm_batch", "sentence_log_likelihood"]
 
 

@@ -364,15 +364,15 @@ class NgramLM(torch.nn.Module):
         return lp, t.next_state.take(row)
 
     def word_logprob(self, states: torch.Tensor, words: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`state_logprob` for one word per state: ``states`` (R,), ``words`` (R,) -> (R,) ln P, (R,) next
-        state. The same single searchsorted with fewer ops (it runs once per search step in a word scorer)."""
+        """:meth:`state_logprob` for one word per state: ``states`` (R,), ``words`` (R, 1) -> (R, 1) ln P and
+        (R, 1) next state. The same single searchsorted in fewer ops (a word scorer runs it every search step)."""
         t = self.state_tables()
-        query = t.chain_keys.index_select(0, states).add_(words.unsqueeze(1))  # (R, order)
+        query = t.chain_keys.index_select(0, states).add_(words)  # (R, order)
         pos = torch.searchsorted(t.keys, query)  # sentinel at the end: pos is always a valid row
         # the matching columns are the last ones (suffix closure): the first match is the longest
         col = torch.eq(t.keys.take(pos), query).max(1, keepdim=True)[1]  # (R, 1)
-        row = pos.gather(1, col).squeeze(1)
-        lp = t.prob.take(row) + t.backoff.index_select(0, states).gather(1, col).squeeze(1)
+        row = pos.gather(1, col)
+        lp = t.prob.take(row) + t.backoff.index_select(0, states).gather(1, col)
         return lp, t.next_state.take(row)
 
     def sentence_logprobs(self, words: Sequence[str], eos: bool = True) -> List[float]:

@@ -36,9 +36,10 @@ needed).
 that no LM word starts with (their look-ahead is then ``<unk>``'s plus the offset): a negative
 offset keeps the search from spelling out-of-vocabulary words, as pyctcdecode's
 ``unk_score_offset`` does. With 0 (the LM's own ``<unk>`` score) a misspelt word is often cheaper
-than two real ones, and the search glues words together. Default :data:`DEFAULT_UNK_OFFSET`,
-measured: WER on the char benchmark (tools/bench_decode.py, word 3-gram, weight 0.5, beam 10)
-falls from 11.6% at 0 to 2.3% at -10, and stays there to -23.
+than two real ones, and the search glues words together. Default :data:`DEFAULT_UNK_OFFSET` = -10,
+measured with tools/bench_decode.py's text inputs (32 held-out utterances, word 3-gram, weight 0.5,
+beam 10), WER at offsets 0 / -5 / -10 / -15 / -23: chars 11.6 / 7.2 / 5.3 / 5.4 / 5.4%, BPE-500
+6.9 / 3.7 / 3.4 / 3.0 / 3.3%.
 """
 from __future__ import annotations
 
@@ -102,12 +103,12 @@ def _show(items: Sequence[str], limit: int = 12) -> str:
 class WordNgramState(NamedTuple):
     """Per-hypothesis state (leading dim N)."""
 
-    ints: torch.Tensor  # (N, 3) int64: trie node * (V+1), LM state of the completed words, LM state after closing
-    floats: torch.Tensor  # (N, 4): what a letter / boundary / </s> token adds beside LA(next node) (see score),
-    #                      and the final score
+    ints: torch.Tensor  # (N, 3) int64: trie node, LM state of the completed words, LM state after closing
+    floats: torch.Tensor  # (N, 3): what a letter, a boundary, </s> adds beside the trie's look-ahead (see score)
 
     @property
-    def node_base(self) -> torch.Tensor:
+    def node(self) -> torch.Tensor:
+        """(N,) trie node of the partial word (0: empty)."""
         return self.ints[:, 0]
 
     @property
@@ -143,14 +144,16 @@ class WordNgramScorer:
         blank_id = find_special(token_list, blank_id, (), "blank_id")
         unk_id = find_special(token_list, unk_id, _UNK_NAMES, "unk_id")
         sos_eos_id = find_special(token_list, sos_eos_id, _EOS_NAMES, "sos_eos_id")
-        if len({blank_id, unk_id, sos_eos_id} - {None}) < len([i for i in (blank_id, unk_id, sos_eos_id) if i is not None]):
+        given = [i for i in (blank_id, unk_id, sos_eos_id) if i is not None]
+        if len(set(given)) < len(given):
             raise ValueError(f"blank_id={blank_id}, unk_id={unk_id}, sos_eos_id={sos_eos_id}: two are the same token")
         special = (blank_id, unk_id, sos_eos_id)
-        self.word_boundary = mark = find_boundary(token_list, special, word_boundary)
+        marks = BOUNDARY_MARKS if word_boundary is None else (word_boundary,)
         for name, i in (("unk_id", unk_id), ("sos_eos_id", sos_eos_id)):
-            if i is not None and token_list[i].startswith(mark):
+            if i is not None and token_list[i] and token_list[i].startswith(marks):
                 raise ValueError(f"{name}={i} is token {token_list[i]!r}, a word boundary: pass the id of the "
                                  f"tokenizer's {'<unk>' if name == 'unk_id' else '<sos/eos>'} token (or None)")
+        self.word_boundary = mark = find_boundary(token_list, special, word_boundary)
         self.blank_id, self.unk_id, self.sos_eos_id = blank_id, unk_id, sos_eos_id
         kinds: List[int] = []
         letters: List[Optional[str]] = []  # None: the <unk> token (no LM word has it)
@@ -228,8 +231,11 @@ class WordNgramScorer:
             if edges:
                 src, col = np.array(list(edges.keys())).T
                 table[src, col] = list(edges.values())
-            self.trans = torch.from_numpy(table.reshape(-1)).to(dev)  # (nodes * (V+1),)
-            self.la_next = torch.tensor(la, dtype=torch.float32, device=dev).take(self.trans)  # LA(next node)
+            la_next = np.array(la, dtype=np.float32)[table]
+            la_next[:, col_kind == END] = 0.0  # </s>: the final score alone (see score)
+            self.trans = torch.from_numpy(table.reshape(-1)).to(dev)  # (nodes * (V+1),) read at node * (V+1) + col
+            # read by score at node * (V+1) + token (>= 0): the flat table one entry early
+            self.la_next = torch.from_numpy(la_next.reshape(-1)).to(dev)[1:]
         else:
             keys = sorted((src * width + col, dst) for (src, col), dst in edges.items())
             self.edge_keys = torch.tensor([k for k, _ in keys] + [torch.iinfo(torch.int64).max], dtype=torch.long,
@@ -237,23 +243,22 @@ class WordNgramScorer:
             self.edge_dst = torch.tensor([d for _, d in keys] + [SINK], dtype=torch.long, device=dev)
             self.col_stay = torch.tensor((col_kind == SKIP) | (col_kind == END), device=dev)
             self.col_start = torch.tensor([ROOT] + start_node, dtype=torch.long, device=dev)
-            self.col_is_start = torch.tensor(col_kind == START, device=dev)
-        # score: LA(next) + floats[row, TOKEN_SLOT[token]]; letters/blank -> -LA(node), boundary -> close,
-        # </s> -> final - LA(node) (blank and </s> keep the node, so LA(next) = LA(node))
+            self.col_is_end = torch.tensor(col_kind == END, device=dev)
+        # score: LA(next) + floats[row, slot of the token]: letters and blank -LA(node), a boundary the closing
+        # term, </s> the final score (its LA(next) is 0)
         slot = {SKIP: 0, CONT: 0, START: 1, END: 2}
         self.token_slot = torch.tensor([slot[k] for k in kinds], dtype=torch.long, device=dev)  # (V,)
-        self.col_starts = torch.tensor(col_kind == START, dtype=torch.long, device=dev)  # (V+1,) 0/1
+        self.col_is_start = torch.tensor(col_kind == START, device=dev)  # (V+1,)
         la_t = torch.tensor(la, dtype=torch.float32, device=dev)
-        off = torch.tensor(word, device=dev) == lm.unk_id
-        # per node: (word id, node * (V+1)); (unk offset - LA, -LA); is the node a non-empty word
-        self.node_ints = torch.stack([torch.tensor(word, dtype=torch.long, device=dev),
-                                      torch.arange(n_nodes, dtype=torch.long, device=dev) * width], 1)
-        self.node_floats = torch.stack([torch.where(off, self.unk_offset, 0.0) - la_t, -la_t], 1)
+        word_t = torch.tensor(word, dtype=torch.long, device=dev)
+        self.node_word = word_t.unsqueeze(1)  # (nodes, 1)
+        self.node_c0 = torch.where(word_t == lm.unk_id, self.unk_offset, 0.0) - la_t  # (nodes,) unk offset - LA
+        self.node_neg_la = -la_t
         self.node_open = torch.arange(n_nodes, device=dev) != ROOT
         self.la = la_t
 
-    _TENSORS = ("trans", "la_next", "edge_keys", "edge_dst", "col_stay", "col_start", "col_is_start", "token_slot",
-                "col_starts", "node_ints", "node_floats", "node_open", "la")
+    _TENSORS = ("trans", "la_next", "edge_keys", "edge_dst", "col_stay", "col_start", "col_is_start", "col_is_end",
+                "token_slot", "node_word", "node_c0", "node_neg_la", "node_open", "la")
 
     def _to(self, device: torch.device) -> None:
         device = torch.device(device)
@@ -263,29 +268,26 @@ class WordNgramScorer:
             if hasattr(self, name):
                 setattr(self, name, getattr(self, name).to(device))
 
-    def _next_node(self, base: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
-        """Node after column ``col`` (token + 1; 0 = no change) from nodes ``base`` = node * (V+1); broadcasts."""
+    def _next_node(self, node: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+        """Trie node after columns ``col`` = token + 1 (0: the search's -1, no change) from ``node``; broadcasts."""
         if self.dense:
-            return self.trans.take(base + col)
-        key = base + col
+            return self.trans.take(torch.add(col, node, alpha=self.width))
+        key = torch.add(col, node, alpha=self.width)
         pos = torch.searchsorted(self.edge_keys, key)
-        node = torch.div(base, self.width, rounding_mode="floor")
         other = torch.where(self.col_is_start.take(col), self.col_start.take(col),
                             torch.where(self.col_stay.take(col), node, SINK))
         return torch.where(self.edge_keys.take(pos) == key, self.edge_dst.take(pos), other)
 
     def _state(self, node: torch.Tensor, hist: torch.Tensor) -> WordNgramState:
         """The state of trie nodes ``node`` (M,) after LM states ``hist`` (M,): one n-gram lookup."""
-        ni = self.node_ints.index_select(0, node)  # (M, 2) word id, node base
-        nf = self.node_floats.index_select(0, node)  # (M, 2) unk offset - LA, -LA
-        lp, closed = self.lm.word_logprob(hist, ni[:, 0])
-        is_open = self.node_open.take(node)
-        close = torch.where(is_open, lp + nf[:, 0], 0.0)  # ln P(word | hist) (+ offset) - LA(word)
-        closed = torch.where(is_open, closed, hist)
+        lp, closed = self.lm.word_logprob(hist, self.node_word.index_select(0, node))  # (M, 1) each
+        node1, hist1 = node.unsqueeze(1), hist.unsqueeze(1)
+        is_open = self.node_open.take(node1)
+        close = torch.where(is_open, lp + self.node_c0.take(node1), 0.0)  # ln P(word | hist) (+ offset) - LA(word)
+        closed = torch.where(is_open, closed, hist1)
         final = self.lm.state_eos.take(closed) + close
-        ints = torch.stack([ni[:, 1], hist, closed], 1)
-        floats = torch.stack([nf[:, 1], close, final + nf[:, 1], final], 1)
-        return WordNgramState(ints, floats)
+        return WordNgramState(torch.cat([node1, hist1, closed], 1),
+                              torch.cat([self.node_neg_la.take(node1), close, final], 1))
 
     # -- protocol --
     def init_state(self, batch: int, beam: int, device: torch.device) -> WordNgramState:
@@ -296,19 +298,22 @@ class WordNgramScorer:
 
     def score(self, state: WordNgramState, tokens: torch.Tensor) -> torch.Tensor:
         """tokens (N, C) -> (N, C) ln-score of appending each token (see module docstring)."""
-        col = tokens + 1
-        base = state.ints[:, :1]
-        la_next = self.la_next.take(base + col) if self.dense else self.la.take(self._next_node(base, col))
+        node = state.ints[:, :1]
+        if self.dense:
+            la_next = self.la_next.take(torch.add(tokens, node, alpha=self.width))
+        else:
+            col = tokens + 1
+            la_next = torch.where(self.col_is_end.take(col), 0.0, self.la.take(self._next_node(node, col)))
         return la_next + state.floats.gather(1, self.token_slot.take(tokens))
 
     def select_state(self, state: WordNgramState, index: torch.Tensor, tokens: torch.Tensor) -> WordNgramState:
         """Rows ``index`` (M,) extended by ``tokens`` (M,); -1, blank and sos/eos leave a row unchanged."""
         ints = state.ints.index_select(0, index)  # (M, 3)
-        col = tokens + 1  # (M,) 0 for -1
+        col = tokens + 1  # 0 for -1
         node = self._next_node(ints[:, 0], col)
-        hist = ints[:, 1:].gather(1, self.col_starts.take(col).unsqueeze(1)).squeeze(1)  # closed on a boundary
+        hist = torch.where(self.col_is_start.take(col), ints[:, 2], ints[:, 1])  # a boundary closes the word
         return self._state(node, hist)
 
     def final_score(self, state: WordNgramState) -> torch.Tensor:
         """(N,) score of ending here: the partial word (minus its lookahead) and then </s>."""
-        return state.floats[:, 3]
+        return state.floats[:, 2]

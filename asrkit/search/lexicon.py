@@ -24,6 +24,7 @@ For open vocabularies use the word LM's ``unk_offset`` instead, which only penal
 """
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -168,6 +169,24 @@ class LexiconScorer:
         """(N,) 0 where the hypothesis ends after a whole word (or nothing), -inf inside a word."""
         node = torch.div(state, self.width, rounding_mode="floor")
         return torch.where(self.is_word.take(node), 0.0, NEG_INF)
+
+
+def read_word_list(path: str | os.PathLike) -> List[str]:
+    """Words of a word-list file: the first field of each non-empty line, so a plain list (one word a line)
+    and a lexicon file (``WORD  W O R D |``, flashlight's format) both work. Errors name the file and line."""
+    words = []
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}:{lineno}: not UTF-8 ({exc.reason})") from None
+            fields = line.split()
+            if fields:
+                words.append(fields[0])
+    if not words:
+        raise ValueError(f"{path}: the word list is empty")
+    return words
 
 
 def _special(tokens: Sequence[str], given: Optional[int], names: Sequence[str], what: str) -> Optional[int]:

@@ -51,12 +51,12 @@ def test_word_state_is_context_state_ids():
     assert state.hist_state.tolist() == state.closed_state.tolist() == [lm.bos_id]
     for ch in "THE":
         state = scorer.select_state(state, torch.tensor([0]), torch.tensor([ids[ch]]))
-    assert state.hist_state.tolist() == [lm.bos_id] and state.node_base.tolist() != [0]
+    assert state.hist_state.tolist() == [lm.bos_id] and state.node.tolist() != [0]
     _, closed = lm.state_logprob(torch.tensor([lm.bos_id]), torch.tensor([[lm.index("THE")]]))
     assert state.closed_state.tolist() == closed[:, 0].tolist()
     state = scorer.select_state(state, torch.tensor([0]), torch.tensor([ids["\u2581"]]))
     assert state.hist_state.tolist() == state.closed_state.tolist() == closed[:, 0].tolist()
-    assert state.node_base.tolist() == [0]  # the empty word: the trie's root
+    assert state.node.tolist() == [0]  # the empty word: the trie's root
 
 
 def forbid_host_sync(monkeypatch, scorer, ran):

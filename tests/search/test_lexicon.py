@@ -167,3 +167,21 @@ def test_errors_name_what_is_wrong():
         LexiconScorer(["AB", "ZZ"], CHARS)
     lex = LexiconScorer(["AB"], ["<blank>", "|", "A", "B"])  # '|' found as the boundary
     assert lex.word_boundary == "|"
+
+
+def test_read_word_list(tmp_path):
+    from asrkit.search.lexicon import read_word_list
+
+    plain, lex = tmp_path / "words.txt", tmp_path / "lexicon.txt"
+    plain.write_text("AB\n\nBA\n  C  \n", encoding="utf-8")
+    lex.write_text("AB A B |\nABC A B C |\n", encoding="utf-8")
+    assert read_word_list(plain) == ["AB", "BA", "C"]
+    assert read_word_list(lex) == ["AB", "ABC"]
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n \n", encoding="utf-8")
+    with pytest.raises(ValueError, match="empty.txt: the word list is empty"):
+        read_word_list(empty)
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"AB\n\xff\xfe\n")
+    with pytest.raises(ValueError, match="bad.txt:2: not UTF-8"):
+        read_word_list(bad)
