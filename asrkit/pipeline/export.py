@@ -17,11 +17,11 @@ Exporters, and why:
 
 * ONNX: ``torch.onnx.export(dynamo=True)`` (torch.export + onnxscript). The TorchScript-based exporter
   cannot translate the complex ``torch.stft`` of the log-mel frontend; the dynamo exporter can, and it keeps
-  the batch and length symbolic. BiLSTM encoders are refused: ``pack_padded_sequence`` does not go through
-  torch.export (export those to TorchScript).
+  the batch and length symbolic. ``pack_padded_sequence`` does not go through torch.export, so a BiLSTM
+  encoder is exported as :class:`UnpackedBLSTM` (the same weights and outputs, without packing).
 * TorchScript: ``torch.jit.trace``. The model code is not scriptable (protocols, optional callables), and
-  tracing records sizes symbolically, so the traced graph takes any batch and length; it also traces packed
-  BiLSTMs.
+  tracing records arithmetic on sizes, so the traced graph takes any batch and length (Python branches on a
+  size are baked in: the graph avoids those that matter, see :class:`CtcLogProbs`).
 
 Security: loading a TorchScript file runs the code stored in it, as ``torch.jit.load`` always does; load only
 files you trust. ONNX is a data format interpreted by onnxruntime: it is the format for untrusted models.
@@ -33,6 +33,7 @@ import logging
 import os
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
@@ -58,8 +59,54 @@ class ExportError(ValueError):
     """A model that cannot be exported, or a file that is not a usable export; the message says which and why."""
 
 
+def _one_direction(lstm: nn.LSTM, suffix: str) -> nn.LSTM:
+    """A unidirectional one-layer LSTM with the weights of one direction of ``lstm`` (suffix "" or "_reverse")."""
+    one = nn.LSTM(lstm.input_size, lstm.hidden_size, batch_first=True)
+    names = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")
+    one.load_state_dict({n: getattr(lstm, n + suffix).detach().clone() for n in names})
+    return one
+
+
+class UnpackedBLSTM(nn.Module):
+    """:class:`~asrkit.nets.lstm.BLSTMEncoder` without packed sequences, which torch.export cannot trace.
+
+    The forward direction runs over the padded batch (an LSTM reads left to right, so frames past a row's end
+    cannot change its valid outputs); the backward direction runs over each row reversed within its own length
+    (valid frames first), and its outputs are put back in order. Padding is zeroed after every layer, as
+    ``pad_packed_sequence`` leaves it, so pyramid steps pair an odd row's last frame with zeros as in eager.
+    Equal to the packed encoder on valid frames (checked by the export tests).
+    """
+
+    def __init__(self, encoder: BLSTMEncoder):
+        super().__init__()
+        self.subsampling = encoder.subsampling
+        self.pyramid_layers = encoder.pyramid_layers
+        self.forward_lstms = nn.ModuleList(_one_direction(lstm, "") for lstm in encoder.layers)
+        self.backward_lstms = nn.ModuleList(_one_direction(lstm, "_reverse") for lstm in encoder.layers)
+
+    def forward(self, feats: Tensor, feat_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        """feats (B, T, F), feat_lens (B,) -> encodings (B, T', 2H), lengths (B,)."""
+        x, lens = (feats, feat_lens) if self.subsampling is None else self.subsampling(feats, feat_lens)
+        for i, (fwd, bwd) in enumerate(zip(self.forward_lstms, self.backward_lstms), start=1):
+            t = torch.arange(x.size(1), device=x.device)[None]  # (1, T)
+            valid = t < lens[:, None]  # (B, T)
+            order = torch.where(valid, lens[:, None] - 1 - t, t)  # (B, T): reverses valid frames, keeps padding
+            y_fwd, _ = fwd(x)  # (B, T, H)
+            y_bwd, _ = bwd(x.gather(1, order[..., None].expand(-1, -1, x.size(2))))
+            y_bwd = y_bwd.gather(1, order[..., None].expand(-1, -1, y_bwd.size(2)))  # the reversal is its own inverse
+            x = torch.cat([y_fwd, y_bwd], dim=-1).masked_fill(~valid[..., None], 0.0)  # (B, T, 2H)
+            if i in self.pyramid_layers:  # nets.lstm.pyramid_halve, with the odd-length pad kept symbolic
+                b, n, d = x.shape
+                x = nn.functional.pad(x, (0, 0, 0, n % 2)).reshape(b, (n + 1) // 2, 2 * d)
+                lens = torch.div(lens + 1, 2, rounding_mode="floor")
+        return x, lens
+
+
 class CtcLogProbs(nn.Module):
-    """The exported graph: ``(wav (B, S) float32, wav_lens (B,) int64) -> (log_probs (B, T, V), lens (B,))``."""
+    """The exported graph: ``(wav (B, S) float32, wav_lens (B,) int64) -> (log_probs (B, T, V), lens (B,))``.
+
+    A BiLSTM encoder runs as :class:`UnpackedBLSTM`: torch.export cannot trace packing, and jit.trace would bake
+    the example's parity into a pyramid step (``if T % 2``), breaking inputs of the other parity."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
@@ -67,9 +114,13 @@ class CtcLogProbs(nn.Module):
             raise ExportError("this model has no CTC head (model.ctc_weight is 0): export covers frontend + encoder "
                               "+ CTC head, so an attention-only model cannot be exported")
         self.model = model
+        self.unpacked = UnpackedBLSTM(model.encoder) if isinstance(model.encoder, BLSTMEncoder) else None
 
     def forward(self, wav: Tensor, wav_lens: Tensor) -> Tuple[Tensor, Tensor]:
-        enc, lens = self.model.encode(wav, wav_lens)  # (B, T, D), (B,)
+        if self.unpacked is None:
+            enc, lens = self.model.encode(wav, wav_lens)  # (B, T, D), (B,)
+        else:
+            enc, lens = self.unpacked(*self.model.frontend(wav, wav_lens))
         return self.model.ctc_log_probs(enc).float(), lens.long()  # (B, T, V), (B,)
 
 
@@ -129,17 +180,20 @@ def check_exportable(model: nn.Module, fmt: str) -> None:
     if isinstance(model.frontend.extractor, KaldiFbank):
         raise ExportError("frontend.kind kaldi_fbank runs torchaudio's unbatched fbank once per utterance in "
                           "Python and cannot be exported with a dynamic batch; export a logmel model")
-    if fmt == "onnx" and isinstance(model.encoder, BLSTMEncoder):
-        raise ExportError("a BiLSTM encoder (packed sequences) cannot be exported to ONNX by torch.export; "
-                          "use --format torchscript")
 
 
 def _example(model: nn.Module, sample_rate: int) -> Tuple[Tensor, Tensor]:
-    """Two rows of unequal length (so padding is in the traced graph); 1.3 s, an odd size nothing is tuned to."""
-    n = max(int(1.3 * sample_rate), 2 * _min_samples(model))
+    """Two rows of unequal length (so padding is in the traced graph), 0.37 s: an odd size nothing is tuned to, and
+    short because torch.export decomposes an LSTM frame by frame (export time grows with the example's length)."""
+    n = max(int(0.37 * sample_rate), 2 * _min_samples(model))
     gen = torch.Generator().manual_seed(0)
     wav = 0.1 * torch.randn(2, n, generator=gen)
     return wav, torch.tensor([n, n * 3 // 4], dtype=torch.long)
+
+
+# Exporter warnings about its own internals that say nothing about the exported model.
+_EXPORTER_NOISE = (r".*axis name: \w+ will not be used", r".*were assigned during export", r".*_check_is_size",
+                   r".*torch\.jit\.\w+` is deprecated")
 
 
 def _export_onnx(graph: CtcLogProbs, example: Tuple[Tensor, Tensor], out: str, meta: dict) -> None:
@@ -147,7 +201,9 @@ def _export_onnx(graph: CtcLogProbs, example: Tuple[Tensor, Tensor], out: str, m
 
     batch = torch.export.Dim("batch", min=1)
     samples = torch.export.Dim("samples", min=meta["min_samples"], max=meta["max_samples"] or int(2 ** 31 - 1))
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        for noise in _EXPORTER_NOISE:
+            warnings.filterwarnings("ignore", message=noise)
         tmp_out = os.path.join(tmp, "model.onnx")
         # external_data=False: one self-contained file (ONNX's protobuf limit makes that < 2 GB of weights).
         torch.onnx.export(graph, example, tmp_out, dynamo=True, external_data=False, input_names=INPUT_NAMES,
@@ -160,9 +216,9 @@ def _export_onnx(graph: CtcLogProbs, example: Tuple[Tensor, Tensor], out: str, m
 
 
 def _export_torchscript(graph: CtcLogProbs, example: Tuple[Tensor, Tensor], out: str, meta: dict) -> None:
-    import warnings
-
     with warnings.catch_warnings():
+        for noise in _EXPORTER_NOISE:
+            warnings.filterwarnings("ignore", message=noise)
         # Tracing warns about every Python-level branch on a size (input checks, the empty-input early returns);
         # they hold for every input the loader passes (at least min_samples long, batch >= 1).
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
@@ -300,7 +356,9 @@ def _onnx_runner(path: str, device: torch.device, num_threads: Optional[int]):
 def _torchscript_runner(path: str, device: torch.device):
     extra = {TS_EXTRA_FILE: ""}
     try:
-        module = torch.jit.load(path, map_location=device, _extra_files=extra)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_EXPORTER_NOISE[-1])
+            module = torch.jit.load(path, map_location=device, _extra_files=extra)
     except RuntimeError as exc:
         raise ExportError(f"{path}: torch.jit.load cannot load it: {str(exc).splitlines()[0]}") from None
     module.eval()
