@@ -28,8 +28,9 @@ exceeds it as pure blank frames (no emissions, repeat paths dropped); runs of su
 collapse into one state update, so the loop only visits the other ("compacted") frames.
 On peaky CTC outputs the defaults agree with the exact search on >= 99% of utterances (tested).
 
-Cost model (why the code looks like this). The (B, T, V) input is read once, before the loop: one
-``topk`` per kept frame gives the (B, T', C) candidate table, and everything else works on that
+Cost model (why the code looks like this). The (B, T, V) input is read once, before the loop: the
+best C tokens of each kept frame (:func:`asrkit.search.candidates.top_tokens`) give the (B, T', C)
+candidate table, and everything else works on that
 table and on the blank column. The loop reads the full input only for the K "own last token"
 log-probabilities per frame (a gather of B*K numbers). A run of skipped blank frames adds the same
 log-probability to every hypothesis of an utterance, which changes no ranking: it is applied once,
@@ -51,6 +52,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import torch
 
+from asrkit.search.candidates import top_tokens
 from asrkit.search.greedy import check_ctc_inputs
 from asrkit.search.hypotheses import NBest, backtrack, pack_emissions
 from asrkit.search.interfaces import BLANK_ID, BatchScorer, active_scorers
@@ -105,17 +107,10 @@ class _Frames:
         identity = width == frames and skip is None  # step i reads input frame i
         self.n_cand = n_cand = vocab - 1 if topk is None else max(1, min(topk, vocab - 1))
         if n_cand < vocab - 1:
-            # The one full-size read: a topk per kept frame. Kept rows are copied in chunks of about
-            # 2**20 numbers (one large copy costs more in page faults than the topk it saves).
-            if identity:
-                cval, cidx = flat[:, 1:].topk(n_cand, 1, True, False)  # (B*T, C)
-            else:
-                step = max(1, (1 << 20) // vocab)
-                parts = [flat.index_select(0, rows[r:r + step])[:, 1:].topk(n_cand, 1, True, False)
-                         for r in range(0, rows.shape[0], step)]
-                cval = torch.cat([p[0] for p in parts]) if parts else flat.new_empty((0, n_cand))
-                cidx = torch.cat([p[1] for p in parts]) if parts else rows.new_empty((0, n_cand))
-            ctok = (cidx + 1).view(batch, width, n_cand)
+            # The one full-size read: the best C tokens of each kept frame (candidates.top_tokens:
+            # cheaper than torch.topk per row; kept rows are copied in cache-sized chunks).
+            cval, cidx = top_tokens(flat, None if identity else rows, n_cand, BLANK_ID)  # (B*T', C)
+            ctok = cidx.view(batch, width, n_cand)
         else:  # exact search: every token is a candidate
             cval = (flat if identity else flat.index_select(0, rows))[:, 1:]
             ctok = torch.arange(1, vocab, device=dev).expand(batch, width, n_cand)
