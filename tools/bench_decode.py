@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """Benchmark CTC decoders (asrkit's prefix beam search and peers) on identical, seeded log-probs.
 
-Usage: tools/bench_decode.py [--vocabs 29 500 | char bpe500] [--batch 32] [--frames 250]
+Usage: tools/bench_decode.py [--vocabs 29 500 5000 | char bpe500] [--batch 32] [--frames 250]
            [--beams 10 50] [--threads 1 2] [--lms none token word] [--repeats 3]
-           [--decoders prefix prefix-exact greedy pyctcdecode flashlight] [--lm-dir exp/bench_decode]
+           [--decoders prefix prefix-exact api greedy pyctcdecode flashlight] [--lm-dir exp/bench_decode]
            [--lm-weight 0.5] [--token-topk 8] [--token-min-logp -12] [--blank-skip 0.999]
            [--fl-token-beam N] [--markdown FILE] [--profile N]
 
 Inputs (every decoder sees the same log-probs; one utterance = 10 s = 250 frames of 40 ms):
-  * an integer vocab (default 29 500): random "peaky" log-probs, one random dominant class per
+  * an integer vocab (default 29 500 5000): random "peaky" log-probs, one random dominant class per
     frame (:func:`peaky_log_probs`); tokens are meaningless, so no LM runs on them.
   * a name (char, bpe500): log-probs made from real text. Sentences of LM_DIR/heldout.txt
     (sentences no LM saw; tools/make_bench_lm.py writes it, the tokenizers and the LMs) are
@@ -21,6 +21,7 @@ Decoders ("prefix" etc. need only asrkit; the peers come with `pip install -e '.
 a separate venv made by tools/setup_bench_env.sh):
   prefix        asrkit.search.ctc_prefix_beam_search with the pruning flags
   prefix-exact  the same search with no token pruning and no blank-frame skipping
+  api           asrkit.search.decode_ctc (the checked entry point) with the prefix settings
   greedy        best path
   pyctcdecode   pyctcdecode.build_ctcdecoder(...).decode_beams, its default pruning; LM: word
   flashlight    torchaudio.models.decoder.ctc_decoder, lexicon-free, log_add=True (flashlight-text's
@@ -60,16 +61,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import asrkit.search.ctc_prefix as ctc_prefix  # noqa: E402
+from asrkit.search.api import decode_ctc  # noqa: E402
 from asrkit.search.ctc_prefix import ctc_prefix_beam_search  # noqa: E402
 from asrkit.search.greedy import greedy_search  # noqa: E402
 
 AUDIO_SECONDS = 10.0
 FRAME_SECONDS = AUDIO_SECONDS / 250  # 40 ms after subsampling
-ASRKIT = ("prefix", "prefix-exact", "greedy")
-PEERS = ("pyctcdecode", "flashlight")
 LM_KINDS = ("none", "token", "word")
-SUPPORTED_LMS = {"prefix": LM_KINDS, "prefix-exact": LM_KINDS, "greedy": ("none",),
-                 "pyctcdecode": ("none", "word"), "flashlight": ("none", "token")}
 Hyp = Any  # a decoder's raw top hypothesis: token ids (List[int]) or text (str)
 
 
@@ -244,7 +243,7 @@ def _asrkit_decoder(name: str, setup: Setup, beam: int, lm: str, args: argparse.
     if lm != "none":
         scorer = setup.asrkit_lm(lm, args.unk_offset)
         scorers, weights = {"lm": _traced(scorer) if trace else scorer}, {"lm": args.lm_weight}
-    if name == "prefix":
+    if name in ("prefix", "api"):
         prune = dict(token_topk=args.token_topk, token_min_logp=args.token_min_logp,
                      blank_skip_threshold=args.blank_skip)
     else:
@@ -254,6 +253,10 @@ def _asrkit_decoder(name: str, setup: Setup, beam: int, lm: str, args: argparse.
         lp, lens = setup.lp[rows.start:rows.stop], setup.lens[rows.start:rows.stop]
         if name == "greedy":
             nbest = greedy_search(lp, lens)
+        elif name == "api":  # the checked entry point: same search plus input validation and text
+            found = decode_ctc(lp, lens, setup.token_list, beam=beam, blank_id=0, lm=scorers.get("lm"),
+                               lm_weight=args.lm_weight, **prune)
+            return [h[0].tokens for h in found]
         else:
             nbest = ctc_prefix_beam_search(lp, lens, beam=beam, nbest=1, scorers=scorers, weights=weights, **prune)
         return [h.tokens for h in nbest.best()]
@@ -276,6 +279,39 @@ def _traced(scorer: Any) -> Any:
     return scorer
 
 
+def split_times(run: Callable[[], Any], repeats: int = 3) -> Dict[str, float]:
+    """Best-of-`repeats` seconds of the parts of ctc_prefix_beam_search in one call of `run`: input
+    checks, per-batch setup (top-k candidate tables), the frame loop, the end (sort, backtrack)."""
+    parts = {"checks": "check_ctc_inputs", "setup": "_Frames", "loop": "_run_loop", "end": "_finish"}
+    best = {k: float("inf") for k in parts}
+    real = {k: getattr(ctc_prefix, attr) for k, attr in parts.items()}
+    for _ in range(repeats):
+        spent = {k: 0.0 for k in parts}
+
+        def timed(key: str) -> Callable[..., Any]:
+            def call(*a: Any, **k: Any) -> Any:
+                start = time.perf_counter()
+                try:
+                    return real[key](*a, **k)
+                finally:
+                    spent[key] += time.perf_counter() - start
+            return call
+
+        try:
+            for key, attr in parts.items():
+                setattr(ctc_prefix, attr, timed(key))
+            start = time.perf_counter()
+            run()
+            total = time.perf_counter() - start
+        finally:
+            for key, attr in parts.items():
+                setattr(ctc_prefix, attr, real[key])
+        for key in parts:
+            best[key] = min(best[key], spent[key])
+        best["total"] = min(best.get("total", float("inf")), total)
+    return best
+
+
 def profile_asrkit(name: str, setup: Setup, beam: int, lm: str, args: argparse.Namespace) -> None:
     """One batch of an asrkit decoder under torch.profiler: the top ops by self CPU time, calls per
     search step, and the share of the LM scorer's calls."""
@@ -283,6 +319,9 @@ def profile_asrkit(name: str, setup: Setup, beam: int, lm: str, args: argparse.N
 
     fn = _asrkit_decoder(name, setup, beam, lm, args, trace=True)
     fn(range(args.batch))
+    split = split_times(lambda: fn(range(args.batch)))
+    print(f"  split {name} {setup.name} lm={lm} beam={beam} (no profiler): " +
+          ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in split.items()))
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         start = time.perf_counter()
         fn(range(args.batch))
@@ -389,13 +428,40 @@ def _flashlight_text_decoder(tokens: List[str], lm_path: Optional[str], opts: Di
     return LexiconFreeDecoder(options, lm, 0, 0, [])
 
 
+@dataclass(frozen=True)
+class Decoder:
+    """One decoder row of the benchmark. ``build(setup, beam, lm, args, tmpdir)`` runs outside the
+    timing and returns the function that decodes batch rows; ``lms``: the LM kinds it takes;
+    ``peer``: the module an optional peer needs (None: asrkit); ``beamless``: one row per setting."""
+
+    build: Callable[[Setup, int, str, argparse.Namespace, str], Callable[[range], List[Hyp]]]
+    lms: Tuple[str, ...]
+    peer: Optional[str] = None
+    beamless: bool = False
+
+
+def _asrkit(name: str) -> Callable[[Setup, int, str, argparse.Namespace, str], Callable[[range], List[Hyp]]]:
+    return lambda setup, beam, lm, args, tmpdir: _asrkit_decoder(name, setup, beam, lm, args)
+
+
+# Adding a decoder row = one builder function and one entry here (LM kinds: LM_KINDS).
+DECODERS: Dict[str, Decoder] = {
+    "prefix": Decoder(_asrkit("prefix"), LM_KINDS),
+    "prefix-exact": Decoder(_asrkit("prefix-exact"), LM_KINDS),
+    "api": Decoder(_asrkit("api"), ("none", "token", "word")),
+    "greedy": Decoder(_asrkit("greedy"), ("none",), beamless=True),
+    "pyctcdecode": Decoder(lambda setup, beam, lm, args, tmpdir: _pyctcdecode_decoder(setup, beam, lm, args),
+                           ("none", "word"), peer="pyctcdecode"),
+    "flashlight": Decoder(_flashlight_decoder, ("none", "token"), peer="flashlight.lib.text.decoder"),
+}
+
+
 def check_peers(names: Sequence[str]) -> Optional[str]:
     """A message naming the missing peers and how to install them, or None."""
-    modules = {"pyctcdecode": "pyctcdecode", "flashlight": "flashlight.lib.text.decoder"}  # flashlight-text
     missing = []
     for name in names:
         try:
-            importlib.import_module(modules[name])
+            importlib.import_module(DECODERS[name].peer or "")
         except ImportError as exc:
             missing.append(f"{name} ({exc})")
     if not missing:
@@ -525,11 +591,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                                 epilog="\n".join(__doc__.splitlines()[1:]))
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--frames", type=int, default=250)
-    p.add_argument("--vocabs", nargs="+", default=["29", "500"],
+    p.add_argument("--vocabs", nargs="+", default=["29", "500", "5000"],
                    help="integers: random log-probs of that size; names: text mode from LM_DIR/NAME")
     p.add_argument("--beams", type=int, nargs="+", default=[10, 50])
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="worker processes (see above)")
-    p.add_argument("--decoders", nargs="+", default=["prefix"], help=f"from {ASRKIT + PEERS}")
+    p.add_argument("--decoders", nargs="+", default=["prefix"], help="from " + " ".join(DECODERS))
     p.add_argument("--lms", nargs="+", default=["none"], choices=LM_KINDS)
     p.add_argument("--lm-dir", default="exp/bench_decode", help="tools/make_bench_lm.py output")
     p.add_argument("--order", type=int, default=4, help="n-gram order of the LM files")
@@ -555,12 +621,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
-    known = ASRKIT + PEERS
+    known = list(DECODERS)
     unknown = [d for d in args.decoders if d not in known]
     if unknown:
         print(f"bench_decode.py: unknown decoder(s) {unknown}; choose from {list(known)}", file=sys.stderr)
         return 2
-    message = check_peers([d for d in args.decoders if d in PEERS])
+    message = check_peers([d for d in args.decoders if DECODERS[d].peer])
     if message:
         print(f"bench_decode.py: {message}", file=sys.stderr)
         return 2
@@ -596,21 +662,17 @@ def main(argv: Optional[List[str]] = None) -> int:
                         exact = _asrkit_decoder("prefix-exact", setup, beam, lm, args)
                         ref = quality(setup, exact(range(args.batch)))
                     for name in args.decoders:
-                        if lm not in SUPPORTED_LMS[name] or (name == "greedy" and beam != args.beams[0]):
+                        spec = DECODERS[name]
+                        if lm not in spec.lms or (spec.beamless and beam != args.beams[0]):
                             continue
                         for workers in args.threads:
-                            if name in ASRKIT:
-                                fn = _asrkit_decoder(name, setup, beam, lm, args)
-                            elif name == "pyctcdecode":
-                                fn = _pyctcdecode_decoder(setup, beam, lm, args)
-                            else:
-                                fn = _flashlight_decoder(setup, beam, lm, args, tmpdir)
+                            fn = spec.build(setup, beam, lm, args, tmpdir)
                             runner = Runner(fn, args.batch, workers)
                             try:
                                 sec, cpu, hyps = bench(runner, args.repeats)
                             finally:
                                 runner.close()
-                            b = 1 if name == "greedy" else beam
+                            b = 1 if spec.beamless else beam
                             line = (f"{name:12s} {setup.name:13s} lm={lm:5s} beam={b:3d} workers={workers}: "
                                     f"{args.batch / sec:8.1f} utt/s  RTF {sec / audio:.5f}  "
                                     f"({sec * 1000:.1f} ms/batch wall, {cpu * 1000:.1f} ms CPU)")

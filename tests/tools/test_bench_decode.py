@@ -128,3 +128,34 @@ def test_missing_lm_files_name_the_builder(tool, tmp_path, capsys):
     rc = tool.main(["--vocabs", "char", "--lm-dir", str(tmp_path), "--batch", "2", "--frames", "10"])
     assert rc == 1
     assert "make_bench_lm.py" in capsys.readouterr().err
+
+
+def test_api_row_and_a_registered_decoder_row(tool, monkeypatch, tmp_path, capsys):
+    # Catches: the decode_ctc row not run or disagreeing with the exact search on peaky inputs; a
+    # decoder added to DECODERS (what a new row needs) not picked up by --decoders, or run for an LM
+    # kind it does not list.
+    calls = []
+
+    def build(setup, beam, lm, args, tmpdir):
+        calls.append((setup.vocab, beam, lm))
+        return lambda rows: [[] for _ in rows]  # always the empty transcript
+
+    monkeypatch.setitem(tool.DECODERS, "empty", tool.Decoder(build, ("none",)))
+    md = tmp_path / "r.md"
+    rc = tool.main(["--vocabs", "6", "--batch", "4", "--frames", "30", "--beams", "3", "--threads", "1",
+                    "--decoders", "api", "empty", "--repeats", "1", "--markdown", str(md)])
+    assert rc == 0
+    rows = {line.split(" | ")[4]: line for line in md.read_text().splitlines()[2:]}
+    assert "| 100.0% | +0.000 |" in rows["api"]
+    assert "| 0.0% |" in rows["empty"] and calls == [(6, 3, "none")]
+
+
+def test_split_times_cover_the_search_parts(tool):
+    # Catches: a part of the search (checks, setup, loop, end) not timed, or the real functions not
+    # restored after timing.
+    real = tool.ctc_prefix._run_loop
+    lp = torch.randn(2, 20, 9).log_softmax(-1)
+    split = tool.split_times(lambda: ctc_prefix_beam_search(lp, torch.tensor([20, 12]), beam=3), repeats=2)
+    assert set(split) == {"checks", "setup", "loop", "end", "total"}
+    assert all(v > 0 for v in split.values()) and split["total"] >= split["loop"] + split["setup"]
+    assert tool.ctc_prefix._run_loop is real
