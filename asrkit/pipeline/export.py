@@ -62,8 +62,9 @@ class ExportError(ValueError):
 def _one_direction(lstm: nn.LSTM, suffix: str) -> nn.LSTM:
     """A unidirectional one-layer LSTM with the weights of one direction of ``lstm`` (suffix "" or "_reverse")."""
     one = nn.LSTM(lstm.input_size, lstm.hidden_size, batch_first=True)
+    weights = lstm.state_dict()
     names = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")
-    one.load_state_dict({n: getattr(lstm, n + suffix).detach().clone() for n in names})
+    one.load_state_dict({n: weights[n + suffix].clone() for n in names})
     return one
 
 
