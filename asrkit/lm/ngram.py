@@ -298,7 +298,9 @@ class NgramLM(torch.nn.Module):
         order-1-j words. ``backoff[s, j]`` sums the ln back-offs of columns 0 .. j-1.
         As the model is closed under suffixes, the n-grams ``chain[s, j] + w`` that exist are those of
         the last columns, from the longest match j on: :meth:`state_logprob` finds them all with one
-        searchsorted, and ln P(w | s) = prob(``chain[s, j] + w``) + ``backoff[s, j]``.
+        searchsorted, and ln P(w | s) = prob(``chain[s, j] + w``) + ``backoff[s, j]``. The key ``(s, pad)`` of
+        every state maps it to itself with ln P 0, so that looking up the pad word changes nothing (a word
+        scorer's empty word).
 
         Memory: ``chain_keys`` and ``backoff`` are S x order (12 bytes an entry), the key table 20 bytes
         per n-gram: fine for pruned models of a few million n-grams.
@@ -332,6 +334,11 @@ class NgramLM(torch.nn.Module):
             nexts.append(torch.arange(len(last), device=dev) + (offset + rows) if k + 1 < n else rest + offset)
         if n > 1:
             chains, backoffs = chains[1:], backoffs[1:]
+        n_states = sum(len(c) for c in chains)
+        states = torch.arange(n_states, device=dev)  # (state, pad): the identity, ln P 0 and the same state
+        keys.append(states * width + self.pad_id)
+        probs.append(torch.zeros(n_states, device=dev))
+        nexts.append(states)
         keys_t = torch.cat(keys)
         keys_t, perm = keys_t.sort()
         if bool((keys_t[1:] == keys_t[:-1]).any()):

@@ -251,14 +251,15 @@ class WordNgramScorer:
         self.col_is_start = torch.tensor(col_kind == START, device=dev)  # (V+1,)
         la_t = torch.tensor(la, dtype=torch.float32, device=dev)
         word_t = torch.tensor(word, dtype=torch.long, device=dev)
-        self.node_word = word_t.unsqueeze(1)  # (nodes, 1)
-        self.node_c0 = torch.where(word_t == lm.unk_id, self.unk_offset, 0.0) - la_t  # (nodes,) unk offset - LA
-        self.node_neg_la = -la_t
-        self.node_open = torch.arange(n_nodes, device=dev) != ROOT
+        c0 = torch.where(word_t == lm.unk_id, self.unk_offset, 0.0) - la_t  # unk offset - LA
+        # the empty word: closing it changes nothing (NgramLM.word_logprob of the pad word: ln P 0, the same state)
+        c0[ROOT], word_t[ROOT] = 0.0, lm.pad_id
+        self.node_word = word_t.unsqueeze(1)  # (nodes, 1) LM word id
+        self.node_floats = torch.stack([c0, -la_t], 1)  # (nodes, 2)
         self.la = la_t
 
     _TENSORS = ("trans", "la_next", "edge_keys", "edge_dst", "col_stay", "col_start", "col_is_start", "col_is_end",
-                "token_slot", "node_word", "node_c0", "node_neg_la", "node_open", "la")
+                "token_slot", "node_word", "node_floats", "la")
 
     def _to(self, device: torch.device) -> None:
         device = torch.device(device)
@@ -281,13 +282,11 @@ class WordNgramScorer:
     def _state(self, node: torch.Tensor, hist: torch.Tensor) -> WordNgramState:
         """The state of trie nodes ``node`` (M,) after LM states ``hist`` (M,): one n-gram lookup."""
         lp, closed = self.lm.word_logprob(hist, self.node_word.index_select(0, node))  # (M, 1) each
-        node1, hist1 = node.unsqueeze(1), hist.unsqueeze(1)
-        is_open = self.node_open.take(node1)
-        close = torch.where(is_open, lp + self.node_c0.take(node1), 0.0)  # ln P(word | hist) (+ offset) - LA(word)
-        closed = torch.where(is_open, closed, hist1)
+        nf = self.node_floats.index_select(0, node)  # (M, 2) unk offset - LA, -LA
+        close = lp + nf[:, :1]  # ln P(word | hist) (+ offset) - LA(word); 0 for the empty word
         final = self.lm.state_eos.take(closed) + close
-        return WordNgramState(torch.cat([node1, hist1, closed], 1),
-                              torch.cat([self.node_neg_la.take(node1), close, final], 1))
+        return WordNgramState(torch.cat([node.unsqueeze(1), hist.unsqueeze(1), closed], 1),
+                              torch.cat([nf[:, 1:], close, final], 1))
 
     # -- protocol --
     def init_state(self, batch: int, beam: int, device: torch.device) -> WordNgramState:

@@ -212,7 +212,11 @@ def assert_state_tables_match_dense(lm):
     tables = lm.state_tables()
     torch.testing.assert_close(tables.eos, eos, atol=DENSE_TOL, rtol=1e-6)
     assert tables.chain_keys.shape == tables.backoff.shape == (lm.num_states, lm.order)
-    assert len(tables.keys) == sum(lm.sizes[1:]) + len(lm.vocab) + 1  # every n-gram, then the sentinel
+    assert len(tables.keys) == sum(lm.sizes[1:]) + len(lm.vocab) + lm.num_states + 1  # n-grams, (s, pad), sentinel
+    # the pad word is the identity: ln P 0, the same state
+    pad = torch.full((len(states), 1), lm.pad_id)
+    lp, nxt = lm.word_logprob(states, pad)
+    assert torch.equal(lp, torch.zeros_like(lp)) and torch.equal(nxt[:, 0], states)
 
 
 @pytest.mark.parametrize("order,closed", [(1, True), (2, False), (3, True), (3, False), (4, False), (5, True),
