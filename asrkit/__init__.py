@@ -1,23 +1,38 @@
 """asrkit: speech recognition toolkit.
 
-Public API: :func:`load_model` (experiment dir -> Transcriber) and ``__version__``.
+Public API: :func:`load_model` (experiment dir or exported model -> Transcriber) and ``__version__``.
 """
 from __future__ import annotations
+
+import os
+from typing import Any
 
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "load_model"]
 
 
-def load_model(model_dir: str, device: str = "cpu", checkpoint: str | None = None, decode=None):
-    """Load a trained model from its experiment directory alone and return a :class:`~asrkit.pipeline.Transcriber`.
+def load_model(model: str | os.PathLike, device: str = "cpu", checkpoint: str | None = None, decode: Any = None,
+               **options: Any):
+    """Load a trained model and return a :class:`~asrkit.pipeline.Transcriber`.
 
-    ``decode``: an :class:`asrkit.config.DecodeConfig` (or the path of a ``conf/decode_*.yaml``) choosing
-    the search; greedy CTC when None.
+    ``model``: an experiment directory (it alone is enough) or a file written by ``asrkit export``
+    (ONNX or TorchScript: CTC searches only). ``decode``: an :class:`asrkit.config.DecodeConfig` or the path
+    of a ``conf/decode_*.yaml`` choosing the search; greedy CTC when None. ``options``: ``segmenter``
+    (vad | fixed | none), ``vad`` (:class:`asrkit.audio.vad.VadConfig`), ``batch_seconds``.
+
+    >>> model = asrkit.load_model("exp/tiny_ctc")                      # doctest: +SKIP
+    >>> for r in model.transcribe(["a.wav", waveform, "long.flac"]):    # doctest: +SKIP
+    ...     print(r.text, [(w.text, w.start, w.end, w.confidence) for w in r.words])
     """
     from asrkit.config import load_decode_config
     from asrkit.pipeline import Transcriber
 
-    if isinstance(decode, str):
+    if isinstance(decode, (str, os.PathLike)):
         decode = load_decode_config(decode)
-    return Transcriber.from_dir(model_dir, device=device, checkpoint=checkpoint, decode=decode)
+    path = os.fspath(model)
+    if os.path.isfile(path):
+        if checkpoint is not None:
+            raise ValueError(f"{path}: checkpoint applies to an experiment dir, not to an exported model")
+        return Transcriber.from_exported(path, device=device, decode=decode, **options)
+    return Transcriber.from_dir(path, device=device, checkpoint=checkpoint, decode=decode, **options)

@@ -42,14 +42,14 @@ def test_train_decode_score_transcribe(tiny_corpus, tmp_path, capsys):
     # The experiment dir alone is enough to load the model (moved elsewhere, config paths are relative).
     moved = tmp_path / "moved"
     exp.rename(moved)
-    transcriber = asrkit.load_model(str(moved))
+    transcriber = asrkit.load_model(str(moved), segmenter="none")
     wav_path = read_table(data / "test" / "wav.scp")[sorted(hyp)[0]]
     assert transcriber.transcribe_files([wav_path])[0].text == hyp[sorted(hyp)[0]]
     capsys.readouterr()
-    assert main(["transcribe", "--model", str(moved), "--json", wav_path]) == 0
+    assert main(["transcribe", "--model", str(moved), "--format", "jsonl", "--segmenter", "none", wav_path]) == 0
     line = json.loads(capsys.readouterr().out.strip())
-    assert line["file"] == wav_path and line["text"] == hyp[sorted(hyp)[0]]
-    assert len(line["token_times"]) == len(line["tokens"])
+    assert line["name"] == wav_path and line["text"] == hyp[sorted(hyp)[0]]
+    assert " ".join(w["word"] for w in line["words"]) == line["text"]
 
 
 def test_overfit_four_utterances_until_greedy_ctc_is_exact(tiny_corpus, tmp_path):

@@ -63,13 +63,14 @@ def _run_pipe(source: str, name: Optional[str]) -> bytes:
     return proc.stdout
 
 
-def _open_target(source: Optional[str], name: Optional[str]):
-    """What soundfile should open: a BytesIO with a pipe's output, or a checked path."""
+def _open_target(source: Optional[str], name: Optional[str], pipe: bool = True):
+    """What soundfile should open: a BytesIO with a pipe's output, or a checked path. With ``pipe=False``
+    the source is a file name taken as it is (a trailing ``|`` or spaces are part of the name)."""
     if not source:  # e.g. Utterance.source of an utterance that is in text but not in wav.scp/segments
         raise AudioError(f"utt {name if name is not None else '?'}: no audio entry (not in wav.scp/segments)")
-    if is_pipe(source):
+    if pipe and is_pipe(source):
         return io.BytesIO(_run_pipe(source, name))
-    path = source.strip()
+    path = source.strip() if pipe else source
     if not os.path.exists(path):
         raise _fail(name, source, "file not found")
     if not os.path.isfile(path):
@@ -96,9 +97,10 @@ def _short(exc: BaseException) -> str:
     return text.rsplit(": ", 1)[-1] if ": " in text else text
 
 
-def audio_info(source: str, *, name: Optional[str] = None) -> Tuple[int, int]:
-    """``(sample_rate, num_frames)`` of a wav.scp source, from its header (a pipe is run to get it)."""
-    return _info(_open_target(source, name), source, name)
+def audio_info(source: str, *, name: Optional[str] = None, pipe: bool = True) -> Tuple[int, int]:
+    """``(sample_rate, num_frames)`` of a wav.scp source, from its header (a pipe is run to get it;
+    ``pipe=False``: ``source`` is a file name, never a command)."""
+    return _info(_open_target(source, name, pipe), source, name)
 
 
 def audio_duration(source: str, *, name: Optional[str] = None) -> float:
@@ -136,16 +138,17 @@ def resample(wav: torch.Tensor, orig_rate: int, new_rate: int) -> torch.Tensor:
 
 
 def load_audio(source: Optional[str], sample_rate: int, *, start: float = 0.0, end: Optional[float] = None,
-               name: Optional[str] = None) -> torch.Tensor:
+               name: Optional[str] = None, pipe: bool = True) -> torch.Tensor:
     """Load one utterance as a mono float32 tensor of shape (T,) at ``sample_rate``.
 
     ``source`` is a wav.scp value (path or ``cmd |``); ``start``/``end`` are the
     segment bounds in seconds (``end=None``: to the end of the recording);
     ``name`` is the utterance id used in error messages. Raises
     :class:`AudioError` for a missing, empty, corrupt or non-finite file, or a
-    ``None`` source (an utterance with no audio entry).
+    ``None`` source (an utterance with no audio entry). ``pipe=False``: ``source``
+    is a file name taken literally, never run (for paths a user hands to transcribe).
     """
-    target = _open_target(source, name)
+    target = _open_target(source, name, pipe)
     rate, frames = _info(target, source, name)
     if frames == 0:
         raise _fail(name, source, "empty audio (0 samples)")

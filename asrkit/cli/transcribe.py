@@ -1,59 +1,87 @@
-"""Transcribe audio files (wav/flac/ogg) with a trained model; prints `file<TAB>text` lines."""
+"""Transcribe audio of any length with a trained (or exported) model: words with times and confidences.
+
+INPUT: audio files (read as files whatever their names hold), directories (searched recursively for
+wav/flac/ogg/mp3), wav.scp files (*.scp; the one place where "cmd |" sources run, as trusted recipe data),
+or - for a list of paths on standard input. Long recordings are split by voice activity (--segmenter).
+Audio is read and featurized in --num-workers loader processes while the model runs; segments are batched
+by --batch-seconds of audio. A missing or unreadable input is named on stderr and the rest are transcribed;
+the exit status is 1 when any input failed. At the end: inputs, audio, wall time, real-time factor and
+where the time went.
+"""
 from __future__ import annotations
 
 import argparse
-import json
+import logging
+import os
 import sys
 from typing import List, Optional
 
-from asrkit.audio.io import AudioError
 from asrkit.cli.decode_options import add_decode_options, decode_config_from_args
+from asrkit.pipeline.formats import FORMATS, write_results
+from asrkit.pipeline.inputs import expand_arguments
+from asrkit.pipeline.stream import SEGMENTERS
+
+EXPORTED_SUFFIXES = (".onnx", ".pt", ".ts", ".torchscript")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="asrkit transcribe", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True,
+                   help="experiment dir written by 'asrkit train', or a file written by 'asrkit export' "
+                        "(.onnx, or TorchScript .pt/.ts: CTC searches only)")
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="audio file, directory, wav.scp, or - (paths on stdin)")
+    p.add_argument("--checkpoint", help="checkpoint file (default: MODEL/model.pt)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
+    p.add_argument("--batch-seconds", type=float, default=120.0,
+                   help="audio per batch, counting padding (default 120)")
+    p.add_argument("--num-workers", type=int, default=min(2, max(0, (os.cpu_count() or 1) - 1)),
+                   help="loader processes reading audio and computing features (0: in the main process)")
+    p.add_argument("--segmenter", choices=SEGMENTERS, default="vad",
+                   help="vad: split at pauses (default); fixed: overlapping windows stitched at the seams; "
+                        "none: each input as one utterance")
+    p.add_argument("--format", choices=FORMATS, default="text", help="output format (default text)")
+    p.add_argument("--output-dir", help="write one file per input there (default: everything to stdout)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_decode_options(p)
+    return p
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="asrkit transcribe", description=__doc__)
-    p.add_argument("--model", required=True, help="experiment dir written by 'asrkit train'")
-    p.add_argument("audio", nargs="*", help="audio files")
-    p.add_argument("--list", help="file with one audio path per line (in addition to positional files)")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--json", action="store_true",
-                   help="print one JSON object per file with token timestamps (and the N-best with decode nbest > 1)")
-    add_decode_options(p)
+    p = build_parser()
     args = p.parse_args(argv)
-    paths = list(args.audio)
-    if args.list:
-        with open(args.list, encoding="utf-8") as fh:
-            paths += [line.strip() for line in fh if line.strip()]
-    if not paths:
-        p.error("no audio files given")
-    from asrkit import load_model
+    if args.batch_seconds <= 0:
+        p.error("--batch-seconds must be > 0")
+    if args.num_workers < 0:
+        p.error("--num-workers must be >= 0")
+    exported = os.path.isfile(args.model) and args.model.endswith(EXPORTED_SUFFIXES)
+    if not exported and not os.path.isdir(args.model):
+        p.error(f"--model {args.model}: not an experiment dir nor an exported model ({', '.join(EXPORTED_SUFFIXES)})")
+    if exported and args.checkpoint:
+        p.error("--checkpoint applies to an experiment dir, not to an exported model")
+    if args.format in ("srt", "vtt") and args.output_dir is None and len(args.inputs) > 1:
+        p.error(f"--format {args.format} writes one file per input: give --output-dir")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from asrkit.pipeline import Transcriber
 
     try:
-        transcriber = load_model(args.model, device=args.device, decode=decode_config_from_args(args))
-    except (FileNotFoundError, ValueError) as exc:  # ConfigError is a ValueError
+        inputs = expand_arguments(args.inputs, stdin=sys.stdin)
+        decode = decode_config_from_args(args)
+        options = dict(segmenter=args.segmenter, batch_seconds=args.batch_seconds)
+        if exported:
+            transcriber = Transcriber.from_exported(args.model, device=args.device, decode=decode, **options)
+        else:
+            transcriber = Transcriber.from_dir(args.model, device=args.device, checkpoint=args.checkpoint,
+                                               decode=decode, **options)
+    except (FileNotFoundError, ValueError) as exc:  # ConfigError and TableError are ValueErrors
         print(f"asrkit transcribe: {exc}", file=sys.stderr)
         return 1
-    status = 0
-    for i in range(0, len(paths), args.batch_size):
-        batch = paths[i: i + args.batch_size]
-        wavs, ok = [], []
-        for path in batch:
-            try:
-                wavs.append(transcriber.load(path))
-                ok.append(path)
-            except AudioError as exc:
-                print(f"asrkit transcribe: {exc}", file=sys.stderr)
-                status = 1
-        for path, alternatives in zip(ok, transcriber.transcribe_nbest(wavs)):
-            tr = alternatives[0]
-            if args.json:
-                obj = {"file": path, "text": tr.text, "tokens": transcriber.tokenizer.pieces(tr.tokens),
-                       "token_times": tr.token_times, "score": tr.score}
-                if len(alternatives) > 1:
-                    obj["nbest"] = [{"text": a.text, "score": a.score, "ctc_score": a.ctc_score}
-                                    for a in alternatives]
-                print(json.dumps(obj, ensure_ascii=False))
-            else:
-                print(f"{path}\t{tr.text}")
-    return status
+    results = transcriber.transcribe(inputs, num_workers=args.num_workers, progress=not args.no_progress)
+    failed = [r for r in results if not r.ok]
+    for r in failed:
+        print(f"asrkit transcribe: {r.error}", file=sys.stderr)
+    write_results(results, args.format, out_dir=args.output_dir, stream=sys.stdout)
+    print(f"asrkit transcribe: {transcriber.stats.summary()}", file=sys.stderr)
+    if failed:
+        print(f"asrkit transcribe: {len(failed)} of {len(results)} inputs failed", file=sys.stderr)
+    return 1 if failed else 0

@@ -154,6 +154,12 @@ class AsrModel(nn.Module):
         enc, lens, _ = self._encode(wav, wav_lens)
         return enc, lens
 
+    def encode_features(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(B, T, F) features from ``self.frontend``, (B,) lengths -> (B, T', D) encodings, (B,) lengths.
+        Transcription computes features in data-loader workers and encodes them here."""
+        enc, lens, _ = self.encoder(feats, feat_lens, self.ctc)
+        return enc, lens
+
     def output_lengths(self, num_samples: torch.Tensor) -> torch.Tensor:
         """(B,) waveform lengths in samples -> (B,) encoder frames (without speed perturbation)."""
         return self.encoder.output_lengths(self.frontend.num_frames(num_samples))

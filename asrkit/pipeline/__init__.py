@@ -1,7 +1,9 @@
 """Decoding pipeline: experiment dir -> frontend -> encoder -> search (per a DecodeConfig) -> transcripts."""
+from asrkit.pipeline.inputs import AudioInput
+from asrkit.pipeline.results import Alternative, Result, Segment, Word
 from asrkit.pipeline.searcher import Searcher, check_decode_config, load_lm_scorer
-from asrkit.pipeline.transcriber import Transcriber, Transcript, load_from_dir, pad_waveforms
+from asrkit.pipeline.transcriber import Transcriber, TranscribeStats, Transcript, load_from_dir, pad_waveforms
 from asrkit.pipeline.tuning import tune_fusion
 
-__all__ = ["Searcher", "Transcriber", "Transcript", "check_decode_config", "load_from_dir", "load_lm_scorer",
-           "pad_waveforms", "tune_fusion"]
+__all__ = ["Alternative", "AudioInput", "Result", "Searcher", "Segment", "TranscribeStats", "Transcriber", "Transcript",
+           "Word", "check_decode_config", "load_from_dir", "load_lm_scorer", "pad_waveforms", "tune_fusion"]

@@ -39,14 +39,18 @@ _NEEDS_CTC = ("greedy", "ctc_prefix", "joint", "rescore")
 _NEEDS_DECODER = ("attention", "joint", "rescore")
 
 
-def check_decode_config(cfg: DecodeConfig, model: AsrModel) -> None:
-    """Raise ConfigError naming the ``decode.*`` key that cannot work with this model."""
+def check_decode_config(cfg: DecodeConfig, model: Optional[AsrModel]) -> None:
+    """Raise ConfigError naming the ``decode.*`` key that cannot work with this model (None: an exported
+    model, CTC log-probs only)."""
     if cfg.mode not in MODES:
         raise ConfigError(f"decode.mode '{cfg.mode}' is unknown (choose from: {', '.join(MODES)})")
-    if cfg.mode in _NEEDS_CTC and model.ctc is None:
+    if model is None and cfg.mode not in ("greedy", "ctc_prefix"):
+        raise ConfigError(f"decode.mode '{cfg.mode}' needs the attention decoder, which an exported model does not "
+                          f"have (it ends at the CTC head): use greedy or ctc_prefix")
+    if model is not None and cfg.mode in _NEEDS_CTC and model.ctc is None:
         raise ConfigError(f"decode.mode '{cfg.mode}' needs a CTC head; this model has none (it was trained with "
                           f"model.ctc_weight 0: use decode.mode: attention)")
-    if cfg.mode in _NEEDS_DECODER and model.decoder is None:
+    if model is not None and cfg.mode in _NEEDS_DECODER and model.decoder is None:
         raise ConfigError(f"decode.mode '{cfg.mode}' needs an attention decoder; this model has none "
                           f"(use greedy or ctc_prefix)")
     if cfg.beam < 1:
@@ -74,7 +78,7 @@ def check_decode_config(cfg: DecodeConfig, model: AsrModel) -> None:
         raise ConfigError("decode.lm_full is set but decode.lm is not")
     if cfg.attention_window < 0:
         raise ConfigError(f"decode.attention_window must be >= 0, got {cfg.attention_window}")
-    if cfg.attention_window and not isinstance(model.decoder, LSTMAttentionDecoder):
+    if cfg.attention_window and (model is None or not isinstance(model.decoder, LSTMAttentionDecoder)):
         raise ConfigError("decode.attention_window needs a location-aware attention decoder "
                           "(model.decoder.kind lstm_location)")
 
@@ -100,7 +104,7 @@ class Searcher:
     """``search(model, enc, enc_lens) -> NBest`` for one DecodeConfig; scorers that do not depend on the
     audio (the LM, the length bonus) are built once."""
 
-    def __init__(self, cfg: DecodeConfig, model: AsrModel, tokenizer: Tokenizer, device: torch.device):
+    def __init__(self, cfg: DecodeConfig, model: Optional[AsrModel], tokenizer: Tokenizer, device: torch.device):
         check_decode_config(cfg, model)
         self.cfg, self.tokenizer = cfg, tokenizer
         if cfg.attention_window:
@@ -137,15 +141,20 @@ class Searcher:
                                       token_topk=c.token_topk, token_min_logp=c.token_min_logp,
                                       blank_skip_threshold=c.blank_skip_threshold)
 
-    def search(self, model: AsrModel, enc: torch.Tensor, enc_lens: torch.Tensor) -> NBest:
-        """enc (B, T, D), enc_lens (B,) -> NBest (B, decode.nbest), best first."""
+    def search(self, model: Optional[AsrModel], enc: Optional[torch.Tensor], enc_lens: torch.Tensor,
+               log_probs: Optional[torch.Tensor] = None) -> NBest:
+        """enc (B, T, D), enc_lens (B,) -> NBest (B, decode.nbest), best first. ``log_probs`` (B, T, V): the
+        CTC head's output where the caller has it already (an exported model has only that: model and enc
+        None)."""
         c = self.cfg
+        if log_probs is None and c.mode in _NEEDS_CTC:
+            log_probs = model.ctc_log_probs(enc)
         if c.mode == "greedy":
-            return greedy_search(model.ctc_log_probs(enc), enc_lens)
+            return greedy_search(log_probs, enc_lens)
         if c.mode == "ctc_prefix":
-            return self._ctc_prefix(model.ctc_log_probs(enc), enc_lens, c.beam, c.nbest)
+            return self._ctc_prefix(log_probs, enc_lens, c.beam, c.nbest)
         if c.mode == "rescore":
-            nbest = self._ctc_prefix(model.ctc_log_probs(enc), enc_lens, c.beam, c.beam)
+            nbest = self._ctc_prefix(log_probs, enc_lens, c.beam, c.beam)
             n = nbest.nbest
             rows = torch.arange(enc.shape[0], device=enc.device).repeat_interleave(n)  # (B*N,)
 
@@ -154,7 +163,8 @@ class Searcher:
 
             return attention_rescore(nbest, score_fn, c.ctc_weight).top(c.nbest)
         scorers, weights = self._fusion()
-        log_probs = model.ctc_log_probs(enc) if model.ctc is not None else None
+        if log_probs is None and model.ctc is not None:
+            log_probs = model.ctc_log_probs(enc)
         joint = c.mode == "joint"
         nbest = joint_beam_search(model, enc, enc_lens, log_probs if joint else None,
                                   ctc_weight=c.ctc_weight if joint else 0.0, beam=c.beam, nbest=c.nbest,

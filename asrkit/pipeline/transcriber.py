@@ -1,25 +1,38 @@
 """Transcriber: experiment dir -> frontend -> encoder -> search -> transcripts with timestamps."""
 from __future__ import annotations
 
+import copy
 import json
 import logging
+import math
 import os
+import time
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 from torch import nn
 from tqdm import tqdm
 
 from asrkit.audio.io import AudioError, load_audio
+from asrkit.audio.vad import VadConfig, Window
 from asrkit.config import DecodeConfig, ExperimentConfig, load_config, save_config
 from asrkit.data.datadir import read_data_dir
 from asrkit.data.table import write_table
+from asrkit.models.asr import AsrModel
 from asrkit.models.registry import build_model
+from asrkit.pipeline.inputs import AudioInput, Inputlike, as_inputs
+from asrkit.pipeline.results import Alternative, Result, Segment, Word
 from asrkit.pipeline.searcher import Searcher
+from asrkit.pipeline.stream import SEGMENTERS, InputDone, SegmentDataset, SegmentItem, seconds_batches, segment_loader
+from asrkit.pipeline.words import TokenTime, align_tokens, group_words, snap_to_speech
 from asrkit.search import Hypothesis
 from asrkit.text.tokenizer import Tokenizer, load_tokenizer
 from asrkit.checkpoint import MODEL_FILE, load_checkpoint
+
+if TYPE_CHECKING:
+    from asrkit.pipeline.export import ExportedModel
 
 log = logging.getLogger("asrkit.pipeline")
 
@@ -59,62 +72,302 @@ def pad_waveforms(wavs: Sequence[torch.Tensor]) -> Tuple[torch.Tensor, torch.Ten
     return out, lens
 
 
-class Transcriber:
-    """Batch transcription with a trained model; ``decode`` picks the search (default: greedy CTC)."""
+class _EagerAcoustic:
+    """A trained AsrModel: features in the loader's workers (a CPU copy of the frontend), encoder and CTC
+    head on the device."""
 
-    def __init__(self, model: nn.Module, cfg: ExperimentConfig, tokenizer: Tokenizer,
-                 device: str | torch.device = "cpu", decode: Optional[DecodeConfig] = None):
-        self.model, self.cfg, self.tokenizer = model.eval(), cfg, tokenizer
+    def __init__(self, model: AsrModel, device: torch.device):
+        self.model, self.device = model, device
+        self.featurizer: Optional[nn.Module] = copy.deepcopy(model.frontend).cpu().eval()
+        self.frames_per_second = 1.0 / model.frontend.frame_shift_seconds
+        self.frame_shift = model.frontend.frame_shift_seconds * model.subsampling_factor
+
+    def __call__(self, data: torch.Tensor, lens: torch.Tensor
+                 ) -> Tuple[Optional[torch.Tensor], torch.Tensor, Optional[torch.Tensor]]:
+        """(B, T, F) features -> encodings (B, T', D), lengths, CTC log-probs (B, T', V) or None."""
+        enc, enc_lens = self.model.encode_features(data.to(self.device), lens.to(self.device))
+        return enc, enc_lens, (self.model.ctc_log_probs(enc) if self.model.ctc is not None else None)
+
+
+class _ExportedAcoustic:
+    """An exported frontend + encoder + CTC head (``asrkit export``): waveforms in, log-probs out."""
+
+    def __init__(self, exported: "ExportedModel"):
+        self.exported = exported
+        self.featurizer: Optional[nn.Module] = None
+        self.frames_per_second = float(exported.sample_rate)
+        self.frame_shift = exported.frame_shift
+
+    def __call__(self, data: torch.Tensor, lens: torch.Tensor
+                 ) -> Tuple[Optional[torch.Tensor], torch.Tensor, Optional[torch.Tensor]]:
+        log_probs, out_lens = self.exported.log_probs(data, lens)
+        return None, out_lens, log_probs
+
+
+@dataclass
+class TranscribeStats:
+    """Where the time of :meth:`Transcriber.transcribe` went (seconds). ``load`` and ``features`` are summed
+    over the loader's workers, which run beside the model: they overlap ``encoder`` and ``search``."""
+
+    inputs: int = 0
+    failed: int = 0
+    segments: int = 0
+    audio: float = 0.0
+    wall: float = 0.0
+    load: float = 0.0
+    features: float = 0.0
+    encoder: float = 0.0
+    search: float = 0.0  # the search and the word alignment
+
+    @property
+    def rtf(self) -> float:
+        return self.wall / self.audio if self.audio else 0.0
+
+    def summary(self) -> str:
+        return (f"{self.inputs} inputs ({self.failed} failed), {self.segments} segments, {self.audio:.1f} s of audio "
+                f"in {self.wall:.2f} s: RTF {self.rtf:.4f}; load {self.load:.2f} s, features {self.features:.2f} s "
+                f"(in loader workers), encoder {self.encoder:.2f} s, search {self.search:.2f} s")
+
+
+class Transcriber:
+    """Transcription with a trained model; ``decode`` picks the search (default: greedy CTC).
+
+    :meth:`transcribe` takes files, wav.scp entries and waveforms of any length (long ones are split by
+    voice activity, see :mod:`asrkit.audio.vad`) and returns :class:`~asrkit.pipeline.results.Result` objects with
+    words, times and confidences; :meth:`transcribe_nbest` decodes waveforms as single utterances.
+    ``segmenter``: ``vad`` (default) | ``fixed`` (overlapping windows, stitched) | ``none`` (whole input).
+    """
+
+    def __init__(self, model: Optional[AsrModel], cfg: Optional[ExperimentConfig], tokenizer: Tokenizer,
+                 device: str | torch.device = "cpu", decode: Optional[DecodeConfig] = None, *,
+                 exported: Optional["ExportedModel"] = None, segmenter: str = "vad",
+                 vad: Optional[VadConfig] = None, batch_seconds: float = 120.0):
+        if (model is None) == (exported is None):
+            raise ValueError("give a model or an exported model, not both")
+        self.model, self.cfg, self.tokenizer = model, cfg, tokenizer
         self.device = torch.device(device)
         self.decode_cfg = decode or DecodeConfig()
-        self.searcher = Searcher(self.decode_cfg, model, tokenizer, self.device)
-        self.sample_rate = cfg.frontend.sample_rate
+        if model is not None:
+            model.eval()
+            self.searcher = Searcher(self.decode_cfg, model, tokenizer, self.device)
+            self.acoustic: Any = _EagerAcoustic(model, self.device)
+            self.sample_rate = model.frontend.sample_rate
+        else:
+            self.searcher = Searcher(self.decode_cfg, None, tokenizer, self.device)
+            self.acoustic = _ExportedAcoustic(exported)
+            self.sample_rate = exported.sample_rate
         # seconds per encoder frame = feature hop x subsampling factor
-        self.frame_shift = model.frontend.frame_shift_seconds * model.subsampling_factor
+        self.frame_shift = self.acoustic.frame_shift
+        if segmenter not in SEGMENTERS:
+            raise ValueError(f"segmenter must be one of {', '.join(SEGMENTERS)}, got '{segmenter}'")
+        if batch_seconds <= 0:
+            raise ValueError(f"batch_seconds must be > 0, got {batch_seconds}")
+        self.segmenter, self.vad, self.batch_seconds = segmenter, vad or VadConfig(), batch_seconds
+        self.stats = TranscribeStats()
 
     @classmethod
     def from_dir(cls, exp_dir: str, device: str = "cpu", checkpoint: Optional[str] = None,
-                 decode: Optional[DecodeConfig] = None) -> "Transcriber":
+                 decode: Optional[DecodeConfig] = None, **options: Any) -> "Transcriber":
         model, cfg, tokenizer = load_from_dir(exp_dir, checkpoint, device)
-        return cls(model, cfg, tokenizer, device, decode)
+        return cls(model, cfg, tokenizer, device, decode, **options)
 
+    @classmethod
+    def from_exported(cls, path: str, device: str = "cpu", decode: Optional[DecodeConfig] = None,
+                      **options: Any) -> "Transcriber":
+        """A model written by ``asrkit export`` (ONNX or TorchScript): CTC searches only (greedy, ctc_prefix)."""
+        from asrkit.pipeline.export import load_exported
+
+        exported = load_exported(path, device=device)
+        return cls(None, None, exported.tokenizer, device, decode, exported=exported, **options)
+
+    # -- utterances -------------------------------------------------------------------------------------------
     def _transcript(self, hyp: Hypothesis) -> Transcript:
         return Transcript(self.tokenizer.decode(hyp.tokens), hyp.tokens,
                           [round(f * self.frame_shift, 3) for f in hyp.token_frames if f >= 0],
                           hyp.score, hyp.ctc_score)
 
+    def _encode_waveforms(self, wavs: Sequence[torch.Tensor]
+                          ) -> Tuple[Optional[torch.Tensor], torch.Tensor, Optional[torch.Tensor]]:
+        wav, wav_lens = pad_waveforms(wavs)
+        if self.model is None:
+            return self.acoustic(wav.to(self.device), wav_lens.to(self.device))
+        feats, feat_lens = self.model.frontend(wav.to(self.device), wav_lens.to(self.device))
+        return self.acoustic(feats, feat_lens)
+
     @torch.inference_mode()
     def transcribe_nbest(self, wavs: Sequence[torch.Tensor]) -> List[List[Transcript]]:
-        """Up to ``decode.nbest`` transcripts per mono waveform (at the model's sample rate), best first.
+        """Up to ``decode.nbest`` transcripts per mono waveform (at the model's sample rate), each decoded as one
+        utterance (no segmentation), best first.
 
         A batch that runs out of GPU memory (encoder or search) is split in half and retried.
         """
         if not wavs:
             return []
         try:
-            wav, wav_lens = pad_waveforms(wavs)
-            enc, enc_lens = self.model.encode(wav.to(self.device), wav_lens.to(self.device))
-            nbest = self.searcher.search(self.model, enc, enc_lens)
+            enc, enc_lens, log_probs = self._encode_waveforms(wavs)
+            nbest = self.searcher.search(self.model, enc, enc_lens, log_probs)
         except torch.cuda.OutOfMemoryError:
             if len(wavs) <= 1:
                 raise
-            if self.device.type == "cuda":
-                torch.cuda.empty_cache()
+            self._free_memory(len(wavs))
             half = len(wavs) // 2
-            log.warning("out of memory on a batch of %d utterances: decoding it in halves", len(wavs))
             return self.transcribe_nbest(wavs[:half]) + self.transcribe_nbest(wavs[half:])
         return [[self._transcript(h) for h in hyps] or [Transcript("", [])] for hyps in nbest.to_lists()]
 
-    def transcribe(self, wavs: Sequence[torch.Tensor]) -> List[Transcript]:
-        """The best transcript of each mono waveform (at the model's sample rate)."""
-        return [hyps[0] for hyps in self.transcribe_nbest(wavs)]
+    def _free_memory(self, batch: int) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        log.warning("out of memory on a batch of %d segments: decoding it in halves", batch)
 
     def load(self, path: str) -> torch.Tensor:
-        """Read an audio file (or ``cmd |``) as a mono waveform at the model's rate; raises AudioError."""
-        return load_audio(path, self.sample_rate, name=path)
+        """Read an audio file as a mono waveform at the model's rate (a file name, never a command);
+        raises AudioError."""
+        return load_audio(path, self.sample_rate, name=path, pipe=False)
 
-    def transcribe_files(self, paths: Sequence[str]) -> List[Transcript]:
-        return self.transcribe([self.load(p) for p in paths])
+    # -- inputs of any length ---------------------------------------------------------------------------------
+    def transcribe(self, inputs: Sequence[Inputlike], *, num_workers: int = 0, progress: bool = False
+                   ) -> List[Result]:
+        """One :class:`Result` per input (a path, a waveform tensor at the model's rate, or an
+        :class:`~asrkit.pipeline.inputs.AudioInput`), in order. An input that cannot be read gets a Result with
+        ``error`` set and empty text; the others are transcribed. ``self.stats`` says where the time went."""
+        return list(self.transcribe_iter(inputs, num_workers=num_workers, progress=progress))
+
+    def transcribe_files(self, paths: Sequence[str], **kw: Any) -> List[Result]:
+        return self.transcribe(list(paths), **kw)
+
+    @torch.inference_mode()
+    def transcribe_iter(self, inputs: Sequence[Inputlike], *, num_workers: int = 0, progress: bool = False
+                        ) -> Iterator[Result]:
+        """:meth:`transcribe`, yielding each Result (in input order) as soon as it and those before it are done."""
+        items = as_inputs(inputs)
+        self.stats = stats = TranscribeStats(inputs=len(items))
+        start = time.perf_counter()
+        dataset = SegmentDataset(items, self.sample_rate, self.acoustic.featurizer, self.segmenter, self.vad)
+        done: Dict[int, InputDone] = {}
+        segments: Dict[int, Dict[int, _Decoded]] = {}
+        pending: List[SegmentItem] = []
+        buffered, next_out = 0.0, 0
+        bar = tqdm(total=len(items), desc="transcribe", unit="file", disable=not progress, dynamic_ncols=True)
+
+        def finished() -> Iterator[Result]:
+            nonlocal next_out
+            while next_out < len(items) and next_out in done and \
+                    len(segments.get(next_out, {})) >= done[next_out].num_segments:
+                result = self._result(items[next_out], done.pop(next_out), segments.pop(next_out, {}))
+                stats.failed += not result.ok
+                bar.update(1)
+                next_out += 1
+                yield result
+
+        for item in segment_loader(dataset, num_workers):
+            if isinstance(item, InputDone):
+                done[item.index] = item
+                stats.load += item.load_seconds
+                stats.audio += item.duration
+                if item.error is not None:
+                    log.warning("%s", item.error)
+            else:
+                pending.append(item)
+                stats.load += item.load_seconds
+                stats.features += item.feature_seconds
+                buffered += item.window.end - item.window.start
+            if buffered >= 4 * self.batch_seconds or (isinstance(item, InputDone) and not pending):
+                self._decode_items(pending, segments)
+                pending, buffered = [], 0.0
+            yield from finished()
+        self._decode_items(pending, segments)
+        yield from finished()
+        bar.close()
+        stats.wall = time.perf_counter() - start
+
+    def _decode_items(self, items: List[SegmentItem], out: Dict[int, Dict[int, "_Decoded"]]) -> None:
+        for batch in seconds_batches(items, self.acoustic.frames_per_second, self.batch_seconds):
+            for item, decoded in zip(batch, self._decode_batch(batch)):
+                out.setdefault(item.index, {})[item.number] = decoded
+        self.stats.segments += len(items)
+
+    def _decode_batch(self, batch: List[SegmentItem]) -> List["_Decoded"]:
+        try:
+            t0 = time.perf_counter()
+            data, lens = _pad([it.data for it in batch])
+            enc, enc_lens, log_probs = self.acoustic(data, lens)
+            t1 = time.perf_counter()
+            nbest = self.searcher.search(self.model, enc, enc_lens, log_probs).to_lists()
+        except torch.cuda.OutOfMemoryError:
+            if len(batch) <= 1:
+                raise
+            self._free_memory(len(batch))
+            half = len(batch) // 2
+            return self._decode_batch(batch[:half]) + self._decode_batch(batch[half:])
+        lp = log_probs.float().cpu() if log_probs is not None else None
+        lengths = enc_lens.cpu().tolist()
+        segments = [self._segment(item, hyps, None if lp is None else lp[b, : lengths[b]])
+                    for b, (item, hyps) in enumerate(zip(batch, nbest))]
+        t2 = time.perf_counter()
+        self.stats.encoder += t1 - t0
+        self.stats.search += t2 - t1
+        return segments
+
+    def _segment(self, item: SegmentItem, hyps: List[Hypothesis], log_probs: Optional[torch.Tensor]) -> "_Decoded":
+        w = item.window
+        alternatives = [Alternative(self.tokenizer.decode(h.tokens), h.score, h.ctc_score) for h in hyps]
+        tokens: List[TokenTime] = []
+        if hyps and log_probs is not None:
+            try:
+                tokens = align_tokens(log_probs, hyps[0].tokens, self.frame_shift, offset=w.start)
+            except ValueError as exc:  # an attention hypothesis longer than the CTC frames allow
+                log.warning("segment %.2f-%.2f s: no word times: %s", w.start, w.end, exc)
+        words = snap_to_speech(group_words(tokens, self.tokenizer.token_list, self.tokenizer.decode),
+                               item.speech, item.hop, offset=w.start)
+        text = alternatives[0].text if alternatives else ""
+        return _Decoded(w, Segment(w.start, w.end, text, words, alternatives), tokens, item.speech, item.hop)
+
+    def _result(self, inp: AudioInput, done: InputDone, parts: Dict[int, "_Decoded"]) -> Result:
+        if done.error is not None:
+            return Result(inp.name, "", duration=done.duration, error=done.error)
+        decoded = [parts[i] for i in sorted(parts)]
+        ordered = [d.segment for d in decoded]
+        if any(a.window.end > b.window.start for a, b in zip(decoded, decoded[1:])):
+            ordered = self._stitch(decoded, done.duration)
+        words = [x for s in ordered for x in s.words]
+        text = " ".join(s.text for s in ordered if s.text)
+        nbest = ordered[0].nbest if len(ordered) == 1 else [Alternative(text, sum(
+            s.nbest[0].score for s in ordered if s.nbest), sum(s.nbest[0].ctc_score for s in ordered if s.nbest))]
+        return Result(inp.name, text, words, ordered, nbest, done.duration)
+
+    def _stitch(self, decoded: List["_Decoded"], duration: float) -> List[Segment]:
+        """Overlapping windows: each window owns the tokens whose middle lies between its seams, and words
+        are formed from the owned tokens of all windows in time order; so a word cut by one window's edge,
+        or run into its neighbour there, is read from the window that heard it whole, and none is taken
+        twice. A seam goes in the middle of the longest pause in the central half of the overlap (a word
+        boundary then: windows may disagree on where the space token fell), or in the overlap's middle
+        where there is no pause."""
+        hop = decoded[0].hop
+        seams = [0.0]
+        pauses = [True]
+        for a, b in zip(decoded, decoded[1:]):
+            seam, pause = _pause_seam(a, b.window.start, a.window.end)
+            seams.append(seam)
+            pauses.append(pause)
+        seams.append(duration + hop)
+        words: List[Word] = []
+        chunk: List[TokenTime] = []
+        speech = np.zeros(int(math.ceil(duration / hop)) + 1, dtype=bool)  # the owning windows' voice activity
+        for i, d in enumerate(decoded):
+            if pauses[i]:
+                words += group_words(chunk, self.tokenizer.token_list, self.tokenizer.decode)
+                chunk = []
+            chunk += [t for t in d.tokens if seams[i] <= (t.start + t.end) / 2 < seams[i + 1]]
+            first, last, base = (int(round(x / hop)) for x in (seams[i], min(seams[i + 1], duration), d.window.start))
+            part = d.speech[max(0, first - base): max(0, last - base)]
+            speech[first: first + len(part)] = part
+        words += group_words(chunk, self.tokenizer.token_list, self.tokenizer.decode)
+        words = snap_to_speech(words, speech, hop)
+        out = []
+        for i, d in enumerate(decoded):
+            mine = [x for x in words if seams[i] <= (x.start + x.end) / 2 < seams[i + 1]]
+            out.append(Segment(d.window.start, d.window.end, " ".join(x.text for x in mine), mine, d.segment.nbest))
+        return out
 
     def data_dir_batches(self, data_dir: str, batch_size: Optional[int], failed: Dict[str, str]
                          ) -> Iterator[Tuple[List[str], List[torch.Tensor]]]:
@@ -159,6 +412,45 @@ class Transcriber:
             write_table(os.path.join(out_dir, "failed"), failed)
         log.info("decoded %d utterances into %s/text (%d failed)", len(hyps), out_dir, len(failed))
         return {"decoded": len(hyps), "failed": len(failed)}
+
+
+
+def _pause_seam(a: "_Decoded", lo: float, hi: float) -> Tuple[float, bool]:
+    """Where window ``a`` hands over to the next one, which starts at ``lo`` (``hi``: a's end): the middle of
+    the longest run of non-speech frames of ``a`` in the central half of the overlap, or the overlap's
+    middle when there is none (then False)."""
+    quarter = (hi - lo) / 4
+    first = int(round((lo + quarter - a.window.start) / a.hop))
+    last = int(round((hi - quarter - a.window.start) / a.hop))
+    quiet = ~a.speech[max(0, first): max(0, last)]
+    best, run_start, best_len = None, None, 0
+    for k, q in enumerate(list(quiet) + [False]):
+        if q and run_start is None:
+            run_start = k
+        elif not q and run_start is not None:
+            if k - run_start > best_len:
+                best, best_len = (run_start + k) / 2, k - run_start
+            run_start = None
+    if best is None or best_len < 3:  # no pause of 30 ms or more
+        return (lo + hi) / 2, False
+    return a.window.start + (max(0, first) + best) * a.hop, True
+
+
+@dataclass
+class _Decoded:
+    """A decoded segment with what stitching needs: its window, token times and voice activity."""
+
+    window: Window
+    segment: Segment
+    tokens: List[TokenTime]
+    speech: np.ndarray
+    hop: float
+
+
+def _pad(rows: Sequence[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(T_i, ...) tensors -> (B, T_max, ...) zero-padded, (B,) lengths."""
+    lens = torch.tensor([r.shape[0] for r in rows], dtype=torch.long)
+    return torch.nn.utils.rnn.pad_sequence(list(rows), batch_first=True), lens
 
 
 def _chunks(items: list, n: int) -> Iterator[list]:

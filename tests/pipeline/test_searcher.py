@@ -63,8 +63,13 @@ def overfit(tiny_corpus, tmp_path_factory):
     return exp, model, cfg, tok, wavs, batch["texts"]
 
 
+def _best(transcriber: Transcriber, wavs) -> list:
+    """The best Transcript of each waveform, decoded as one utterance."""
+    return [hyps[0] for hyps in transcriber.transcribe_nbest(wavs)]
+
+
 def _texts(transcriber: Transcriber, wavs) -> list:
-    return [t.text for t in transcriber.transcribe(wavs)]
+    return [t.text for t in _best(transcriber, wavs)]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -81,9 +86,9 @@ def test_length_penalty_is_wired_into_the_label_synchronous_search(overfit, mode
     """A GNMT length penalty keeps the overfitted transcripts, and its normalised scores are what the N-best
     reports: score / ((5 + |Y|) / 6) ** alpha of the unpenalised search's raw score."""
     _, model, cfg, tok, wavs, texts = overfit
-    plain = Transcriber(model, cfg, tok, decode=DecodeConfig(mode=mode, beam=4)).transcribe(wavs)
+    plain = _best(Transcriber(model, cfg, tok, decode=DecodeConfig(mode=mode, beam=4)), wavs)
     penalised = Transcriber(model, cfg, tok, decode=DecodeConfig(mode=mode, beam=4, length_penalty=1.0))
-    out = penalised.transcribe(wavs)
+    out = _best(penalised, wavs)
     assert [t.text for t in out] == texts
     for p, q in zip(plain, out):
         assert q.score == pytest.approx(p.score / ((5 + len(p.tokens)) / 6), rel=1e-4)
@@ -105,7 +110,7 @@ def test_timestamps_follow_the_tokens_in_every_mode(overfit):
     _, model, cfg, tok, wavs, _ = overfit
     times = {}
     for mode in MODES:
-        out = Transcriber(model, cfg, tok, decode=DecodeConfig(mode=mode, beam=4)).transcribe(wavs)
+        out = _best(Transcriber(model, cfg, tok, decode=DecodeConfig(mode=mode, beam=4)), wavs)
         for t, wav in zip(out, wavs):
             assert len(t.token_times) == len(t.tokens) and t.token_times == sorted(t.token_times), mode
             assert 0 <= t.token_times[0] and t.token_times[-1] <= len(wav) / 16000, mode
@@ -203,11 +208,11 @@ def test_transcribe_cli_json_nbest(overfit, tiny_corpus, capsys):
     exp, *_ = overfit
     wav = sorted(read_table(tiny_corpus / "train" / "wav.scp").values())[0]
     capsys.readouterr()
-    assert main(["transcribe", "--model", str(exp), "--json", "--mode", "rescore", "--beam", "3",
-                 "--set", "nbest=2", wav]) == 0
+    assert main(["transcribe", "--model", str(exp), "--format", "jsonl", "--segmenter", "none", "--mode", "rescore",
+                 "--beam", "3", "--set", "nbest=2", "--no-progress", wav]) == 0
     obj = json.loads(capsys.readouterr().out.strip())
     assert obj["text"] == obj["nbest"][0]["text"] and len(obj["nbest"]) == 2
-    assert len(obj["token_times"]) == len(obj["tokens"])
+    assert " ".join(w["word"] for w in obj["words"]) == obj["text"]
 
 
 def test_decode_config_file_and_overrides(tmp_path):
@@ -222,17 +227,21 @@ def test_decode_config_file_and_overrides(tmp_path):
 
 def test_out_of_memory_batches_are_split_in_half(overfit, monkeypatch):
     _, model, cfg, tok, wavs, texts = overfit
-    tr = Transcriber(model, cfg, tok, decode=DecodeConfig(mode="joint", beam=2))
+    tr = Transcriber(model, cfg, tok, decode=DecodeConfig(mode="joint", beam=2), segmenter="none")
     real, sizes = tr.searcher.search, []
+    whole = [(r.text, r.words) for r in tr.transcribe(wavs)]
 
-    def flaky(model_, enc, enc_lens):
+    def flaky(model_, enc, enc_lens, log_probs=None):
         sizes.append(enc.shape[0])
         if enc.shape[0] > 1:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real(model_, enc, enc_lens)
+        return real(model_, enc, enc_lens, log_probs)
 
     monkeypatch.setattr(tr.searcher, "search", flaky)
     assert _texts(tr, wavs) == texts
+    assert sizes == [4, 2, 1, 1, 2, 1, 1]
+    sizes.clear()  # the same through transcribe(), which batches segments
+    assert [(r.text, r.words) for r in tr.transcribe(wavs)] == whole
     assert sizes == [4, 2, 1, 1, 2, 1, 1]
 
     def always(*args):
@@ -240,7 +249,7 @@ def test_out_of_memory_batches_are_split_in_half(overfit, monkeypatch):
 
     monkeypatch.setattr(tr.searcher, "search", always)
     with pytest.raises(torch.cuda.OutOfMemoryError):  # a single utterance cannot be split
-        tr.transcribe(wavs[:1])
+        tr.transcribe_nbest(wavs[:1])
 
 
 def test_tune_fusion_picks_the_best_weight_and_matches_plain_decoding(overfit, tiny_corpus, tmp_path, capsys):
@@ -283,7 +292,7 @@ def test_attention_window_for_long_utterances_reaches_the_location_aware_decoder
     tr = Transcriber(model, cfg, tok, decode=DecodeConfig(mode="attention", beam=2, attention_window=5))
     assert attention.window == 5
     wav = 0.1 * torch.randn(48000, generator=torch.Generator().manual_seed(2))  # 3 s: 75 encoder frames
-    assert len(tr.transcribe([wav])) == 1
+    assert len(tr.transcribe_nbest([wav])) == 1
     with pytest.raises(ConfigError, match="decode.attention_window needs a location-aware attention decoder"):
         Transcriber(build_model(_tiny_config(), 10), _tiny_config(), tok,
                     decode=DecodeConfig(mode="attention", attention_window=5))

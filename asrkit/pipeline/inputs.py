@@ -1,0 +1,98 @@
+"""What can be transcribed, and how command-line arguments become inputs.
+
+An :class:`AudioInput` is one of
+
+* a **file path**, read as a file whatever characters its name holds (``|``, ``;``, spaces): a path
+  given to ``asrkit transcribe`` or ``Transcriber.transcribe`` is never run as a command;
+* a **wav.scp entry** (``recording-id source``): the one place where a source ending in ``|`` is a shell
+  command, as in Kaldi; a wav.scp is recipe data and trusted as such;
+* a **waveform** (a mono float tensor at the model's sample rate).
+
+``expand_arguments`` maps the CLI's INPUT arguments: audio files, directories (searched recursively for
+:data:`AUDIO_EXTENSIONS` that the audio backend reads), ``*.scp`` files, and ``-`` (one path per line on
+standard input).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import IO, List, Optional, Sequence, Tuple, Union
+
+import soundfile as sf
+import torch
+
+from asrkit.data.table import read_table
+
+# Extensions searched in directories, each kept only if libsndfile reads it (mp3 needs libsndfile >= 1.1).
+_CANDIDATES = {".wav": "WAV", ".flac": "FLAC", ".ogg": "OGG", ".mp3": "MP3"}
+AUDIO_EXTENSIONS: Tuple[str, ...] = tuple(ext for ext, fmt in _CANDIDATES.items() if fmt in sf.available_formats())
+
+
+@dataclass(frozen=True)
+class AudioInput:
+    """One thing to transcribe; exactly one of ``path``, ``scp_source`` and ``waveform`` is set."""
+
+    name: str
+    path: Optional[str] = None
+    scp_source: Optional[str] = None  # a trusted wav.scp value: a path or "cmd |"
+    waveform: Optional[torch.Tensor] = None  # (S,) at the model's sample rate
+
+    def __post_init__(self) -> None:
+        if sum(x is not None for x in (self.path, self.scp_source, self.waveform)) != 1:
+            raise ValueError(f"input {self.name}: give exactly one of path, scp_source and waveform")
+        if self.waveform is not None and self.waveform.dim() != 1:
+            raise ValueError(f"input {self.name}: a waveform must be 1-D (samples,), got shape "
+                             f"{tuple(self.waveform.shape)}")
+
+
+Inputlike = Union[str, os.PathLike, torch.Tensor, AudioInput]
+
+
+def as_inputs(items: Sequence[Inputlike]) -> List[AudioInput]:
+    """Paths (str or PathLike, read as files), waveforms (named ``waveform-<i>``) or AudioInputs."""
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, AudioInput):
+            out.append(item)
+        elif isinstance(item, torch.Tensor):
+            out.append(AudioInput(f"waveform-{i}", waveform=item))
+        elif isinstance(item, (str, os.PathLike)):
+            out.append(AudioInput(os.fspath(item), path=os.fspath(item)))
+        else:
+            raise TypeError(f"input {i}: expected a path, a waveform tensor or an AudioInput, got {type(item).__name__}")
+    return out
+
+
+def find_audio(directory: str) -> List[str]:
+    """Audio files under ``directory`` (recursively, sorted), by extension."""
+    found = []
+    for root, dirs, files in os.walk(directory):
+        dirs.sort()
+        found += [os.path.join(root, f) for f in sorted(files) if os.path.splitext(f)[1].lower() in AUDIO_EXTENSIONS]
+    return found
+
+
+def read_scp(path: str) -> List[AudioInput]:
+    """The entries of a wav.scp (``id source``; sources may be ``cmd |``: trusted recipe data)."""
+    return [AudioInput(key, scp_source=value) for key, value in read_table(path).items()]
+
+
+def expand_arguments(args: Sequence[str], stdin: Optional[IO[str]] = None) -> List[AudioInput]:
+    """CLI INPUT arguments -> inputs, in order. A name that exists nowhere is kept as a file input, so that
+    transcription reports it as missing (with the others still transcribed)."""
+    out: List[AudioInput] = []
+    for arg in args:
+        if arg == "-":
+            if stdin is None:
+                raise ValueError("'-' needs a list of paths on standard input")
+            out += [AudioInput(line.rstrip("\n"), path=line.rstrip("\n")) for line in stdin if line.strip()]
+        elif os.path.isdir(arg):
+            files = find_audio(arg)
+            if not files:
+                raise ValueError(f"{arg}: no audio files ({', '.join(AUDIO_EXTENSIONS)}) in this directory")
+            out += [AudioInput(f, path=f) for f in files]
+        elif arg.endswith(".scp") and os.path.isfile(arg):
+            out += read_scp(arg)
+        else:
+            out.append(AudioInput(arg, path=arg))
+    return out
