@@ -21,7 +21,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
-from asrkit.search.ctc_prefix import ctc_prefix_beam_search
+from asrkit.search.ctc_prefix import _checked_search
 from asrkit.search.interfaces import BatchScorer
 
 BLANK_NAMES = ("<blank>", "<pad>", "<b>", "<eps>", "")
@@ -98,13 +98,17 @@ def _as_tensor(x: Any, what: str) -> torch.Tensor:
 def check_log_probs(lp: torch.Tensor, lengths: torch.Tensor) -> None:
     """Raise ValueError unless lp (B, T, V) holds log-probabilities on every valid frame.
 
-    One pass over the input (a per-frame max) finds positive values; the frames that show them
-    tell probabilities (rows >= 0 summing to 1) from logits. Normalisation (log sum exp = 0) is
+    One pass over the input (a per-frame max) finds NaN, +inf and positive values; the frames that
+    show them tell probabilities (rows >= 0 summing to 1) from logits. Normalisation (log sum exp = 0) is
     checked on the first, middle and last valid frame of each utterance.
     """
     batch, frames, _ = lp.shape
     valid = torch.arange(frames, device=lp.device) < lengths[:, None]  # (B, T)
-    top = lp.amax(-1).masked_fill(~valid, -math.inf)  # (B, T)
+    top = lp.amax(-1).masked_fill(~valid, -math.inf)  # (B, T); NaN propagates into the max
+    nan = torch.isnan(top).nonzero()
+    if nan.shape[0]:
+        b, t = (int(v) for v in nan[0])
+        raise ValueError(f"utterance {b} (batch row {b}): log_probs contain NaN at frame {t}")
     bad = (top > 1e-6).nonzero()
     if bad.shape[0]:
         b, t = (int(v) for v in bad[0])
@@ -193,9 +197,6 @@ def decode_ctc(log_probs: Any, lengths: Any = None, tokens: Optional[Sequence[st
     if out_of_range:
         b = out_of_range[0]
         raise ValueError(f"utterance {b} (batch row {b}): length {int(lens[b])} outside [0, {frames}] frames")
-    if bool(torch.isnan(lp).any()):
-        b, t = (int(v) for v in torch.isnan(lp).any(-1).nonzero()[0])
-        raise ValueError(f"utterance {b} (batch row {b}): log_probs contain NaN at frame {t}")
     check_log_probs(lp, lens)
     scorers, weights = {}, {}
     if lm is not None:
@@ -216,9 +217,9 @@ def decode_ctc(log_probs: Any, lengths: Any = None, tokens: Optional[Sequence[st
                              f"reorder the model's outputs or decode without lm")
         perm = torch.tensor([blank] + [i for i in range(vocab) if i != blank], device=lp.device)
         lp = lp.index_select(2, perm)
-    found = ctc_prefix_beam_search(lp, lens, beam=beam, nbest=nbest, scorers=scorers, weights=weights,
-                                   token_topk=token_topk, token_min_logp=token_min_logp,
-                                   blank_skip_threshold=blank_skip_threshold, cuda_graph=cuda_graph)
+    # The checks above cover ctc_prefix_beam_search's (NaN, +inf, lengths): no second pass over the input.
+    found = _checked_search(lp, lens, beam, nbest, scorers, weights, token_topk, token_min_logp,
+                            blank_skip_threshold, cuda_graph)
     back = perm.tolist() if perm is not None else None
     skip = [i for i in (eos,) if i is not None]
     results = []

@@ -423,6 +423,15 @@ def ctc_prefix_beam_search(
     For checked inputs (token list, special ids, numpy) use :func:`asrkit.search.decode_ctc`.
     """
     check_ctc_inputs(log_probs, lengths)
+    return _checked_search(log_probs, lengths, beam, nbest, scorers, weights, token_topk, token_min_logp,
+                           blank_skip_threshold, cuda_graph)
+
+
+def _checked_search(log_probs: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: Optional[int],
+                    scorers: Optional[Mapping[str, BatchScorer]], weights: Optional[Mapping[str, float]],
+                    token_topk: Optional[int], token_min_logp: Optional[float],
+                    blank_skip_threshold: Optional[float], cuda_graph: bool) -> NBest:
+    """ctc_prefix_beam_search after its input checks (decode_ctc makes its own, in one pass)."""
     if beam < 1:
         raise ValueError(f"beam must be >= 1, got {beam}")
     nbest = beam if nbest is None else nbest

@@ -154,3 +154,15 @@ def test_eos_id_none_is_accepted_and_a_2d_input_is_one_utterance() -> None:
     # Catches: eos_id=None failing (the TypeError), a (T, V) input not taken as one utterance.
     got = decode_ctc(spelled([4, 5], 7).float(), None, CHARS, eos_id=None)
     assert len(got) == 1 and got[0][0].text == "ab" and got[0][0].tokens == [4, 5]
+
+
+def test_nan_and_inf_are_named_without_the_search_checks() -> None:
+    # Catches: NaN or +inf reaching the search once decode_ctc skips ctc_prefix_beam_search's own
+    # input pass (its one amax pass must find both).
+    lp = LP.expand(2, 6, 7).clone()
+    lp[1, 4, 3] = float("nan")
+    with pytest.raises(ValueError, match="utterance 1 \\(batch row 1\\): log_probs contain NaN at frame 4"):
+        decode_ctc(lp, None, CHARS)
+    lp[1, 4, 3] = float("inf")
+    with pytest.raises(ValueError, match="utterance 1 \\(batch row 1\\), frame 4: log_probs has a positive value"):
+        decode_ctc(lp, None, CHARS)
