@@ -18,7 +18,9 @@ Exporters, and why:
 * ONNX: ``torch.onnx.export(dynamo=True)`` (torch.export + onnxscript). The TorchScript-based exporter
   cannot translate the complex ``torch.stft`` of the log-mel frontend; the dynamo exporter can, and it keeps
   the batch and length symbolic. ``pack_padded_sequence`` does not go through torch.export, so a BiLSTM
-  encoder is exported as :class:`UnpackedBLSTM` (the same weights and outputs, without packing).
+  encoder is exported as :class:`UnpackedBLSTM` (the same weights and outputs, without packing). The log-mel
+  spectrum is exported as :class:`ConvLogMel`: onnxruntime's STFT is a plain DFT, twice as slow as a strided
+  convolution with the same DFT basis (torch's own stft, an FFT, stays in TorchScript).
 * TorchScript: ``torch.jit.trace``. The model code is not scriptable (protocols, optional callables), and
   tracing records arithmetic on sizes, so the traced graph takes any batch and length (Python branches on a
   size are baked in: the graph avoids those that matter, see :class:`CtcLogProbs`).
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import tempfile
 import time
@@ -40,7 +43,7 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from asrkit.audio.frontend import KaldiFbank
+from asrkit.audio.frontend import KaldiFbank, LogMel
 from asrkit.nets.lstm import BLSTMEncoder
 from asrkit.nets.positional import PositionalEncoding
 from asrkit.text.tokenizer import Tokenizer, load_tokenizer
@@ -103,25 +106,60 @@ class UnpackedBLSTM(nn.Module):
         return x, lens
 
 
+class ConvLogMel(nn.Module):
+    """:class:`~asrkit.audio.frontend.LogMel` with the windowed DFT as one strided ``conv1d`` (real and imaginary
+    basis rows, float64-built): (B, S) -> (B, F, n_mels) with the same snip-edges framing and zeroed padding."""
+
+    def __init__(self, logmel: LogMel):
+        super().__init__()
+        self.logmel = logmel
+        n_fft, win = logmel.n_fft, logmel.win_length
+        k = torch.arange(n_fft // 2 + 1, dtype=torch.float64)[:, None]  # (K, 1)
+        # torch.stft centres the window in the n_fft frame: sample n of a frame sits at offset left + n.
+        n = torch.arange(win, dtype=torch.float64)[None, :] + (n_fft - win) // 2  # (1, win)
+        angle, window = 2 * math.pi * k * n / n_fft, logmel.window.double()[None, :]
+        basis = torch.cat([window * torch.cos(angle), -window * torch.sin(angle)])  # (2K, win)
+        self.register_buffer("basis", basis.float()[:, None, :], persistent=False)  # (2K, 1, win)
+
+    def forward(self, wav: Tensor, wav_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        lm = self.logmel
+        feat_lens = lm.num_frames(wav_lens.long())
+        spec = nn.functional.conv1d(wav[:, None, :].float(), self.basis, stride=lm.hop_length)  # (B, 2K, F)
+        real, imag = spec.chunk(2, dim=1)
+        mel = torch.matmul((real.square() + imag.square()).transpose(1, 2), lm.mel_fb)  # (B, F, M)
+        feats = torch.log(torch.clamp(mel, min=lm.log_floor))
+        valid = torch.arange(feats.size(1), device=feats.device)[None, :] < feat_lens[:, None]  # (B, F)
+        return feats.masked_fill(~valid[..., None], 0.0), feat_lens
+
+
 class CtcLogProbs(nn.Module):
     """The exported graph: ``(wav (B, S) float32, wav_lens (B,) int64) -> (log_probs (B, T, V), lens (B,))``.
 
     A BiLSTM encoder runs as :class:`UnpackedBLSTM`: torch.export cannot trace packing, and jit.trace would bake
-    the example's parity into a pyramid step (``if T % 2``), breaking inputs of the other parity."""
+    the example's parity into a pyramid step (``if T % 2``), breaking inputs of the other parity. ``conv_stft``:
+    log-mel features through :class:`ConvLogMel` (for onnxruntime), then the frontend's CMVN."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, conv_stft: bool = False):
         super().__init__()
         if model.ctc is None:
             raise ExportError("this model has no CTC head (model.ctc_weight is 0): export covers frontend + encoder "
                               "+ CTC head, so an attention-only model cannot be exported")
         self.model = model
         self.unpacked = UnpackedBLSTM(model.encoder) if isinstance(model.encoder, BLSTMEncoder) else None
+        extractor = model.frontend.extractor
+        self.conv_logmel = ConvLogMel(extractor) if conv_stft and isinstance(extractor, LogMel) else None
 
     def forward(self, wav: Tensor, wav_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        if self.conv_logmel is None:
+            feats, feat_lens = self.model.frontend(wav, wav_lens)  # (B, F, M), (B,)
+        else:  # Frontend.forward in eval mode: features, then CMVN
+            feats, feat_lens = self.conv_logmel(wav, wav_lens)
+            if self.model.frontend.cmvn is not None:
+                feats, feat_lens = self.model.frontend.cmvn(feats, feat_lens)
         if self.unpacked is None:
-            enc, lens = self.model.encode(wav, wav_lens)  # (B, T, D), (B,)
+            enc, lens, _ = self.model.encoder(feats, feat_lens, self.model.ctc)  # (B, T, D), (B,)
         else:
-            enc, lens = self.unpacked(*self.model.frontend(wav, wav_lens))
+            enc, lens = self.unpacked(feats, feat_lens)
         return self.model.ctc_log_probs(enc).float(), lens.long()  # (B, T, V), (B,)
 
 
@@ -242,7 +280,7 @@ def export_model(model: nn.Module, tokenizer: Tokenizer, sample_rate: int, out: 
     """
     check_exportable(model, fmt)
     model = model.cpu().eval()
-    graph = CtcLogProbs(model).eval()
+    graph = CtcLogProbs(model, conv_stft=fmt == "onnx").eval()
     meta = export_metadata(model, tokenizer, sample_rate)
     example = _example(model, sample_rate)
     start = time.perf_counter()
