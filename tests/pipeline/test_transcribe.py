@@ -244,3 +244,22 @@ def test_stdin_list_and_wav_scp(words_model, tmp_path, monkeypatch, capsys):
     assert main(["transcribe", "--model", str(exp), "--no-progress", "--num-workers", "0", str(scp), "-"]) == 0
     lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
     assert lines == [["utt0", texts[0]], ["utt1", texts[1]], [str(tmp_path / "s1.wav"), texts[1]]]
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+def test_an_exported_model_transcribes_like_the_experiment_dir(words_model, tmp_path, capsys, fmt):
+    exp, wavs, texts, truths, _ = words_model
+    out = tmp_path / ("model.onnx" if fmt == "onnx" else "model.pt")
+    assert main(["export", "--model", str(exp), "--format", fmt, str(out)]) == 0
+    recording, truth = _recording(wavs, truths)
+    eager = asrkit.load_model(str(exp)).transcribe([recording])[0]
+    exported = asrkit.load_model(str(out)).transcribe([recording])[0]
+    assert exported.text == eager.text == " ".join(texts)
+    _check_words(exported.words, truth)
+    sf.write(tmp_path / "a.wav", wavs[0].numpy(), SR)
+    capsys.readouterr()
+    assert main(["transcribe", "--model", str(out), "--no-progress", "--mode", "ctc_prefix",
+                 str(tmp_path / "a.wav")]) == 0
+    assert capsys.readouterr().out == f"{tmp_path / 'a.wav'}\t{texts[0]}\n"
+    assert main(["transcribe", "--model", str(out), "--mode", "joint", str(tmp_path / "a.wav")]) == 1
+    assert "exported model" in capsys.readouterr().err
