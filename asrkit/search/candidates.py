@@ -2,7 +2,7 @@
 
 ``torch.topk`` on CPU costs about 4-9 us per row of 500-5000 tokens (it copies each row into a
 heap): at V = 5000 more than the whole frame loop. :func:`top_tokens` instead views each row's V
-tokens as a (q, m) matrix, ``v = b * m + a``, and takes its column maxima (classes ``a = v mod m``)
+tokens as a (q, m) matrix, ``v = b * m + a`` (m = 32 or 64), and takes its column maxima (classes ``a = v mod m``)
 and row maxima (blocks ``b = v div m``) with two vectorised ``amax`` passes. A token among the row's
 C best non-blank tokens lies in a column among the C + 1 largest maxima (C + 1 larger ones would
 be C + 1 distinct larger tokens, at most one of them the blank) and likewise in a row, so the
@@ -22,11 +22,9 @@ _MIN_VOCAB = 320  # below this a plain topk per row is as fast (measured, CPU)
 
 
 def _width(vocab: int) -> int:
-    """m: a power of two (aligned, vectorised column maxima) near sqrt(V), at least 16."""
-    m = 16
-    while m * m * 2 <= vocab:
-        m *= 2
-    return m
+    """m: the row width, a multiple of 16 floats so that the column maxima vectorise (measured on CPU:
+    m = 32 at V = 500 and m = 64 at V = 5000 are 1.4-1.8x faster than torch.topk; m = 16 is slower)."""
+    return 32 if vocab < 2500 else 64
 
 
 def _chunk_top(x: torch.Tensor, count: int, blank: int) -> Tuple[torch.Tensor, torch.Tensor]:
