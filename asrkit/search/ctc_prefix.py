@@ -124,6 +124,7 @@ class _Frames:
         self.tok_all = tok_all.transpose(0, 1)  # (T', B, C+1): column C (stay) is -1
         self.tokx = _steps(tok_all)  # (B, C+1)
         self.ctok = [t[:, None, :n_cand] for t in self.tokx]  # (B, 1, C)
+        self.ctok_k = [t.expand(batch, beam, n_cand) for t in self.ctok]  # (B, K, C) views
         self.cval = [c[:, None] for c in _steps(cval)]  # (B, 1, C): broadcasts over the beam
         lpb = blank.gather(1, at).masked_fill(~real, 0.0)  # padding: P(blank) = 1 changes nothing
         self.lpb = _steps(lpb[..., None])  # (B, 1)
@@ -222,7 +223,12 @@ class _Beam:
         # eq[b, k, c]: candidate c is hypothesis k's own last token; column C is always True ("none").
         self.eq = torch.ones((batch, beam, cols), dtype=torch.bool, device=device)
         self.eq_ext = self.eq[:, :, :n_cand]
+        self.col_any = torch.empty((batch, beam, 1), dtype=torch.bool, device=device)  # max's values
+        self.col = torch.empty((batch, beam, 1), **long)
+        self.par_any, self.par = torch.empty_like(self.col_any), torch.empty_like(self.col)
+        self.hash_ext = self.hash3.expand(batch, beam, n_cand)
         self.hist = torch.zeros((steps, batch, beam), **long)  # topk picks
+        self.hist_steps = self.hist.unbind(0)
         self.pick_r = self.hist[:, :, None, :].expand(steps, batch, rows, beam).unbind(0)
         self.pick4 = self.hist[:, :, None, :].expand(steps, batch, 4, beam).unbind(0)
         self.top = torch.empty((batch, beam), **full)
@@ -251,7 +257,7 @@ def _step(i: int, s: _Beam, fr: _Frames, scorers: Mapping[str, BatchScorer],
     torch.eq(ctok, s.last3, out=s.eq_ext)  # (B, K, C)
     torch.where(s.eq_ext, s.pb3, s.tot3, out=s.ext_nb)
     s.ext_nb.add_(fr.cval[i])
-    col = s.eq.max(2, keepdim=True)[1]  # (B, K, 1) column of the own last token; C (the stay): none
+    col = torch.max(s.eq, 2, True, out=(s.col_any, s.col))[1]  # (B, K, 1) own last token's column; C: none
     # Merge: k2 is the parent of k1 when hash[k2] == parent_hash[k1]; extension (k2, last[k1]) is
     # then k1's prefix: it folds into k1's stay and leaves the candidates. par = K: no parent.
     par = _find_parents(s)  # (B, K, 1)
@@ -265,7 +271,7 @@ def _step(i: int, s: _Beam, fr: _Frames, scorers: Mapping[str, BatchScorer],
             _score_candidates(i, s, fr, scorers, weights)
         torch.add(s.fusion_buf, s.fused3, out=s.fus)
         torch.add(s.tot_row, s.fus.view(s.cand.shape), out=s.cand)
-    top, pick = torch.topk(s.cand, beam, 1, True, False, out=(s.top, s.hist[i]))
+    top, pick = torch.topk(s.cand, beam, 1, True, False, out=(s.top, s.hist_steps[i]))
 
     # The new beam: (pnb, pb, tot[, fused]) of the chosen candidates; before a run of skipped
     # blank frames pnb reads the -inf row and pb the total.
@@ -283,8 +289,8 @@ def _step(i: int, s: _Beam, fr: _Frames, scorers: Mapping[str, BatchScorer],
             s.states[name] = sc.select_state(s.states[name], rows, token.view(-1))
     # Hash bookkeeping: the ints of every candidate, then one gather.
     torch.add(ctok, s.hash3, alpha=_HASH_MUL, out=s.ci_hash)
-    s.ci_par.copy_(s.hash3.expand_as(s.ci_par))
-    s.ci_last.copy_(ctok.expand_as(s.ci_last))
+    s.ci_par.copy_(s.hash_ext)
+    s.ci_last.copy_(fr.ctok_k[i])
     torch.ne(ctok, s.last3, out=s.ci_single)
     s.ci_stay.copy_(s.ints)
     torch.gather(s.cint_flat, 2, s.pick4[i], out=s.ints)
@@ -296,7 +302,7 @@ def _find_parents(s: _Beam) -> torch.Tensor:
     beam = s.beam
     if beam <= _DENSE_MATCH_MAX_BEAM:  # a (B, K, K) comparison is the fewest ops
         torch.eq(s.child_view, s.parent_view, out=s.match_real)
-        return s.match.max(2, keepdim=True)[1]  # first True; column K is always True
+        return torch.max(s.match, 2, True, out=(s.par_any, s.par))[1]  # first True; column K is always True
     # Larger beams: binary search of each parent hash among the sorted hashes, O(K log K).
     hashes, order = s.hash.sort(1)
     parent_hash = s.parent_hash.contiguous()
