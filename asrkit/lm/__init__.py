@@ -30,12 +30,13 @@ def ngram_scorer(lm: Union[str, os.PathLike, NgramLM], token_list: Sequence[str]
                  blank_id: int = 0, unk_id: Optional[int] = None, sos_eos_id: Optional[int] = None,
                  unk_offset: float = DEFAULT_UNK_OFFSET, dense: Optional[bool] = None,
                  dense_max_entries: int = DENSE_MAX_ENTRIES,
-                 word_boundary: Optional[str] = None) -> Union[NgramScorer, WordNgramScorer]:
+                 word_boundary: Optional[str] = None,
+                 lexicon: Optional[Sequence[str]] = None) -> Union[NgramScorer, WordNgramScorer]:
     """Build the search scorer for an n-gram LM.
 
     ``units="token"``: the ARPA's words are the tokenizer's tokens; ``units="word"``: the ARPA is a
-    word LM scored at word boundaries (``lookahead``, ``unk_offset`` and ``word_boundary`` are
-    WordNgramScorer's options; ``dense`` and ``dense_max_entries`` are NgramScorer's: dense tables or the
+    word LM scored at word boundaries (``lookahead``, ``unk_offset``, ``word_boundary`` and ``lexicon``
+    are WordNgramScorer's options; ``dense`` and ``dense_max_entries`` are NgramScorer's: dense tables or the
     lookup path). ``unk_id``/``sos_eos_id`` None: found by name in ``token_list`` (``<unk>``,
     ``<sos/eos>``); given ids are checked against it.
     """
@@ -48,5 +49,6 @@ def ngram_scorer(lm: Union[str, os.PathLike, NgramLM], token_list: Sequence[str]
                            dense_max_entries=dense_max_entries)
     if units == "word":
         return WordNgramScorer(lm, token_list, lookahead=lookahead, blank_id=blank_id, unk_id=unk_id,
-                               sos_eos_id=sos_eos_id, unk_offset=unk_offset, word_boundary=word_boundary)
+                               sos_eos_id=sos_eos_id, unk_offset=unk_offset, word_boundary=word_boundary,
+                               lexicon=lexicon)
     raise ValueError(f"n-gram units must be 'token' or 'word', got '{units}'")

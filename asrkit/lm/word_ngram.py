@@ -32,6 +32,12 @@ while the search can already prune misspelt prefixes. With ``lookahead=False`` l
 the whole word score lands on the boundary (add a per-token length bonus scorer in the search if
 needed).
 
+``lexicon`` (a word list): lexicon-constrained search in the same scorer. The trie is then the
+listed words' (words outside the LM score as ``<unk>`` plus ``unk_offset``), a token that leaves it
+scores -inf, and a boundary or ``</s>`` is allowed only after a whole listed word. Finished
+hypotheses score as with this scorer (no lexicon) fused with :class:`asrkit.search.lexicon.LexiconScorer`
+(tested); the look-ahead counts listed words only, and the work is one scorer's ops instead of two.
+
 ``unk_offset`` (ln) is added to every word outside the LM and, with look-ahead, to partial words
 that no LM word starts with (their look-ahead is then ``<unk>``'s plus the offset): a negative
 offset keeps the search from spelling out-of-vocabulary words, as pyctcdecode's
@@ -43,8 +49,9 @@ beam 10), WER at offsets 0 / -5 / -10 / -15 / -23: chars 11.6 / 7.2 / 5.3 / 5.4 
 """
 from __future__ import annotations
 
+import math
 import warnings
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -138,7 +145,7 @@ class WordNgramScorer:
     def __init__(self, lm: NgramLM, token_list: Sequence[str], lookahead: bool = True,
                  blank_id: int = 0, unk_id: Optional[int] = None, sos_eos_id: Optional[int] = None,
                  unk_offset: float = DEFAULT_UNK_OFFSET, word_boundary: Optional[str] = None,
-                 dense_max_entries: int = DENSE_TRIE_MAX_ENTRIES) -> None:
+                 dense_max_entries: int = DENSE_TRIE_MAX_ENTRIES, lexicon: Optional[Iterable[str]] = None) -> None:
         self.lm, self.lookahead, self.unk_offset = lm, lookahead, float(unk_offset)
         token_list = list(token_list)
         blank_id = find_special(token_list, blank_id, (), "blank_id")
@@ -170,6 +177,9 @@ class WordNgramScorer:
                 kinds.append(CONT if tok else SKIP), letters.append(tok)
         self._warn_missing_letters(token_list, letters, kinds)
         lm.state_tables()  # built now, not inside the search
+        self.lexicon = None if lexicon is None else sorted({w.strip() for w in lexicon if w.strip()} - {BOS, EOS, UNK})
+        if self.lexicon is not None and not self.lexicon:
+            raise ValueError("WordNgramScorer: the lexicon is empty")
         self._build_trie(lm, kinds, letters, dense_max_entries)
 
     def _warn_missing_letters(self, token_list: Sequence[str], letters: Sequence[Optional[str]],
@@ -184,24 +194,32 @@ class WordNgramScorer:
                           f"LM letters: {''.join(sorted(alphabet))[:60]!r}", stacklevel=3)
 
     def _build_trie(self, lm: NgramLM, kinds: List[int], letters: List[Optional[str]], dense_max: int) -> None:
-        """The letter trie of the LM words: per node its look-ahead, LM word and closing terms; the
-        (node, token) -> node transitions, dense or as sorted edge keys."""
+        """The letter trie of the LM words (or of the lexicon): per node its look-ahead, LM word and closing
+        terms; the (node, token) -> node transitions, dense or as sorted edge keys."""
         unigram = lm.prob_1.tolist()
+        unk_la = float(unigram[lm.unk_id]) + self.unk_offset
         node_of: Dict[str, int] = {"": ROOT}
-        la = [0.0, float(unigram[lm.unk_id]) + self.unk_offset if self.lookahead else 0.0]
+        # the dead end: <unk>'s look-ahead (open vocabulary) or -inf (lexicon: every token into it is refused)
+        la = [0.0, (unk_la if self.lookahead else 0.0) if self.lexicon is None else -math.inf]
         word = [lm.unk_id, lm.unk_id]
-        words = [(w, wid) for wid, w in enumerate(lm.vocab) if w not in (BOS, EOS, UNK)]
+        if self.lexicon is None:
+            words = [(w, wid) for wid, w in enumerate(lm.vocab) if w not in (BOS, EOS, UNK)]
+        else:
+            words = [(w, lm.word_to_id.get(w, lm.unk_id)) for w in self.lexicon]
         for w, wid in words:
+            score = unigram[wid] if wid != lm.unk_id else unk_la
             for j in range(1, len(w) + 1):
                 prefix = w[:j]
                 node = node_of.get(prefix)
                 if node is None:
                     node = node_of[prefix] = len(la)
-                    la.append(-float("inf") if self.lookahead else 0.0)
+                    la.append(-math.inf if self.lookahead else 0.0)
                     word.append(lm.unk_id)
-                if self.lookahead and la[node] < unigram[wid]:
-                    la[node] = unigram[wid]
+                if self.lookahead and la[node] < score:
+                    la[node] = score
             word[node_of[w]] = wid
+        is_word = np.zeros(len(la), dtype=bool)
+        is_word[[ROOT] + [node_of[w] for w, _ in words]] = True
         n_nodes, width = len(la), len(kinds) + 1
         self.width = width
         # the edges (node, token) -> node that stay in the trie, found word by word
@@ -252,10 +270,14 @@ class WordNgramScorer:
         la_t = torch.tensor(la, dtype=torch.float32, device=dev)
         word_t = torch.tensor(word, dtype=torch.long, device=dev)
         c0 = torch.where(word_t == lm.unk_id, self.unk_offset, 0.0) - la_t  # unk offset - LA
+        neg_la = -la_t
+        if self.lexicon is not None:  # a boundary or </s> only after a whole listed word
+            c0 = torch.where(torch.from_numpy(is_word).to(dev), c0, -math.inf)
+            neg_la[SINK] = 0.0  # rows there are dead: keep -inf + inf (NaN) out of their scores
         # the empty word: closing it changes nothing (NgramLM.word_logprob of the pad word: ln P 0, the same state)
         c0[ROOT], word_t[ROOT] = 0.0, lm.pad_id
         self.node_word = word_t.unsqueeze(1)  # (nodes, 1) LM word id
-        self.node_floats = torch.stack([c0, -la_t], 1)  # (nodes, 2)
+        self.node_floats = torch.stack([c0, neg_la], 1)  # (nodes, 2)
         self.la = la_t
 
     _TENSORS = ("trans", "la_next", "edge_keys", "edge_dst", "col_stay", "col_start", "col_is_start", "col_is_end",

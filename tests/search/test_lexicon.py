@@ -185,3 +185,36 @@ def test_read_word_list(tmp_path):
     bad.write_bytes(b"AB\n\xff\xfe\n")
     with pytest.raises(ValueError, match="bad.txt:2: not UTF-8"):
         read_word_list(bad)
+
+
+@pytest.mark.parametrize("tokens", ["chars", "pieces"])
+def test_word_lm_with_lexicon_equals_word_lm_plus_lexicon_scorer(tokens):
+    """WordNgramScorer(lexicon=...) is the same search as the word LM fused with LexiconScorer: the same
+    N-best, the same scores (listed words outside the LM included: they score as <unk>)."""
+    from asrkit.lm import ngram_scorer
+
+    letters = list("ACDEGHMNOST")
+    toks = CHARS[:4] + letters if tokens == "chars" else \
+        CHARS[:4] + [MARK + w for w in ("THE", "CAT", "A", "ON")] + ["AT", "HE", "OG"] + letters
+    words = ["THE", "CAT", "SAT", "ON", "MAT", "A", "DOG", "DOGS", "TOAST"]  # DOGS, TOAST: not in the LM
+    path = FIXTURES / "words_3gram.arpa"
+    fused = ngram_scorer(path, toks, units="word", unk_offset=-3.0, lexicon=words)
+    plain = ngram_scorer(path, toks, units="word", unk_offset=-3.0)
+    lex = LexiconScorer(words, toks)
+    gen = torch.Generator().manual_seed(7)
+    ids = {t: i for i, t in enumerate(toks)}
+    lp = torch.randn(3, 48, len(toks), generator=gen)
+    for b, text in enumerate(["THE CAT SAT ON THE MAT", "A DOGS TOAST", "THE COAT ON A DOG"]):
+        for i, ch in enumerate(text.replace(" ", MARK)):
+            lp[b, 2 * i, ids[ch]] += 4.0
+    lp = lp.log_softmax(-1)
+    kw = dict(beam=6, nbest=6, token_topk=None, token_min_logp=None, blank_skip_threshold=None)
+    one = ctc_prefix_beam_search(lp, torch.tensor([48, 40, 45]), scorers={"lm": fused}, weights={"lm": 0.6}, **kw)
+    two = ctc_prefix_beam_search(lp, torch.tensor([48, 40, 45]), scorers={"lm": plain, "lexicon": lex},
+                                 weights={"lm": 0.6, "lexicon": 1.0}, **kw)
+    assert torch.equal(one.tokens, two.tokens) and torch.equal(one.lengths, two.lengths)
+    torch.testing.assert_close(one.scores, two.scores, atol=1e-4, rtol=0)
+    texts = ["".join(toks[t] for t in h.tokens) for h in one.best()]
+    assert any("DOGS" in t or "TOAST" in t for t in texts), texts  # a listed word outside the LM is reachable
+    for hyps in one.to_lists():
+        assert all(allowed(toks, h.tokens, words) for h in hyps)
