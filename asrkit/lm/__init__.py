@@ -45,6 +45,9 @@ def ngram_scorer(lm: Union[str, os.PathLike, NgramLM], token_list: Sequence[str]
     elif device is not None:
         lm.to(device)
     if units == "token":
+        if lexicon is not None or word_boundary is not None:
+            raise ValueError("lexicon and word_boundary need a word LM (units='word'); for a token LM fuse "
+                             "asrkit.search.lexicon.LexiconScorer beside it")
         return NgramScorer(lm, token_list, blank_id=blank_id, sos_eos_id=sos_eos_id, dense=dense,
                            dense_max_entries=dense_max_entries)
     if units == "word":

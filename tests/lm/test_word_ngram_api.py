@@ -130,3 +130,10 @@ def test_unk_offset_default_is_the_measured_one(word_lm):
     seq = [ids[c] for c in "ZOO"]
     zero = quiet(ngram_scorer, word_lm, CHAR_TOKENS, units="word", unk_offset=0.0)
     assert float(walk(scorer, [seq])[0] - walk(zero, [seq])[0]) == pytest.approx(DEFAULT_UNK_OFFSET, abs=1e-4)
+
+
+def test_lexicon_needs_a_word_lm():
+    with pytest.raises(ValueError, match="lexicon and word_boundary need a word LM"):
+        ngram_scorer(FIXTURES / "chars_2gram.arpa", ["<blank>", "<unk>", "<sos/eos>", MARK, "A"], lexicon=["A"])
+    with pytest.raises(ValueError, match="the lexicon is empty"):
+        quiet(ngram_scorer, FIXTURES / "words_3gram.arpa", CHAR_TOKENS, units="word", lexicon=[" "])
