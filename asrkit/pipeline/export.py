@@ -37,6 +37,7 @@ import os
 import tempfile
 import time
 import warnings
+import zipfile
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
@@ -273,16 +274,23 @@ class ExportInfo:
     metadata: dict
 
 
-def export_model(model: nn.Module, tokenizer: Tokenizer, sample_rate: int, out: str, fmt: str) -> ExportInfo:
-    """Export ``model`` (an AsrModel; moved to the CPU, eval mode) to ``out`` as ``fmt`` (onnx | torchscript).
+def export_model(model: nn.Module, tokenizer: Tokenizer, sample_rate: int, out: str, fmt: str,
+                 device: str | torch.device = "cpu") -> ExportInfo:
+    """Export ``model`` (an AsrModel; put in eval mode) to ``out`` as ``fmt`` (onnx | torchscript).
 
-    The file is written atomically (a temporary name, then renamed), so a failed export leaves no partial file.
+    ONNX is exported on the CPU and runs on any onnxruntime provider. A TorchScript trace fixes the device of the
+    tensors it creates (masks, positions), so it is traced on ``device`` and runs there only (the metadata says
+    which; :func:`load_exported` refuses another). The file is written atomically (a temporary name, then
+    renamed), so a failed export leaves no partial file.
     """
     check_exportable(model, fmt)
-    model = model.cpu().eval()
-    graph = CtcLogProbs(model, conv_stft=fmt == "onnx").eval()
+    device = torch.device("cpu" if fmt == "onnx" else device)
+    model = model.to(device).eval()
     meta = export_metadata(model, tokenizer, sample_rate)
-    example = _example(model, sample_rate)
+    if fmt == "torchscript":
+        meta["device"] = device.type
+    graph = CtcLogProbs(model, conv_stft=fmt == "onnx").to(device).eval()
+    example = tuple(t.to(device) for t in _example(model, sample_rate))
     start = time.perf_counter()
     out_dir = os.path.dirname(os.path.abspath(out))
     os.makedirs(out_dir, exist_ok=True)
@@ -297,12 +305,13 @@ def export_model(model: nn.Module, tokenizer: Tokenizer, sample_rate: int, out: 
     return ExportInfo(out, fmt, time.perf_counter() - start, meta)
 
 
-def export_from_dir(exp_dir: str, out: str, fmt: str, checkpoint: Optional[str] = None) -> ExportInfo:
+def export_from_dir(exp_dir: str, out: str, fmt: str, checkpoint: Optional[str] = None,
+                    device: str | torch.device = "cpu") -> ExportInfo:
     """Export the model of an experiment directory (see :func:`export_model`)."""
     from asrkit.pipeline.transcriber import load_from_dir
 
     model, cfg, tokenizer = load_from_dir(exp_dir, checkpoint, "cpu")
-    return export_model(model, tokenizer, cfg.frontend.sample_rate, out, fmt)
+    return export_model(model, tokenizer, cfg.frontend.sample_rate, out, fmt, device)
 
 
 # -- loading --------------------------------------------------------------------------------------------------
@@ -392,12 +401,21 @@ def _onnx_runner(path: str, device: torch.device, num_threads: Optional[int]):
     return meta_json, run
 
 
+def _torchscript_metadata(path: str) -> Optional[str]:
+    """The asrkit metadata of a TorchScript file, read from its zip archive without loading (running) it."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = [n for n in archive.namelist() if n.endswith(f"/extra/{TS_EXTRA_FILE}")]
+            return archive.read(names[0]).decode("utf-8") if names else None
+    except (zipfile.BadZipFile, UnicodeDecodeError) as exc:
+        raise ExportError(f"{path}: not a readable TorchScript archive: {exc}") from None
+
+
 def _torchscript_runner(path: str, device: torch.device):
-    extra = {TS_EXTRA_FILE: ""}
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_EXPORTER_NOISE[-1])
-            module = torch.jit.load(path, map_location=device, _extra_files=extra)
+            module = torch.jit.load(path, map_location=device)
     except RuntimeError as exc:
         raise ExportError(f"{path}: torch.jit.load cannot load it: {str(exc).splitlines()[0]}") from None
     module.eval()
@@ -407,7 +425,7 @@ def _torchscript_runner(path: str, device: torch.device):
         log_probs, lens = module(wav.to(device), wav_lens.to(device))
         return log_probs, lens
 
-    return extra[TS_EXTRA_FILE] or None, run
+    return run
 
 
 def detect_format(path: str) -> str:
@@ -435,12 +453,17 @@ def load_exported(path: str | os.PathLike, device: str | torch.device = "cpu",
     fmt = detect_format(path)
     if fmt == "onnx":
         meta_json, run = _onnx_runner(path, device, num_threads)
-    else:
-        meta_json, run = _torchscript_runner(path, device)
+    else:  # metadata first: a foreign file or a wrong device is refused before any of its code runs
+        meta_json, run = _torchscript_metadata(path), None
     if meta_json is None:
         raise ExportError(f"{path}: a {fmt} file without asrkit metadata (not written by 'asrkit export')")
     try:
         meta = json.loads(meta_json)
     except json.JSONDecodeError as exc:
         raise ExportError(f"{path}: the asrkit metadata is not valid JSON: {exc}") from None
-    return ExportedModel(path, _check_metadata(meta, path), run, device)
+    meta = _check_metadata(meta, path)
+    if fmt == "torchscript" and meta.get("device", "cpu") != device.type:
+        raise ExportError(f"{path}: this TorchScript trace runs on {meta.get('device', 'cpu')} (a trace fixes the "
+                          f"device it was exported on), not {device.type}: export again with --device "
+                          f"{device.type}, or use ONNX")
+    return ExportedModel(path, meta, run or _torchscript_runner(path, device), device)

@@ -146,6 +146,13 @@ def test_metadata_round_trips(exported, fmt):
         assert em.tokenizer.decode(tok.encode(text)) == text
 
 
+def test_a_torchscript_trace_is_refused_on_another_device(exported):
+    em = load_exported(exported["tiny_ctc"][3]["torchscript"])
+    assert em._meta["device"] == "cpu"
+    with pytest.raises(ExportError, match="runs on cpu.*not cuda: export again with --device cuda"):
+        load_exported(exported["tiny_ctc"][3]["torchscript"], device="cuda")
+
+
 def test_short_inputs_and_empty_batches(exported):
     _, model, _, files = exported["tiny_ctc"]
     em = load_exported(files["onnx"])
@@ -177,3 +184,7 @@ def test_cli_refuses_a_missing_experiment_and_loader_refuses_a_foreign_file(tmp_
     junk.write_bytes(b"\x08\x07not a model")
     with pytest.raises(ExportError, match="junk.onnx"):
         load_exported(junk)
+    plain = tmp_path / "plain.ts"  # a TorchScript file that asrkit did not write: refused before it is loaded
+    torch.jit.save(torch.jit.script(torch.nn.Identity()), str(plain))
+    with pytest.raises(ExportError, match="plain.ts: a torchscript file without asrkit metadata"):
+        load_exported(plain)
