@@ -179,7 +179,8 @@ def _min_samples(model: nn.Module) -> int:
 def _max_samples(model: nn.Module) -> Optional[int]:
     """The most samples the graph takes, or None for no limit: absolute sinusoid positions are a fixed table in
     the exported graph (eager code regrows it; a graph cannot), so the encoder frames must fit in it."""
-    tables = [m.table.size(0) for m in model.modules() if isinstance(m, PositionalEncoding)]
+    exported = (model.frontend, model.encoder)  # not the decoder: its positions are not in the graph
+    tables = [m.table.size(0) for part in exported for m in part.modules() if isinstance(m, PositionalEncoding)]
     if not tables:
         return None
     limit, lo, hi = min(tables), 1, 1
@@ -239,6 +240,8 @@ _EXPORTER_NOISE = (r".*axis name: \w+ will not be used", r".*were assigned durin
 def _export_onnx(graph: CtcLogProbs, example: Tuple[Tensor, Tensor], out: str, meta: dict) -> None:
     import onnx  # optional at import time: only export and ONNX loading need it
 
+    # The exporter's registry logs a warning per torchvision op it skips when torchvision is absent (asrkit needs none).
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     batch = torch.export.Dim("batch", min=1)
     samples = torch.export.Dim("samples", min=meta["min_samples"], max=meta["max_samples"] or int(2 ** 31 - 1))
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():

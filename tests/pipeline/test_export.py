@@ -161,7 +161,11 @@ def test_short_inputs_and_empty_batches(exported):
     assert int(model.output_lengths(torch.tensor([100]))[0]) == 0
     lp, lens = em.log_probs(torch.zeros(0, 16000), torch.zeros(0, dtype=torch.long))
     assert lp.shape == (0, 0, em.tokenizer.vocab_size) and lens.shape == (0,)
-    too_long = em._meta["max_samples"] + 1  # the Transformer's positional table bounds the length
+    # The Transformer's positional table bounds the length (5000 frames of 40 ms); the Conformer's rotary
+    # positions do not (its decoder's table is not in the graph).
+    assert em._meta["max_samples"] / 16000 == pytest.approx(200, abs=0.1)
+    assert load_exported(exported["tiny_conformer"][3]["onnx"])._meta["max_samples"] is None
+    too_long = em._meta["max_samples"] + 1
     with pytest.raises(ValueError, match="longer than this exported model takes"):
         em.log_probs(torch.zeros(1, too_long), torch.tensor([too_long]))
 
