@@ -3,8 +3,9 @@
 A long recording is never pushed through the encoder whole (self-attention cost grows with the square of
 the length, and positions far beyond the training lengths were never seen). :func:`plan_segments` turns a
 file or a waveform into a list of :class:`Window` s, each decoded on its own (read with
-``asrkit.audio.io.load_audio(path, sr, start=w.start, end=w.end)``) and put back together by
-``asrkit.pipeline.stitch.stitch``.
+``asrkit.audio.io.load_audio(path, sr, start=w.start, end=w.end)``) and put back together by the
+transcriber (overlapping windows: each owns the tokens between its seams, see
+``asrkit.pipeline.transcriber.Transcriber._stitch``).
 
 How it works, and why it stays within bounded memory whatever the length:
 
