@@ -10,8 +10,9 @@ The exported graph has dynamic batch and length::
 
 A file carries what decoding needs, so it loads alone: one JSON object (:data:`METADATA_KEY`) with the format
 and its version, the asrkit version, the sample rate, the seconds per output frame, the tokenizer (the JSON
-that ``Tokenizer.save`` writes: a char list, or the sentencepiece model in base64) and the shortest and longest
-input the graph takes. ONNX keeps it in the model's ``metadata_props``, TorchScript in ``_extra_files``.
+that ``Tokenizer.save`` writes: a char list, or the sentencepiece model in base64), the shortest and longest
+input the graph takes, and for TorchScript the device it was traced on. ONNX keeps it in the model's
+``metadata_props``, TorchScript in ``_extra_files`` (read from the archive before the file is loaded).
 
 Exporters, and why:
 

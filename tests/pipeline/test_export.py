@@ -17,8 +17,8 @@ from asrkit.checkpoint import save_model_weights
 from asrkit.cli import main
 from asrkit.config import load_config, save_config
 from asrkit.models.registry import build_model
-from asrkit.pipeline.export import (CtcLogProbs, ExportError, _example, export_from_dir, export_model,
-                                    load_exported)
+from asrkit.pipeline.export import (CtcLogProbs, ExportError, _example, check_exportable, export_from_dir,
+                                    export_model, load_exported)
 from asrkit.pipeline.transcriber import load_from_dir, pad_waveforms
 from asrkit.search.greedy import greedy_search
 from asrkit.text.tokenizer import CharTokenizer, train_sentencepiece
@@ -179,6 +179,14 @@ def test_a_model_without_ctc_is_refused(tmp_path):
     with pytest.raises(ExportError, match="no CTC head"):
         export_model(model, CharTokenizer.train(["AB"]), 16000, str(tmp_path / "m.onnx"), "onnx")
     assert not (tmp_path / "m.onnx").exists()
+
+
+def test_a_per_utterance_frontend_and_unknown_formats_are_refused():
+    cfg = load_config(REPO / "conf" / "tiny_ctc.yaml", SMALL + ["frontend.kind=kaldi_fbank", "frontend.window=povey"])
+    with pytest.raises(ExportError, match="kaldi_fbank .* cannot be exported with a dynamic batch"):
+        check_exportable(build_model(cfg, 20), "onnx")
+    with pytest.raises(ExportError, match="unknown export format 'tflite'"):
+        check_exportable(build_model(load_config(REPO / "conf" / "tiny_ctc.yaml", SMALL), 20), "tflite")
 
 
 def test_cli_refuses_a_missing_experiment_and_loader_refuses_a_foreign_file(tmp_path, capsys):
