@@ -247,7 +247,10 @@ class DecodeConfig:
     lm: Optional[str] = None
     lm_units: str = "token"  # ARPA only: token (the LM's words are the tokenizer's tokens) | word
     lm_lookahead: bool = True  # word ARPA only: unigram look-ahead for partial words
-    lm_unk_offset: float = 0.0  # word ARPA only: ln score added to out-of-vocabulary words (e.g. -10)
+    lm_unk_offset: float = -10.0  # word ARPA only: ln score added to OOV words (measured: README, Language models)
+    lm_word_boundary: Optional[str] = None  # word ARPA only: the mark word-initial tokens start with (None: ▁, | or space)
+    # A word list (one word a line, or a lexicon's first field): only listed words are output (closed vocabularies)
+    lexicon: Optional[str] = None
     lm_weight: float = 0.5  # alpha
     length_bonus: float = 0.0  # beta, per emitted token (per word with a word LM)
     # CTC prefix search pruning (all null: exact search)
@@ -457,7 +460,8 @@ def load_lm_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> LM
 def save_config(cfg: Any, path: str | os.PathLike) -> None:
     """Write ``cfg`` as YAML. A DecodeConfig's ``lm`` is written absolute, so the file works from any
     directory (a relative path in a config is read relative to the working directory, as on the command line)."""
-    if isinstance(cfg, DecodeConfig) and cfg.lm is not None:
-        cfg = dataclasses.replace(cfg, lm=os.path.abspath(cfg.lm))
+    if isinstance(cfg, DecodeConfig):
+        cfg = dataclasses.replace(cfg, lm=None if cfg.lm is None else os.path.abspath(cfg.lm),
+                                  lexicon=None if cfg.lexicon is None else os.path.abspath(cfg.lexicon))
     with open(path, "w", encoding="utf-8") as fh:
         yaml.safe_dump(to_dict(cfg), fh, sort_keys=False)

@@ -27,12 +27,14 @@ from torchaudio.functional import forced_align, merge_tokens
 
 from asrkit.config import ConfigError, DecodeConfig
 from asrkit.lm import ngram_scorer
+from asrkit.lm.word_ngram import WordNgramScorer
 from asrkit.lm.neural import NeuralLMScorer, load_neural_lm
 from asrkit.models.asr import AsrModel
 from asrkit.nets.lstm_decoder import LSTMAttentionDecoder
 from asrkit.search import (LengthBonus, NBest, attention_rescore, ctc_prefix_beam_search, greedy_search,
                            joint_beam_search)
-from asrkit.text.tokenizer import WORD_MARK, Tokenizer
+from asrkit.search.lexicon import LexiconScorer, read_word_list
+from asrkit.text.tokenizer import Tokenizer
 
 MODES = ("greedy", "ctc_prefix", "attention", "joint", "rescore")
 _NEEDS_CTC = ("greedy", "ctc_prefix", "joint", "rescore")
@@ -76,6 +78,12 @@ def check_decode_config(cfg: DecodeConfig, model: Optional[AsrModel]) -> None:
                           f"(mode attention or joint), not to mode {cfg.mode}")
     if cfg.lm_full and cfg.lm is None:
         raise ConfigError("decode.lm_full is set but decode.lm is not")
+    if cfg.lexicon is not None and cfg.mode == "greedy":
+        raise ConfigError("decode.lexicon is set but decode.mode is greedy (the lexicon constrains a beam search)")
+    if cfg.lexicon is not None and not os.path.isfile(cfg.lexicon):
+        raise ConfigError(f"decode.lexicon {cfg.lexicon}: no such file")
+    if cfg.lm_word_boundary is not None and cfg.lm_units != "word":
+        raise ConfigError("decode.lm_word_boundary applies to a word LM (decode.lm_units: word)")
     if cfg.attention_window < 0:
         raise ConfigError(f"decode.attention_window must be >= 0, got {cfg.attention_window}")
     if cfg.attention_window and (model is None or not isinstance(model.decoder, LSTMAttentionDecoder)):
@@ -83,8 +91,13 @@ def check_decode_config(cfg: DecodeConfig, model: Optional[AsrModel]) -> None:
                           "(model.decoder.kind lstm_location)")
 
 
+def _word_list(cfg: DecodeConfig) -> Optional[list]:
+    return read_word_list(cfg.lexicon) if cfg.lexicon is not None else None
+
+
 def load_lm_scorer(cfg: DecodeConfig, tokenizer: Tokenizer, device: torch.device) -> Any:
-    """The LM named by ``decode.lm``: a neural LM dir (``asrkit train-lm``) or an ARPA file."""
+    """The LM named by ``decode.lm``: a neural LM dir (``asrkit train-lm``) or an ARPA file (a word ARPA
+    carries ``decode.lexicon``'s constraint in its own letter trie)."""
     path = cfg.lm
     if path is None:
         return None
@@ -96,8 +109,14 @@ def load_lm_scorer(cfg: DecodeConfig, tokenizer: Tokenizer, device: torch.device
         return NeuralLMScorer(lm)
     if not os.path.isfile(path):
         raise ConfigError(f"decode.lm {path}: no such file or directory")
-    return ngram_scorer(path, tokenizer.token_list, units=cfg.lm_units, device=device, lookahead=cfg.lm_lookahead,
-                        unk_offset=cfg.lm_unk_offset)
+    word = cfg.lm_units == "word"
+    try:
+        return ngram_scorer(path, tokenizer.token_list, units=cfg.lm_units, device=device, lookahead=cfg.lm_lookahead,
+                            unk_offset=cfg.lm_unk_offset, blank_id=tokenizer.blank_id, unk_id=tokenizer.unk_id,
+                            sos_eos_id=tokenizer.sos_eos_id, word_boundary=cfg.lm_word_boundary if word else None,
+                            lexicon=_word_list(cfg) if word else None)
+    except ValueError as exc:
+        raise ConfigError(f"decode.lm {path}: {exc}") from None
 
 
 class Searcher:
@@ -111,10 +130,14 @@ class Searcher:
             model.decoder.set_decoding_window(cfg.attention_window)
         self.lm = load_lm_scorer(cfg, tokenizer, device)
         self.bonus: Optional[LengthBonus] = None
-        if cfg.lm is not None and cfg.lm_units == "word" and not os.path.isdir(cfg.lm):
+        self.lexicon: Optional[LexiconScorer] = None
+        if isinstance(self.lm, WordNgramScorer):
             # With a word LM the bonus counts words: tokens that start one.
-            starts = torch.tensor([t.startswith(WORD_MARK) for t in tokenizer.token_list])
+            starts = torch.tensor([t.startswith(self.lm.word_boundary) for t in tokenizer.token_list])
             self.bonus = LengthBonus(starts)
+        elif cfg.lexicon is not None:  # no word LM to carry the constraint: a scorer of its own
+            self.lexicon = LexiconScorer(_word_list(cfg), tokenizer.token_list, blank_id=tokenizer.blank_id,
+                                         sos_eos_id=tokenizer.sos_eos_id, unk_id=tokenizer.unk_id)
 
     def reweighted(self, lm_weight: float, length_bonus: float) -> "Searcher":
         """The same search (sharing the loaded LM) with other fusion weights."""
@@ -128,6 +151,8 @@ class Searcher:
         weights: Dict[str, float] = {}
         if self.lm is not None:
             scorers["lm"], weights["lm"] = self.lm, self.cfg.lm_weight
+        if self.lexicon is not None:
+            scorers["lexicon"], weights["lexicon"] = self.lexicon, 1.0
         if self.cfg.length_bonus:
             if self.bonus is not None:
                 scorers["length_bonus"] = self.bonus

@@ -296,3 +296,24 @@ def test_attention_window_for_long_utterances_reaches_the_location_aware_decoder
     with pytest.raises(ConfigError, match="decode.attention_window needs a location-aware attention decoder"):
         Transcriber(build_model(_tiny_config(), 10), _tiny_config(), tok,
                     decode=DecodeConfig(mode="attention", attention_window=5))
+
+
+def test_lexicon_in_the_decode_config_constrains_the_search(overfit, tmp_path):
+    """decode.lexicon reaches the search: the texts come out when every word is listed; a word left out of the
+    list never appears; greedy search with a lexicon is refused by name."""
+    _, model, cfg, tok, wavs, texts = overfit
+    vocab = sorted({w for t in texts for w in t.split()})
+    full, partial = tmp_path / "full.txt", tmp_path / "partial.txt"
+    full.write_text("\n".join(vocab) + "\n")
+    dropped = vocab[0]
+    partial.write_text("\n".join(vocab[1:]) + "\n")
+    constrained = Transcriber(model, cfg, tok, decode=DecodeConfig(mode="ctc_prefix", beam=8, lexicon=str(full)))
+    assert _texts(constrained, wavs) == texts
+    narrower = Transcriber(model, cfg, tok, decode=DecodeConfig(mode="ctc_prefix", beam=8, lexicon=str(partial)))
+    out = _texts(narrower, wavs)
+    assert all(w in vocab[1:] for t in out for w in t.split())
+    assert any(dropped in t.split() for t in texts) and out != texts
+    with pytest.raises(ConfigError, match="decode.lexicon"):
+        Transcriber(model, cfg, tok, decode=DecodeConfig(mode="greedy", lexicon=str(full)))
+    with pytest.raises(ConfigError, match="no such file"):
+        Transcriber(model, cfg, tok, decode=DecodeConfig(mode="ctc_prefix", lexicon=str(tmp_path / "none.txt")))
