@@ -1,11 +1,37 @@
 #!/usr/bin/env bash
-# Usage: local/download_and_untar.sh CORPUS_DIR PART   (e.g. train-clean-100)
-# Downloads PART of LibriSpeech from openslr.org (resource 12) and unpacks it into CORPUS_DIR/LibriSpeech/PART.
+# Usage: local/download_and_untar.sh [--mirror URL] [--checksums FILE] [--retries N] [--remove-archive true]
+#            DIR NAME
+# NAME is either a LibriSpeech part (dev-clean dev-other test-clean test-other train-clean-100
+# train-clean-360 train-other-500; OpenSLR resource 12): DIR/NAME.tar.gz is unpacked into
+# DIR/LibriSpeech/NAME and DIR/LibriSpeech/NAME/.complete written;
+# or a file of the LM resources (OpenSLR resource 11: librispeech-lm-norm.txt.gz, 3-gram.arpa.gz,
+# 4-gram.arpa.gz, librispeech-lexicon.txt, librispeech-vocab.txt, ...): kept as DIR/NAME, with
+# DIR/NAME.complete once verified.
+# All the work is tools/download.py's: resumed with HTTP Range requests, checked against
+# --checksums (default local/checksums.txt) before anything is unpacked, a mismatch deleted and
+# fetched again up to --retries times, and nothing done again once the marker exists.
+# --mirror (or the environment variable OPENSLR_MIRROR) replaces https://www.openslr.org/resources,
+# e.g. https://us.openslr.org/resources, https://openslr.elda.org/resources, or a local server (tests).
 set -euo pipefail
-[ $# -eq 2 ] || { sed -n '2,3p' "$0"; exit 1; }
-dir=$1; part=$2
-[ -f "$dir/LibriSpeech/$part/.complete" ] && { echo "$part already present"; exit 0; }
-mkdir -p "$dir"
-wget --continue -O "$dir/$part.tar.gz" "https://www.openslr.org/resources/12/$part.tar.gz"
-tar -C "$dir" -xzf "$dir/$part.tar.gz"
-touch "$dir/LibriSpeech/$part/.complete"
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../../.." && pwd)"
+
+mirror="${OPENSLR_MIRROR:-https://www.openslr.org/resources}"
+checksums="$here/checksums.txt"
+retries=3
+remove_archive=false
+. "$root/tools/parse_options.sh"
+[ $# -eq 2 ] || { sed -n '2,3p' "$0" >&2; exit 1; }
+dir=$1; name=$2
+python="$root/.venv/bin/python"; [ -x "$python" ] || python=python3
+
+case "$name" in
+  dev-clean|dev-other|test-clean|test-other|train-clean-100|train-clean-360|train-other-500)
+    unpack=(--unpack "$dir" --marker "$dir/LibriSpeech/$name/.complete")
+    [ "$remove_archive" = true ] && unpack+=(--remove-archive)
+    "$python" "$root/tools/download.py" --checksums "$checksums" --retries "$retries" "${unpack[@]}" \
+      "$mirror/12/$name.tar.gz" "$dir" ;;
+  *)
+    "$python" "$root/tools/download.py" --checksums "$checksums" --retries "$retries" \
+      "$mirror/11/$name" "$dir" ;;
+esac
