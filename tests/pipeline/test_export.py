@@ -189,6 +189,7 @@ def test_a_per_utterance_frontend_and_unknown_formats_are_refused():
         check_exportable(build_model(load_config(REPO / "conf" / "tiny_ctc.yaml", SMALL), 20), "tflite")
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")  # torch 2.14 deprecates TorchScript
 def test_cli_refuses_a_missing_experiment_and_loader_refuses_a_foreign_file(tmp_path, capsys):
     assert main(["export", "--model", str(tmp_path / "nope"), "--format", "onnx", str(tmp_path / "m.onnx")]) == 2
     assert "not an experiment directory" in capsys.readouterr().err
