@@ -177,7 +177,7 @@ class Transcriber:
         """A model written by ``asrkit export`` (ONNX or TorchScript): CTC searches only (greedy, ctc_prefix)."""
         from asrkit.pipeline.export import load_exported
 
-        exported = load_exported(path, device=device)
+        exported = load_exported(path, device=device, num_threads=torch.get_num_threads())
         return cls(None, None, exported.tokenizer, device, decode, exported=exported, **options)
 
     # -- utterances -------------------------------------------------------------------------------------------
