@@ -219,6 +219,21 @@ class _Progress:
         return block
 
 
+def _check_member(member: tarfile.TarInfo, into: Path) -> None:
+    """Refuse a member that would land outside ``into`` or is not a plain file, folder or inner link."""
+    root = into.resolve()
+    target = (root / member.name).resolve()
+    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+        raise tarfile.TarError(f"{member.name}: not a regular file or folder")
+    if root not in (target, *target.parents):
+        raise tarfile.TarError(f"{member.name}: would be written outside {into}")
+    if member.issym() or member.islnk():
+        base = target.parent if member.issym() else root
+        link = (base / member.linkname).resolve()
+        if root not in (link, *link.parents):
+            raise tarfile.TarError(f"{member.name}: links outside {into}")
+
+
 def unpack(archive: Path, into: str | os.PathLike, progress: bool = True) -> None:
     """Extract a tar archive (any compression) into ``into``; members may not leave it."""
     Path(into).mkdir(parents=True, exist_ok=True)
@@ -227,7 +242,12 @@ def unpack(archive: Path, into: str | os.PathLike, progress: bool = True) -> Non
                                              desc=f"unpacking {archive.name}", disable=not progress) as bar:
             # stream mode: one sequential pass, no seeking back in multi-GB .tar.gz files
             with tarfile.open(fileobj=_Progress(raw, bar), mode="r|*") as tar:  # type: ignore[arg-type]
-                tar.extractall(into, filter="data")  # "data": no absolute paths, no escaping links
+                if hasattr(tarfile, "data_filter"):
+                    tar.extractall(into, filter="data")  # "data": no absolute paths, no escaping links
+                else:  # a Python without extraction filters (before 3.9.17/3.10.12/3.11.4): check by hand
+                    for member in tar:
+                        _check_member(member, Path(into))
+                        tar.extract(member, into)
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise DownloadError(f"{archive}: cannot unpack into {into}: {exc}") from exc
 

@@ -263,3 +263,21 @@ def test_download_and_untar_script_fails_on_a_bad_checksum(server, tmp_path):
     res = subprocess.run(["bash", str(SCRIPT), "--checksums", str(table), str(corpus), "test-clean"],
                          capture_output=True, text=True, env=dict(os.environ, OPENSLR_MIRROR=server.url), timeout=60)
     assert res.returncode == 2 and "test-clean.tar.gz is not listed in" in res.stderr
+
+
+@pytest.mark.parametrize("filters", [True, False])
+def test_unpack_refuses_members_outside_the_folder(tmp_path, monkeypatch, filters):
+    if not filters:  # the hand-written check used by Pythons without tarfile's extraction filters
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    good = tmp_path / "good.tar.gz"
+    good.write_bytes(make_tarball())
+    dl.unpack(good, tmp_path / "out", progress=False)
+    assert unpacked_ok(tmp_path / "out")
+    evil = tmp_path / "evil.tar.gz"
+    with tarfile.open(evil, "w:gz") as tar:
+        info = tarfile.TarInfo("../escaped.txt")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"bad"))
+    with pytest.raises(dl.DownloadError, match="cannot unpack"):
+        dl.unpack(evil, tmp_path / "out2", progress=False)
+    assert not (tmp_path / "escaped.txt").exists()
