@@ -62,6 +62,7 @@ _SENT_HASH = -0x3C6EF372FE94F82B  # hash of an impossible hypothesis: never equa
 _SENT_PARENT = 0x5BE0CD19137E2179  # parent hash of the empty prefix and of impossible hypotheses
 NEG_INF = float("-inf")
 _DENSE_MATCH_MAX_BEAM = 20  # measured crossover of the two parent searches (CPU)
+_WIDE_MIN = 32  # exact search over more tokens than this: per-pick hash bookkeeping (measured, CPU)
 
 
 def _steps(x: torch.Tensor) -> List[torch.Tensor]:
@@ -166,7 +167,7 @@ class _Beam:
     """
 
     def __init__(self, batch: int, beam: int, steps: int, n_cand: int, dtype: torch.dtype,
-                 device: torch.device, scorers: Mapping[str, BatchScorer], bonus: float) -> None:
+                 device: torch.device, scorers: Mapping[str, BatchScorer], bonus: float, wide: bool = False) -> None:
         full: Dict[str, Any] = dict(dtype=dtype, device=device)
         long: Dict[str, Any] = dict(dtype=torch.long, device=device)
         cols = n_cand + 1
@@ -186,9 +187,11 @@ class _Beam:
         # hypothesis k owns columns k*(C+1) .. k*(C+1)+C of a row, the last being its stay.
         width = beam * cols
         self.tab = torch.full((batch, 5, (beam + 1) * cols), NEG_INF, **full)
-        tnb = self.tab[:, 0, :width].view(batch, beam, cols)
+        tnb = self.tnb = self.tab[:, 0, :width].view(batch, beam, cols)
         self.ext_nb, self.stay_nb3 = tnb[:, :, :n_cand], tnb[:, :, n_cand:]
-        self.stay_b = self.tab[:, 1, :width].view(batch, beam, cols)[:, :, n_cand]
+        self.stay_b3 = self.tab[:, 1, :width].view(batch, beam, cols)[:, :, n_cand:]
+        self.stay_b = self.stay_b3[:, :, 0]
+        self.stay_tot3 = self.tab[:, 2, :width].view(batch, beam, cols)[:, :, n_cand:]
         self.nb_row, self.b_row, self.tot_row = self.tab[:, 0, :width], self.tab[:, 1, :width], self.tab[:, 2, :width]
         self.nb_cells = self.tab[:, 0, :, None]  # (B, (K+1)*(C+1), 1) scatter target
         self.tab_r = self.tab[:, :rows]
@@ -215,13 +218,15 @@ class _Beam:
         self.match = torch.ones((batch, beam, beam + 1), dtype=torch.bool, device=device)  # column K: "none"
         self.match_real = self.match[:, :, :beam]
         self.sentinel = torch.tensor([_SENT_HASH, _SENT_PARENT, BLANK_ID, 0], device=device)[None, :, None]
-        # Candidate ints (B, 4, K, C+1), the same rows as ints: built whole per step, then gathered.
-        self.cint = torch.empty((batch, 4, beam, cols), **long)
+        # Candidate ints (B, 4, K, C+1), the same rows as ints: built whole per step, then gathered;
+        # with every token a candidate (wide) only the K picks get ints (see _pick_ints).
+        self.wide = wide
+        self.cint = torch.empty((batch, 4, beam, cols if not wide else 1), **long)
         self.ci_hash, self.ci_par, self.ci_last, self.ci_single = self.cint[..., :n_cand].unbind(1)
-        self.ci_stay = self.cint[..., n_cand]
-        self.cint_flat = self.cint.view(batch, 4, width)
+        self.ci_stay = self.cint[..., -1]
+        self.cint_flat = self.cint.view(batch, 4, beam * (cols if not wide else 1))
         # eq[b, k, c]: candidate c is hypothesis k's own last token; column C is always True ("none").
-        self.eq = torch.ones((batch, beam, cols), dtype=torch.bool, device=device)
+        self.eq = torch.ones((batch, beam, cols if not wide else 1), dtype=torch.bool, device=device)
         self.eq_ext = self.eq[:, :, :n_cand]
         self.col_any = torch.empty((batch, beam, 1), dtype=torch.bool, device=device)  # max's values
         self.col = torch.empty((batch, beam, 1), **long)
@@ -254,10 +259,15 @@ def _step(i: int, s: _Beam, fr: _Frames, scorers: Mapping[str, BatchScorer],
         s.lp_last.add_(fr.pad_bias[i])
     # Extensions: from pb and pnb, but a repeat of the own last token only from pb.
     ctok = fr.ctok[i]  # (B, 1, C)
-    torch.eq(ctok, s.last3, out=s.eq_ext)  # (B, K, C)
-    torch.where(s.eq_ext, s.pb3, s.tot3, out=s.ext_nb)
-    s.ext_nb.add_(fr.cval[i])
-    col = torch.max(s.eq, 2, True, out=(s.col_any, s.col))[1]  # (B, K, 1) own last token's column; C: none
+    if s.wide:  # every token is a candidate, token v in column v-1: fix the one repeat column per hypothesis
+        torch.add(s.tot3, fr.cval[i], out=s.ext_nb)
+        col = torch.remainder(torch.sub(s.last3, 1), cols)  # (B, K, 1); the empty prefix's blank -> C
+        s.tnb.scatter_(2, col, s.pb3 + s.lp_last3)  # column C (the stay) is rewritten below
+    else:
+        torch.eq(ctok, s.last3, out=s.eq_ext)  # (B, K, C)
+        torch.where(s.eq_ext, s.pb3, s.tot3, out=s.ext_nb)
+        s.ext_nb.add_(fr.cval[i])
+        col = torch.max(s.eq, 2, True, out=(s.col_any, s.col))[1]  # (B, K, 1) own last token's column; C: none
     # Merge: k2 is the parent of k1 when hash[k2] == parent_hash[k1]; extension (k2, last[k1]) is
     # then k1's prefix: it folds into k1's stay and leaves the candidates. par = K: no parent.
     par = _find_parents(s)  # (B, K, 1)
@@ -265,7 +275,11 @@ def _step(i: int, s: _Beam, fr: _Frames, scorers: Mapping[str, BatchScorer],
     src = s.pb_tot.gather(1, torch.add(par, s.single3, alpha=beam + 1))  # parent's pb or total
     torch.add(torch.logaddexp(s.pnb3, src), s.lp_last3, out=s.stay_nb3)
     torch.add(s.tot, fr.lpb[i], out=s.stay_b)  # stay via blank
-    torch.logaddexp(s.nb_row, s.b_row, out=s.tot_row)
+    if s.cols > 16:  # logaddexp is costly per element: pb is -inf but for the stays
+        s.tot_row.copy_(s.nb_row)
+        torch.logaddexp(s.stay_nb3, s.stay_b3, out=s.stay_tot3)
+    else:
+        torch.logaddexp(s.nb_row, s.b_row, out=s.tot_row)
     if s.fusion:
         if scorers:
             _score_candidates(i, s, fr, scorers, weights)
@@ -280,13 +294,17 @@ def _step(i: int, s: _Beam, fr: _Frames, scorers: Mapping[str, BatchScorer],
     else:
         torch.gather(s.tab_r, 2, s.pick_r[i], out=s.new)
     torch.isneginf(top, out=s.dead)  # fewer live candidates than K: no hash, no merges
-    if scorers:
-        s.nb_tot.masked_fill_(s.dead4, NEG_INF)  # a scorer's -inf leaves a finite CTC score on a dead pick
+    if scorers or s.wide:
         parent = torch.div(pick, cols, rounding_mode="floor", out=s.parent)
         token = fr.tokx[i].gather(1, torch.sub(pick, parent, alpha=cols))  # (B, K), -1 for stays
+    if scorers:
+        s.nb_tot.masked_fill_(s.dead4, NEG_INF)  # a scorer's -inf leaves a finite CTC score on a dead pick
         rows = (parent + s.row0).view(-1)
         for name, sc in scorers.items():
             s.states[name] = sc.select_state(s.states[name], rows, token.view(-1))
+    if s.wide:  # hash bookkeeping of the K picks only (the candidate tables would be (B, 4, K, V))
+        _pick_ints(s, parent, token)
+        return
     # Hash bookkeeping: the ints of every candidate, then one gather.
     torch.add(ctok, s.hash3, alpha=_HASH_MUL, out=s.ci_hash)
     s.ci_par.copy_(s.hash_ext)
@@ -294,6 +312,18 @@ def _step(i: int, s: _Beam, fr: _Frames, scorers: Mapping[str, BatchScorer],
     torch.ne(ctok, s.last3, out=s.ci_single)
     s.ci_stay.copy_(s.ints)
     torch.gather(s.cint_flat, 2, s.pick4[i], out=s.ints)
+    torch.where(s.dead4, s.sentinel, s.ints, out=s.ints)
+
+
+def _pick_ints(s: _Beam, parent: torch.Tensor, token: torch.Tensor) -> None:
+    """Ints of the new beam from the parents' (wide candidate sets): token -1 = a stay."""
+    old = torch.gather(s.ints, 2, parent[:, None, :].expand_as(s.ints))  # (B, 4, K) the parents' ints
+    old_hash, old_parent, old_last, old_single = old.unbind(1)
+    is_ext = token >= 0
+    torch.where(is_ext, torch.add(token, old_hash, alpha=_HASH_MUL), old_hash, out=s.hash)
+    torch.where(is_ext, old_hash, old_parent, out=s.parent_hash)
+    torch.where(is_ext, token, old_last, out=s.last)
+    torch.where(is_ext, (token != old_last).long(), old_single, out=s.single)
     torch.where(s.dead4, s.sentinel, s.ints, out=s.ints)
 
 
@@ -380,7 +410,9 @@ def _search_batch(lp: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: int
     try:
         rows = 4 if scorers or bonus != 0.0 else 3
         fr = _Frames(lp.contiguous(), lengths, beam, topk, min_logp, skip, rows)
-        s = _Beam(lp.shape[0], beam, fr.steps, fr.n_cand, lp.dtype, lp.device, scorers, bonus)
+        # Every token a candidate and many of them: per-pick bookkeeping beats whole candidate tables.
+        wide = fr.n_cand == lp.shape[2] - 1 and fr.n_cand > _WIDE_MIN
+        s = _Beam(lp.shape[0], beam, fr.steps, fr.n_cand, lp.dtype, lp.device, scorers, bonus, wide)
         _run_loop(s, fr, scorers, weights, cuda_graph)
         return _finish(s, fr, scorers, weights, nbest)
     finally:

@@ -588,3 +588,21 @@ def test_cuda_graph_flag_gives_the_same_results(device: str, settings: dict) -> 
         graph = ctc_prefix_beam_search(lp, lengths, cuda_graph=True, **kw)
         assert torch.equal(eager.tokens, graph.tokens) and torch.equal(eager.token_frames, graph.token_frames)
         assert torch.allclose(eager.scores, graph.scores, atol=1e-5)
+
+
+@pytest.mark.parametrize("with_lm", [False, True])
+def test_exact_search_over_many_tokens_equals_reference(with_lm: bool) -> None:
+    # Catches: the per-pick hash bookkeeping used when every one of more than 32 tokens is a candidate
+    # (exact search, "wide") diverging from the candidate-table path: wrong repeat column, wrong
+    # parents or tokens after a pick, a stay taken for an extension.
+    gen = torch.Generator().manual_seed(31)
+    for trial in range(3):
+        lp = (peaky_log_probs if trial % 2 else random_log_probs)(2, 14, 40, gen)
+        lengths = torch.tensor([14, 9])
+        kw, ref_kw = {}, {}
+        if with_lm:
+            lm = BigramScorer(40, gen)
+            kw = dict(scorers={"lm": lm}, weights={"lm": 0.6, "length_bonus": 0.2})
+            ref_kw = dict(token_score=lm.ref_token(0.6, 0.2), final_score=lm.ref_final(0.6))
+        got = ctc_prefix_beam_search(lp, lengths, beam=5, **kw, **EXACT)
+        assert_same(got, lp, lengths, 5, 1e-9, **ref_kw)
