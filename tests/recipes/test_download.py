@@ -281,3 +281,29 @@ def test_unpack_refuses_members_outside_the_folder(tmp_path, monkeypatch, filter
     with pytest.raises(dl.DownloadError, match="cannot unpack"):
         dl.unpack(evil, tmp_path / "out2", progress=False)
     assert not (tmp_path / "escaped.txt").exists()
+
+
+def test_run_sh_stage_0_fetches_parts_of_hours_and_lm_resources(server, tmp_path):
+    """run.sh stage 0 orchestration: --hours picks the parts, --mirror reaches the server, LM files go to <corpus>/lm.
+
+    The real checksum table is used, so the served LM file has the published size (its content is unchecked:
+    no checksum is known for it) and the corpus parts are pre-marked complete (theirs could not match).
+    """
+    vocab = os.urandom(dl.read_checksum_table(SCRIPT.parent / "checksums.txt")["librispeech-vocab.txt"].size)
+    server.files["/11/librispeech-vocab.txt"] = vocab
+    corpus = tmp_path / "corpus"
+    for part in ["train-clean-100", "train-clean-360", "dev-clean"]:
+        (corpus / "LibriSpeech" / part).mkdir(parents=True)
+        (corpus / "LibriSpeech" / part / ".complete").write_text("")
+    res = subprocess.run(["bash", str(SCRIPT.parents[1] / "run.sh"), "--stage", "0", "--stop-stage", "0",
+                          "--download", "true", "--corpus-dir", str(corpus), "--workdir", str(tmp_path / "work"),
+                          "--hours", "460", "--eval-sets", "dev-clean", "--lm-resources", "librispeech-vocab.txt",
+                          "--mirror", server.url], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    for part in ["train-clean-100", "train-clean-360", "dev-clean"]:
+        assert f"downloading {part} " in res.stdout
+    assert "train-other-500" not in res.stdout
+    assert (corpus / "lm" / "librispeech-vocab.txt").read_bytes() == vocab
+    assert (corpus / "lm" / "librispeech-vocab.txt.complete").is_file()
+    assert "no published checksum is known for librispeech-vocab.txt" in res.stderr
+    assert server.requests == [("/11/librispeech-vocab.txt", None)]
