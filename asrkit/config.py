@@ -72,6 +72,7 @@ class DataConfig:
     max_duration: float = 30.0
     num_workers: int = 0
     bucket_width: float = 0.5  # not used by every sampler; seconds
+    shard_buffer: int = 2000  # utterances in the bucketing buffer when training from tar shards (--train-shards)
 
 
 @dataclass(frozen=True)

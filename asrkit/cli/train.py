@@ -9,6 +9,10 @@ does nothing. A directory holding a different experiment is refused. --resume in
 Several processes (GPUs or CPU workers) train with DDP through torchrun, e.g.
   torchrun --standalone --nproc_per_node=4 -m asrkit train --config ... --out exp/x
 (multi-node: --nnodes=N --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT; the exp dir must be shared).
+
+Data at scale: --train-shards streams tar shards written by tools/make_shards.py instead of a data dir
+(each shard read by one process and loader worker per epoch; ranks take equal steps). With
+--train-shards, a mid-epoch resume needs the same number of processes and data.num_workers.
 """
 from __future__ import annotations
 
@@ -23,7 +27,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="asrkit train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True, help="experiment YAML (conf/*.yaml)")
-    p.add_argument("--train-data", required=True, help="Kaldi data dir for training")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--train-data", help="Kaldi data dir for training")
+    source.add_argument("--train-shards", help="tar shards for training, from tools/make_shards.py: their dir, or "
+                                               "a brace pattern such as 'DIR/shard-{000000..000009}.tar' "
+                                               "(streamed; data.shard_buffer utterances are bucketed at a time)")
     p.add_argument("--valid-data", help="Kaldi data dir for validation loss/accuracy (needed to keep the best "
                                         "checkpoints by train.best_metric)")
     p.add_argument("--out", required=True, help="experiment dir (created; resumed if it holds checkpoints)")
@@ -48,7 +56,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     resume = "require" if args.resume else "overwrite" if args.overwrite else "auto"
     try:
-        train(cfg, args.out, args.train_data, args.valid_data, args.tokenizer, args.cmvn, args.device, resume)
+        train(cfg, args.out, args.train_data or args.train_shards, args.valid_data, args.tokenizer, args.cmvn, args.device, resume)
     except (FileNotFoundError, ValueError, ConfigError, DataDirError) as exc:
         # ExperimentError and checkpoint problems are ValueErrors with a message naming the file.
         print(f"asrkit train: {exc}", file=sys.stderr)

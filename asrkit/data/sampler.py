@@ -13,7 +13,8 @@ With ``shuffle=False`` the order is by length, for validation and decoding.
 Sharding: rank ``r`` of ``R`` takes batches ``r, r+R, r+2R, ...``. To give
 every rank the same number of batches without losing or repeating data, the
 largest batches are split in two until the count is a multiple of ``R``; only
-if there are too few utterances for that are batches repeated (padding).
+if every batch holds a single utterance (fewer utterances than ranks, ``max_batch_size``
+1, or utterances too long to pair) are up to ``R - 1`` of them repeated (padding).
 """
 from __future__ import annotations
 
@@ -26,6 +27,27 @@ from torch.utils.data import Sampler
 
 log = logging.getLogger("asrkit.data")
 FRAMES_PER_SECOND = 100
+
+
+def pack_batches(order: Sequence[int], frames: Sequence[int], max_frames: int, max_batch_size: int) -> List[List[int]]:
+    """Cut ``order`` (indices into ``frames``) greedily into batches whose padded size, ``len(batch) *
+    longest``, stays within ``max_frames`` and whose length stays within ``max_batch_size`` (an index
+    longer than ``max_frames`` alone). Shared by this sampler and the tar-shard stream
+    (:mod:`asrkit.data.shards`), so both batch alike."""
+    batches: List[List[int]] = []
+    cur: List[int] = []
+    longest = 0
+    for i in order:
+        f = frames[i]
+        grown = max(longest, f)
+        if cur and (len(cur) + 1 > max_batch_size or (len(cur) + 1) * grown > max_frames):
+            batches.append(cur)
+            cur, grown = [], f
+        cur.append(i)
+        longest = grown
+    if cur:
+        batches.append(cur)
+    return batches
 
 
 class BucketBatchSampler(Sampler[List[int]]):
@@ -66,20 +88,7 @@ class BucketBatchSampler(Sampler[List[int]]):
         self.epoch = epoch
 
     def _pack(self, order: List[int]) -> List[List[int]]:
-        batches: List[List[int]] = []
-        cur: List[int] = []
-        longest = 0
-        for i in order:
-            f = self.frames[i]
-            grown = max(longest, f)
-            if cur and (len(cur) + 1 > self.max_batch_size or (len(cur) + 1) * grown > self.max_frames):
-                batches.append(cur)
-                cur, grown = [], f
-            cur.append(i)
-            longest = grown
-        if cur:
-            batches.append(cur)
-        return batches
+        return pack_batches(order, self.frames, self.max_frames, self.max_batch_size)
 
     def _even_out(self, batches: List[List[int]]) -> List[List[int]]:
         """Make the batch count a multiple of num_replicas: split the biggest batches, else repeat some."""
