@@ -33,6 +33,8 @@ setup(
         "onnx>=1.17",
         "onnxruntime>=1.20",
         "onnxscript>=0.5",
+        # asrkit train --train-shards: reads and writes the tar shards (tools/make_shards.py)
+        "webdataset>=1.0",
     ],
     extras_require={
         # kenlm (built from source, ~75 s) is the reference the n-gram tests compare against.
