@@ -18,6 +18,7 @@
 #   --decode-settings: stage 6 decodes every eval set with each conf/decode_<setting>.yaml; a setting ending in
 #     _lm (conf/decode_<setting>.yaml, else conf/decode_<setting minus _lm>.yaml) fuses the stage 5 LM at the
 #     weights tune-fusion picks on --valid-set (skipped with --lm none). Outputs: exp/<model>/decode_<setting>/<set>/.
+#     A CTC-only model has no attention decoder: leave joint*, attention* and rescore* out for it.
 #   Every stage is idempotent (a finished step is skipped; its inputs are fingerprinted in <dir>/.done/) and a
 #   killed stage resumes when rerun (training from its latest checkpoint, decoding from its finished shards).
 #   stage 0 (only with --download true): the --train-sets (default from --hours 100|460|960: train-clean-100,
