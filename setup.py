@@ -12,7 +12,7 @@ setup(
     description="Speech recognition toolkit: Kaldi-style data, Transformer/LSTM CTC and attention models, batched GPU search",
     long_description=Path("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
-    python_requires=">=3.9",
+    python_requires=">=3.10",  # webdataset 1.x
     packages=find_packages(include=["asrkit", "asrkit.*"]),
     install_requires=[
         # torch and torchaudio must be builds that load together (see README, Installing).

@@ -69,6 +69,7 @@ class VadConfig:
     # threshold: a single quiet frame may be a stop closure inside a word
     overlap: float = 2.0  # overlap of fixed windows: each word near a seam has >= 1 s of context in the
     # window that owns it (ownership changes in the middle of the overlap)
+    noise_window: float = 30.0  # seconds: a long recording's floor is tracked per block this long (0: global)
     block_hops: int = 1024  # hops read per block when streaming a file (10.24 s)
 
     def __post_init__(self) -> None:
@@ -82,6 +83,7 @@ class VadConfig:
             (self.split_pause > 0, f"split_pause {self.split_pause} must be > 0"),
             (0 <= self.overlap < self.max_segment, f"need 0 <= overlap ({self.overlap}) < max_segment"),
             (self.block_hops >= 1, f"block_hops {self.block_hops} must be >= 1"),
+            (self.noise_window >= 0, f"noise_window {self.noise_window} must be >= 0"),
         ]
         for ok, message in checks:
             if not ok:
@@ -222,14 +224,31 @@ def frame_energies(source: Source, sample_rate: Optional[int] = None, cfg: Optio
     return energies
 
 
-def energy_threshold(energies: np.ndarray, cfg: Optional[VadConfig] = None) -> float:
+def energy_threshold(energies: np.ndarray, cfg: Optional[VadConfig] = None,
+                     hop_seconds: Optional[float] = None) -> Union[float, np.ndarray]:
     """The speech threshold in dB: ``max(abs_floor_db, min(floor + threshold_db, loud - threshold_db))`` with
-    ``floor`` the ``noise_percentile``-th and ``loud`` the 99th percentile of the frame energies."""
+    ``floor`` the ``noise_percentile``-th and ``loud`` the 99th percentile of the frame energies.
+
+    With ``hop_seconds`` and a recording longer than ``cfg.noise_window``, the percentiles are taken per block
+    of ``noise_window`` seconds and the threshold is an array, one value per frame: the level of a long
+    recording drifts (speakers, gain, background), and one global floor would count a loud stretch's
+    background as speech or a quiet stretch's speech as silence."""
     cfg = cfg or VadConfig()
     if len(energies) == 0:
         return cfg.abs_floor_db
-    floor, loud = np.percentile(energies, [cfg.noise_percentile, 99.0])
-    return max(cfg.abs_floor_db, min(float(floor) + cfg.threshold_db, float(loud) - cfg.threshold_db))
+
+    def level(e: np.ndarray) -> float:
+        floor, loud = np.percentile(e, [cfg.noise_percentile, 99.0])
+        return max(cfg.abs_floor_db, min(float(floor) + cfg.threshold_db, float(loud) - cfg.threshold_db))
+
+    block = int(round(cfg.noise_window / hop_seconds)) if hop_seconds and cfg.noise_window else 0
+    if block == 0 or len(energies) <= block:
+        return level(energies)
+    out = np.empty(len(energies), dtype=np.float64)
+    for first in range(0, len(energies), block):
+        # a short last block takes its floor from a full window ending with it
+        out[first: first + block] = level(energies[max(0, min(first, len(energies) - block)): first + block])
+    return out
 
 
 def _runs(mask: np.ndarray) -> List[Tuple[int, int]]:
@@ -248,7 +267,7 @@ def speech_regions(energies: np.ndarray, hop_seconds: float, cfg: Optional[VadCo
     """
     cfg = cfg or VadConfig()
     duration = len(energies) * hop_seconds if duration is None else duration
-    runs = _runs(energies > energy_threshold(energies, cfg))
+    runs = _runs(energies > energy_threshold(energies, cfg, hop_seconds))
     merged: List[List[float]] = []
     for first, last in runs:
         start, end = first * hop_seconds, min(duration, (last - 1) * hop_seconds + cfg.frame)
@@ -273,7 +292,8 @@ class _Pauses:
     """Candidate cut points: centres of ``split_pause`` stretches whose frames are all below the threshold,
     with the stretch's mean energy (lower is a better cut)."""
 
-    def __init__(self, energies: np.ndarray, first: int, hop_seconds: float, threshold: float, cfg: VadConfig):
+    def __init__(self, energies: np.ndarray, first: int, hop_seconds: float, threshold: Union[float, np.ndarray],
+                 cfg: VadConfig):
         """``energies``: the frames of one region, the first being frame ``first`` of the recording."""
         k = max(1, int(round(cfg.split_pause / hop_seconds)))
         n = len(energies) - k + 1
@@ -324,13 +344,15 @@ def fixed_windows(duration: float, window: float, overlap: float) -> List[Window
     return _cover(0.0, float(duration), window, overlap) if duration > 0 else []
 
 
-def _bound(start: float, end: float, energies: np.ndarray, hop_seconds: float, threshold: float,
+def _bound(start: float, end: float, energies: np.ndarray, hop_seconds: float, threshold: Union[float, np.ndarray],
            cfg: VadConfig) -> List[Window]:
     """Split one region into pieces of at most ``max_segment``: at its quietest pause, or, where no pause
     is within reach, with fixed overlapping windows up to the next pause (or the region's end)."""
     if end - start <= cfg.max_segment:
         return [Window(start, end, start, end)]
     first, last = int(start / hop_seconds), int(math.ceil(end / hop_seconds))
+    if isinstance(threshold, np.ndarray):
+        threshold = threshold[first:last]
     pauses = _Pauses(energies[first:last], first, hop_seconds, threshold, cfg)  # this region's frames only
     out: List[Window] = []
     cur = start
@@ -355,7 +377,7 @@ def speech_segments(energies: np.ndarray, hop_seconds: float, cfg: Optional[VadC
     for the regions; a longer region is cut at its quietest pause, or covered by fixed windows where it has
     none). Windows are in time order; a voice-activity segment has ``keep_* == start/end``."""
     cfg = cfg or VadConfig()
-    threshold = energy_threshold(energies, cfg)
+    threshold = energy_threshold(energies, cfg, hop_seconds)
     out: List[Window] = []
     for start, end in speech_regions(energies, hop_seconds, cfg, duration=duration):
         out.extend(_bound(start, end, energies, hop_seconds, threshold, cfg))
@@ -384,7 +406,8 @@ def plan_segments(source: Source, sample_rate: Optional[int] = None, cfg: Option
         return []
     energies = frame_energies(source, sample_rate, cfg)
     duration = frames / sample_rate
-    if not (energies > energy_threshold(energies, cfg)).any():
+    hop_seconds = frame_geometry(sample_rate, cfg)[1] / sample_rate
+    if not (energies > energy_threshold(energies, cfg, hop_seconds)).any():
         return []
     if mode == "fixed":
         return fixed_windows(duration, cfg.max_segment, cfg.overlap)

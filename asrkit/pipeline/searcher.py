@@ -31,9 +31,8 @@ from asrkit.lm.word_ngram import WordNgramScorer
 from asrkit.lm.neural import NeuralLMScorer, load_neural_lm
 from asrkit.models.asr import AsrModel
 from asrkit.nets.lstm_decoder import LSTMAttentionDecoder
-from asrkit.search import (LengthBonus, NBest, attention_rescore, ctc_prefix_beam_search, greedy_search,
-                           joint_beam_search)
-from asrkit.search.lexicon import LexiconScorer, read_word_list
+from asrkit.search import (LengthBonus, LexiconScorer, NBest, attention_rescore, ctc_prefix_beam_search,
+                           greedy_search, joint_beam_search, read_word_list)
 from asrkit.text.tokenizer import Tokenizer
 
 MODES = ("greedy", "ctc_prefix", "attention", "joint", "rescore")

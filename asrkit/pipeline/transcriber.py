@@ -271,7 +271,7 @@ class Transcriber:
                 stats.load += item.load_seconds
                 stats.features += item.feature_seconds
                 buffered += item.window.end - item.window.start
-            if buffered >= 4 * self.batch_seconds or (isinstance(item, InputDone) and not pending):
+            if buffered >= 2 * self.batch_seconds or (isinstance(item, InputDone) and not pending):
                 self._decode_items(pending, segments)
                 pending, buffered = [], 0.0
             yield from finished()

@@ -11,6 +11,7 @@ from asrkit.search.ctc_prefix_score import CTCPrefixScorer, CTCPrefixState
 from asrkit.search.greedy import ctc_greedy_search, greedy_search
 from asrkit.search.hypotheses import Hypothesis, NBest
 from asrkit.search.interfaces import BatchScorer
+from asrkit.search.lexicon import LexiconScorer, read_word_list
 from asrkit.search.rescore import attention_rescore
 from asrkit.search.scorers import DecoderScorer, DecoderScorerState, LengthBonus, StepDecoder
 
@@ -23,6 +24,7 @@ __all__ = [
     "Decoded",
     "Hypothesis",
     "LengthBonus",
+    "LexiconScorer",
     "NBest",
     "StepDecoder",
     "attention_rescore",
@@ -32,4 +34,5 @@ __all__ = [
     "decode_ctc",
     "greedy_search",
     "joint_beam_search",
+    "read_word_list",
 ]

@@ -262,3 +262,20 @@ def test_espeak_sentences_are_found(tmp_path):
     assert len(got) == len(truth), (spans(got), truth)
     for w, (s, e) in zip(got, truth):
         assert abs(w.start - s) <= TOL and abs(w.end - e) <= TOL, (spans(got), truth)
+
+
+def test_noise_floor_follows_a_drifting_level():
+    """A quiet minute then a loud minute whose background is as loud as the quiet minute's speech: a global
+    floor calls the loud minute's background speech (one long region); the floor per noise_window block finds
+    every burst of both minutes."""
+    truth_quiet = [(5.0 + 10 * k, 6.5 + 10 * k) for k in range(6)]
+    quiet = layout(truth_quiet, 60.0, floor=0.0005, level=0.02, seed=1)
+    loud = layout([(5.0 + 10 * k, 6.5 + 10 * k) for k in range(6)], 60.0, floor=0.02, level=0.5, seed=2)
+    x = np.concatenate([quiet, loud])
+    truth = truth_quiet + [(s + 60.0, e + 60.0) for s, e in truth_quiet]
+    local = plan_segments(x, SR, VadConfig(padding=0.0, noise_window=30.0))
+    assert len(local) == len(truth), spans(local)
+    for w, (s, e) in zip(local, truth):
+        assert abs(w.start - s) <= TOL and abs(w.end - e) <= TOL, (spans(local), truth)
+    merged = plan_segments(x, SR, VadConfig(padding=0.0, noise_window=0.0))
+    assert len(merged) < len(truth)  # the global floor cannot see the loud minute's pauses
