@@ -141,6 +141,11 @@ def test_pure_ctc_model_has_exactly_its_parts():
     enc, lens = model.encode(batch()["wav"], batch()["wav_lens"])
     assert model.ctc_log_probs(enc).shape == (3, enc.size(1), VOCAB) and model.subsampling_factor == 4
     assert model.vocab_size == VOCAB
+    # Features computed apart (transcription does it in loader workers) encode to the same thing.
+    feats, feat_lens = model.frontend(batch()["wav"], batch()["wav_lens"])
+    enc2, lens2 = model.encode_features(feats, feat_lens)
+    torch.testing.assert_close(enc2, enc)
+    assert lens2.tolist() == lens.tolist()
 
 
 def test_output_lengths_and_can_align_agree_with_the_real_encoder():
