@@ -265,7 +265,7 @@ class Transcriber:
                 stats.load += item.load_seconds
                 stats.audio += item.duration
                 if item.error is not None:
-                    log.warning("%s", item.error)
+                    log.info("%s", item.error)  # the Result carries it; the CLI prints it
             else:
                 pending.append(item)
                 stats.load += item.load_seconds
