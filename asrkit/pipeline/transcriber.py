@@ -8,7 +8,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -201,23 +201,25 @@ class Transcriber:
 
         A batch that runs out of GPU memory (encoder or search) is split in half and retried.
         """
-        if not wavs:
-            return []
-        try:
-            enc, enc_lens, log_probs = self._encode_waveforms(wavs)
-            nbest = self.searcher.search(self.model, enc, enc_lens, log_probs)
-        except torch.cuda.OutOfMemoryError:
-            if len(wavs) <= 1:
-                raise
-            self._free_memory(len(wavs))
-            half = len(wavs) // 2
-            return self.transcribe_nbest(wavs[:half]) + self.transcribe_nbest(wavs[half:])
+        return self._split_on_oom(self._nbest_batch, list(wavs)) if wavs else []
+
+    def _nbest_batch(self, wavs: List[torch.Tensor]) -> List[List[Transcript]]:
+        enc, enc_lens, log_probs = self._encode_waveforms(wavs)
+        nbest = self.searcher.search(self.model, enc, enc_lens, log_probs)
         return [[self._transcript(h) for h in hyps] or [Transcript("", [])] for hyps in nbest.to_lists()]
 
-    def _free_memory(self, batch: int) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-        log.warning("out of memory on a batch of %d segments: decoding it in halves", batch)
+    def _split_on_oom(self, decode: Callable[[list], list], items: list) -> list:
+        """``decode(items)``; a batch that runs out of GPU memory is decoded in halves (one item re-raises)."""
+        try:
+            return decode(items)
+        except torch.cuda.OutOfMemoryError:
+            if len(items) <= 1:
+                raise
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            log.warning("out of memory on a batch of %d: decoding it in halves", len(items))
+            half = len(items) // 2
+            return self._split_on_oom(decode, items[:half]) + self._split_on_oom(decode, items[half:])
 
     def load(self, path: str) -> torch.Tensor:
         """Read an audio file as a mono waveform at the model's rate (a file name, never a command);
@@ -266,6 +268,7 @@ class Transcriber:
                 stats.audio += item.duration
                 if item.error is not None:
                     log.info("%s", item.error)  # the Result carries it; the CLI prints it
+                    pending = [p for p in pending if p.index != item.index]  # its segments read before the error
             else:
                 pending.append(item)
                 stats.load += item.load_seconds
@@ -282,25 +285,18 @@ class Transcriber:
 
     def _decode_items(self, items: List[SegmentItem], out: Dict[int, Dict[int, "_Decoded"]]) -> None:
         for batch in seconds_batches(items, self.acoustic.frames_per_second, self.batch_seconds):
-            for item, decoded in zip(batch, self._decode_batch(batch)):
+            for item, decoded in zip(batch, self._split_on_oom(self._decode_batch, batch)):
                 out.setdefault(item.index, {})[item.number] = decoded
         self.stats.segments += len(items)
 
     def _decode_batch(self, batch: List[SegmentItem]) -> List["_Decoded"]:
-        try:
-            t0 = time.perf_counter()
-            data, lens = _pad([it.data for it in batch])
-            enc, enc_lens, log_probs = self.acoustic(data, lens)
-            if self.device.type == "cuda":  # once per batch, so that the split of the time is honest
-                torch.cuda.synchronize(self.device)
-            t1 = time.perf_counter()
-            nbest = self.searcher.search(self.model, enc, enc_lens, log_probs).to_lists()
-        except torch.cuda.OutOfMemoryError:
-            if len(batch) <= 1:
-                raise
-            self._free_memory(len(batch))
-            half = len(batch) // 2
-            return self._decode_batch(batch[:half]) + self._decode_batch(batch[half:])
+        t0 = time.perf_counter()
+        data, lens = _pad([it.data for it in batch])
+        enc, enc_lens, log_probs = self.acoustic(data, lens)
+        if self.device.type == "cuda":  # once per batch, so that the split of the time is honest
+            torch.cuda.synchronize(self.device)
+        t1 = time.perf_counter()
+        nbest = self.searcher.search(self.model, enc, enc_lens, log_probs).to_lists()
         lp = log_probs.float().cpu() if log_probs is not None else None
         lengths = enc_lens.cpu().tolist()
         segments = [self._segment(item, hyps, None if lp is None else lp[b, : lengths[b]])
