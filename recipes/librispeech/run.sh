@@ -103,15 +103,7 @@ dir_of() { echo "data/${1//-/_}"; }
 
 # Idempotent steps: DIR/.done/NAME holds the fingerprint of what shaped a finished step's outputs (options and
 # input files); the step is skipped while the fingerprint is unchanged, and rerun when an input changed.
-fingerprint() {  # WORD|FILE|DIR...: words as they are, small files by content, big files and dirs by size+mtime
-  local x
-  for x in "$@"; do
-    if [ -f "$x" ] && [ "$(stat -c %s "$x")" -le 67108864 ]; then echo "$x $(sha256sum < "$x")"
-    elif [ -f "$x" ]; then stat -c '%n %s %Y' "$x"
-    elif [ -d "$x" ]; then echo "$x"; find "$x" -type f ! -path '*/.done/*' -printf '%P %s %T@\n' | LC_ALL=C sort
-    else echo "$x"; fi
-  done | sha256sum | cut -d' ' -f1
-}
+fingerprint() { python "$root/tools/fingerprint.py" "$@"; }  # see that script for what counts
 is_done() { [ -f "$1/.done/$2" ] && [ "$(cat "$1/.done/$2")" = "$3" ]; }
 mark_done() { mkdir -p "$1/.done" && echo "$3" > "$1/.done/$2.tmp" && mv "$1/.done/$2.tmp" "$1/.done/$2"; }
 
