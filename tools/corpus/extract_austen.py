@@ -129,9 +129,15 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--rdata-dir", required=True, help="janeaustenr/data directory (Rdata.rdb, Rdata.rdx)")
     parser.add_argument("--min-words", type=int, default=4)
     parser.add_argument("--max-words", type=int, default=20)
-    parser.add_argument("--max-sentences", type=int, default=5000)
+    parser.add_argument("--max-sentences", type=int, default=5000, help="0: every sentence, in book order")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--exclude", help="file of sentences (one per line, normalised) to leave out, e.g. "
+                        "sentences.txt when making the LM text, so that no test sentence is in it")
     args = parser.parse_args(argv)
+    excluded = set()
+    if args.exclude:
+        with open(args.exclude, encoding="utf-8") as f:
+            excluded = {line.strip() for line in f if line.strip()}
 
     index = _read_index(os.path.join(args.rdata_dir, "Rdata.rdx"))
     seen = set()
@@ -144,14 +150,17 @@ def main(argv: List[str] | None = None) -> int:
                 if not re.match(r"^[\"']*[A-Z]", sent) or not re.search(r"[.!?][\"']*$", sent):
                     continue
                 norm = normalise(sent)
-                if norm is None or norm in seen:
+                if norm is None or norm in seen or norm in excluded:
                     continue
                 if not args.min_words <= len(norm.split()) <= args.max_words:
                     continue
                 seen.add(norm)
                 kept.append(norm)
-    rng = random.Random(args.seed)
-    chosen = sorted(rng.sample(range(len(kept)), min(args.max_sentences, len(kept))))
+    if args.max_sentences == 0:
+        chosen = list(range(len(kept)))
+    else:
+        rng = random.Random(args.seed)
+        chosen = sorted(rng.sample(range(len(kept)), min(args.max_sentences, len(kept))))
     print(f"{len(kept)} candidate sentences, writing {len(chosen)}", file=sys.stderr)
     for i in chosen:
         print(kept[i])
