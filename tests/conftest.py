@@ -38,6 +38,7 @@ def tiny_corpus(tmp_path_factory) -> Path:
     sentences.write_text("\n".join(SHORT_SENTENCES) + "\n")
     subprocess.run([sys.executable, str(REPO / "tools" / "make_synthetic_corpus.py"), "--out", str(root / "data"),
                     "--num-train", "8", "--num-dev", "2", "--num-test", "2", "--seed", "3", "--no-noise",
+                    "--train-synths", "espeak", "--num-test-unseen", "0",
                     "--sentences", str(sentences), "--no-progress"], check=True)
     return root / "data"
 

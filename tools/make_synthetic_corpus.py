@@ -1,45 +1,58 @@
 #!/usr/bin/env python3
-"""Synthesize a small English ASR corpus (Kaldi data dirs) with espeak-ng.
+"""Synthesize a small English ASR corpus (Kaldi data dirs) with espeak-ng, festival and flite.
 
 Usage:
     python tools/make_synthetic_corpus.py --out data --num-train 1000 --num-dev 100 --num-test 100 \\
-        --seed 0 [--snr-db 20 | --no-noise] [--jobs 2] [--audio-dir DIR] [--sentences FILE]
+        [--num-test-unseen 100] [--train-synths espeak,festival] [--unseen-synth flite] \\
+        [--unseen-voices awb,rms] --seed 0 [--snr-db 20 | --no-noise] [--jobs 2] [--audio-dir DIR] \\
+        [--sentences FILE]
 
-Writes ``OUT/train``, ``OUT/dev`` and ``OUT/test``, each holding ``wav.scp``, ``text``, ``utt2spk``,
-``spk2utt`` and ``utt2dur`` (sorted by key), with 16 kHz 16-bit mono FLAC files under
-``OUT/<split>/wav/`` (or ``AUDIO_DIR/<split>/``); ``wav.scp`` holds absolute paths.
+Writes ``OUT/train``, ``OUT/dev``, ``OUT/test`` and (unless ``--num-test-unseen 0``) ``OUT/test_unseen``,
+each holding ``wav.scp``, ``text``, ``utt2spk``, ``spk2utt`` and ``utt2dur`` (sorted by key), with 16 kHz
+16-bit mono FLAC files under ``OUT/<split>/wav/`` (or ``AUDIO_DIR/<split>/``); ``wav.scp`` holds
+absolute paths.
 
 * Sentences come from ``tools/corpus/sentences.txt`` (public-domain novels, upper case A-Z,
-  apostrophes and spaces; see ``tools/corpus/README.md``). The three splits use disjoint
+  apostrophes and spaces; see ``tools/corpus/README.md``). The four splits use disjoint
   sentences; train reuses its own sentences (with new voices and prosody) only when asked for
   more utterances than it has sentences.
-* A speaker is an espeak-ng voice plus a voice variant, e.g. ``enus_m3`` = ``en-us+m3``; utterance
-  ids start with the speaker id (Kaldi convention, so sorting keeps speakers together).
-  train and dev draw speakers from the same pool; every other test utterance uses a voice or a
-  variant that never occurs in train, the rest use train speakers.
-* Each utterance gets its own speaking rate (espeak ``-s``), pitch (``-p``), level and leading /
-  trailing silence, and, unless ``--no-noise``, white, pink or brown Gaussian noise scaled so that
-  (utterance power) / (noise power) is exactly ``--snr-db``.
+* Synthesizers (back-ends in ``tools/synthesizers.py``): espeak-ng voices x variants, festival's
+  ``kal_diphone``, ``ked_diphone`` and ``cmu_us_slt_arctic_hts``, flite's ``awb``, ``rms``, ``slt`` and
+  ``kal16``. train, dev and test use ``--train-synths`` (default ``espeak,festival``); ``NAME:WEIGHT``
+  sets a synthesizer's share of the utterances (default weight 1, so the default is half espeak, half
+  festival). The shares are exact, not drawn: utterance i of a split goes to the synthesizer furthest
+  behind its share. test_unseen uses only ``--unseen-synth`` (default flite) with ``--unseen-voices``
+  (default for flite ``awb,rms``: its slt and kal16 are the speakers of festival's slt and kal).
+* A speaker is a synthesizer voice (+ espeak variant): espeak ``enus_m3`` = ``en-us+m3``, festival
+  ``fest_kal``/``fest_ked``/``fest_slt``, flite ``flite_awb``/``flite_rms``/``flite_slt``/``flite_kal``.
+  Utterance ids start with the speaker id (Kaldi convention, so sorting keeps speakers together).
+  train and dev draw speakers from the same pool; every other espeak test utterance uses an espeak voice
+  or variant that never occurs in train, the rest use train speakers.
+* Each utterance gets its own speaking rate and pitch (factors of the voice's default, told to each
+  engine in its own terms), level and leading / trailing silence, and, unless ``--no-noise``, white,
+  pink or brown Gaussian noise scaled so that (utterance power) / (noise power) is exactly ``--snr-db``.
 * Everything is drawn from RNGs seeded by (seed, split, utterance index): the same seed gives
   byte-identical table files and identical audio whatever ``--jobs`` is, and the noise is drawn
   from its own stream, so a ``--no-noise`` run yields the clean signal of a noisy run.
+* festival renders batches of ``FESTIVAL_BATCH`` utterances per process (fixed by the plan, not by
+  ``--jobs``); espeak-ng and flite run once per utterance. Only the synthesizers a run uses must be
+  installed.
 """
 from __future__ import annotations
 
 import argparse
-import io
+import importlib.util
 import multiprocessing
 import os
 import re
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import soundfile
-from scipy.signal import resample_poly
+from scipy.fft import next_fast_len
 from tqdm import tqdm
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,30 +60,32 @@ sys.path.insert(0, _REPO)  # run as a script from anywhere: asrkit lives in the 
 
 from asrkit.data.table import write_table  # noqa: E402
 
+
+def _load_synthesizers() -> ModuleType:
+    """tools/synthesizers.py by path: putting tools/ on sys.path would shadow packages (tools/kenlm)."""
+    name = "asrkit_tools_synthesizers"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(_REPO, "tools", "synthesizers.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # before running it: its dataclasses look their module up there
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return sys.modules[name]
+
+
+synthesizers = _load_synthesizers()
+SAMPLE_RATE, SYNTHS, Speaker = synthesizers.SAMPLE_RATE, synthesizers.SYNTHS, synthesizers.Speaker
+espeak, voices = synthesizers.espeak, synthesizers.voices  # espeak: used by the LibriSpeech recipe test
+
 DEFAULT_SENTENCES = os.path.join(_REPO, "tools", "corpus", "sentences.txt")
-SAMPLE_RATE = 16000
-SPLITS = ("train", "dev", "test")
+SPLITS = ("train", "dev", "test", "test_unseen")
+DEFAULT_TRAIN_SYNTHS: Dict[str, float] = {"espeak": 1.0, "festival": 1.0}
+DEFAULT_UNSEEN_SYNTH = "flite"
+DEFAULT_UNSEEN_VOICES: Dict[str, Tuple[str, ...]] = {"flite": ("awb", "rms")}
+FESTIVAL_BATCH = 16          # utterances per festival process
+OTHER_BATCH = 8              # utterances per task for the one-process-per-utterance synthesizers
 
-# espeak-ng voice -> short speaker-id code (letters only, so "-" sorts before every code character
-# and utterance ids sort speaker by speaker). mbrola voices are left out: they need extra packages.
-TRAIN_VOICES: Dict[str, str] = {
-    "en-us": "enus",
-    "en-gb": "engb",
-    "en-gb-x-rp": "enrp",
-    "en-gb-scotland": "ensc",
-    "en-029": "encb",
-}
-HELDOUT_VOICES: Dict[str, str] = {
-    "en-us-nyc": "enny",
-    "en-gb-x-gbclan": "enla",
-    "en-gb-x-gbcwmd": "enwm",
-}
-# Formant variants (male, female, Klatt synthesiser); whisper/croak-like variants are left out.
-TRAIN_VARIANTS: Tuple[str, ...] = ("m1", "m2", "m3", "m4", "m6", "f1", "f2", "f3", "f4", "klatt", "klatt3")
-HELDOUT_VARIANTS: Tuple[str, ...] = ("m7", "f5", "klatt2")
-
-RATE_WPM = (135, 195)        # espeak -s range (default 175 words per minute)
-PITCH = (25, 75)             # espeak -p range (0-99, default 50)
+RATE = (0.78, 1.12)          # speaking-rate factor (espeak: 135-195 words per minute)
+PITCH = (0.85, 1.18)         # F0 factor
 PEAK_LEVEL = (0.25, 0.7)     # peak amplitude of the clean speech, full scale = 1
 SILENCE_S = (0.05, 0.35)     # leading and trailing silence added to each utterance
 NOISE_KINDS = ("white", "pink", "brown")
@@ -80,27 +95,14 @@ _SENTENCE_RE = re.compile(r"[A-Z']+(?: [A-Z']+)*")
 
 
 @dataclass(frozen=True)
-class Speaker:
-    """An espeak-ng voice + variant; ``spk_id`` is the Kaldi speaker id."""
-
-    voice: str
-    variant: str
-    spk_id: str
-
-    @property
-    def espeak_voice(self) -> str:
-        return f"{self.voice}+{self.variant}"
-
-
-@dataclass(frozen=True)
 class UttSpec:
     """Everything needed to render one utterance; rendering is a pure function of this."""
 
     utt_id: str
     text: str
     speaker: Speaker
-    rate: int
-    pitch: int
+    rate: float              # speaking-rate factor, 1 = the voice's default
+    pitch: float             # F0 factor, 1 = the voice's default
     peak: float
     lead_s: float
     tail_s: float
@@ -110,16 +112,71 @@ class UttSpec:
     path: str
 
 
-def _speakers(voices: Dict[str, str], variants: Sequence[str]) -> List[Speaker]:
-    return [Speaker(v, var, f"{code}_{var}") for v, code in voices.items() for var in variants]
+@dataclass(frozen=True)
+class SynthChoice:
+    """Which synthesizers make which splits."""
+
+    train_synths: Dict[str, float]                  # synthesizer -> weight (share of train/dev/test)
+    unseen_synth: str = DEFAULT_UNSEEN_SYNTH
+    unseen_voices: Optional[Tuple[str, ...]] = None  # None: DEFAULT_UNSEEN_VOICES or all voices
+
+    def unseen_pool(self) -> List[Speaker]:
+        pool = voices(self.unseen_synth)
+        names = self.unseen_voices or DEFAULT_UNSEEN_VOICES.get(self.unseen_synth) or tuple(s.voice for s in pool)
+        unknown = sorted(set(names) - {s.voice for s in pool})
+        if unknown:
+            raise ValueError(f"unknown {self.unseen_synth} voice(s) {', '.join(unknown)} in --unseen-voices "
+                             f"(expected some of {', '.join(s.voice for s in pool)})")
+        return [s for s in pool if s.voice in names]
+
+    def check(self) -> None:
+        if not self.train_synths or any(w <= 0 for w in self.train_synths.values()):
+            raise ValueError("--train-synths needs at least one synthesizer, every weight > 0")
+        for synth in (*self.train_synths, self.unseen_synth):
+            if synth not in SYNTHS:
+                raise ValueError(f"unknown synthesizer '{synth}' (expected one of {', '.join(SYNTHS)})")
+        if self.unseen_synth in self.train_synths:
+            raise ValueError(f"--unseen-synth {self.unseen_synth} is also in --train-synths: it would not be unseen")
+        self.unseen_pool()
+
+    def twins(self) -> List[str]:
+        """Unseen voices that are a training synthesizer's speaker under another engine."""
+        out = []
+        for spk in self.unseen_pool():
+            twin = synthesizers.SAME_SPEAKER.get((spk.synth, spk.voice))
+            if twin and twin[0] in self.train_synths:
+                out.append(f"{spk.synth} {spk.voice} (= {twin[0]} {twin[1]})")
+        return out
 
 
-def speaker_pools() -> Tuple[List[Speaker], List[Speaker]]:
-    """Return (speakers used in train/dev, speakers never used in train)."""
-    seen = _speakers(TRAIN_VOICES, TRAIN_VARIANTS)
-    unseen = (_speakers(HELDOUT_VOICES, TRAIN_VARIANTS + HELDOUT_VARIANTS)
-              + _speakers(TRAIN_VOICES, HELDOUT_VARIANTS))
-    return seen, unseen
+def parse_synth_weights(arg: str) -> Dict[str, float]:
+    """``"espeak:2,festival"`` -> ``{"espeak": 2.0, "festival": 1.0}``."""
+    weights: Dict[str, float] = {}
+    for item in arg.split(","):
+        name, _, weight = item.strip().partition(":")
+        if name not in SYNTHS:
+            raise ValueError(f"unknown synthesizer '{name}' in '{arg}' (expected one of {', '.join(SYNTHS)})")
+        if name in weights:
+            raise ValueError(f"synthesizer '{name}' given twice in '{arg}'")
+        try:
+            weights[name] = float(weight) if weight else 1.0
+        except ValueError:
+            raise ValueError(f"bad weight '{weight}' for {name} in '{arg}' (expected NAME[:WEIGHT])") from None
+        if not weights[name] > 0:
+            raise ValueError(f"weight of {name} in '{arg}' must be > 0")
+    return weights
+
+
+def synth_sequence(weights: Dict[str, float], n: int) -> List[str]:
+    """The synthesizer of each of n utterances: each goes to the one furthest behind its share."""
+    total = sum(weights.values())
+    counts = {k: 0 for k in weights}
+    out = []
+    for i in range(n):
+        synth = max(weights, key=lambda k: (i + 1) * weights[k] / total - counts[k])  # ties: first listed
+        counts[synth] += 1
+        out.append(synth)
+    return out
 
 
 def load_sentences(path: str) -> List[str]:
@@ -142,38 +199,59 @@ def load_sentences(path: str) -> List[str]:
 
 
 def plan_corpus(sentences: Sequence[str], counts: Dict[str, int], seed: int, snr_db: Optional[float],
-                out_dir: str, audio_dir: Optional[str] = None) -> Dict[str, List[UttSpec]]:
+                out_dir: str, audio_dir: Optional[str] = None,
+                synths: Optional[SynthChoice] = None) -> Dict[str, List[UttSpec]]:
     """Assign sentences, speakers and synthesis settings to every utterance of every split.
 
-    Test and dev sentences are taken first from one seeded permutation, so they do not depend on
-    the number of training utterances; train takes the rest.
+    ``counts`` maps split -> utterances (a missing test_unseen is 0). Test, dev and test_unseen
+    sentences are taken first from one seeded permutation, so they do not depend on the number of
+    training utterances; train takes the rest.
     """
-    n_heldout = counts["test"] + counts["dev"]
+    synths = synths or SynthChoice(dict(DEFAULT_TRAIN_SYNTHS))
+    synths.check()
+    counts = {split: counts.get(split, 0) for split in SPLITS}
+    n_heldout = counts["test"] + counts["dev"] + counts["test_unseen"]
     if (n_heldout >= len(sentences) and counts["train"] > 0) or n_heldout > len(sentences):
-        raise ValueError(f"{counts['dev']} dev + {counts['test']} test utterances need that many distinct "
-                         f"sentences and leave none for train; the corpus has {len(sentences)}")
+        raise ValueError(f"{counts['dev']} dev + {counts['test']} test + {counts['test_unseen']} test_unseen "
+                         f"utterances need that many distinct sentences and leave none for train; the corpus "
+                         f"has {len(sentences)}")
     order = np.random.default_rng([seed, 7919]).permutation(len(sentences))
-    pools = {"test": order[:counts["test"]], "dev": order[counts["test"]:n_heldout], "train": order[n_heldout:]}
+    bounds = np.cumsum([counts["test"], counts["dev"], counts["test_unseen"]])
+    pools = {"test": order[:bounds[0]], "dev": order[bounds[0]:bounds[1]],
+             "test_unseen": order[bounds[1]:bounds[2]], "train": order[bounds[2]:]}
     if counts["train"] > len(pools["train"]):
         print(f"note: {counts['train']} train utterances but {len(pools['train'])} train sentences: "
               "sentences are reused with other voices", file=sys.stderr)
-    seen, unseen = speaker_pools()
+    seen = {synth: voices(synth) for synth in synths.train_synths}
+    heldout = synthesizers.espeak_heldout_speakers()
     plan: Dict[str, List[UttSpec]] = {}
     for split_idx, split in enumerate(SPLITS):
         wav_dir = os.path.abspath(os.path.join(audio_dir, split) if audio_dir else os.path.join(out_dir, split, "wav"))
+        if split == "test_unseen":
+            sequence = [synths.unseen_synth] * counts[split]
+        else:
+            sequence = synth_sequence(synths.train_synths, counts[split])
         specs = []
-        for i in range(counts[split]):
+        num_espeak = 0
+        for i, synth in enumerate(sequence):
             rng = np.random.default_rng([seed, split_idx, i])
-            # Test: even indices get an unseen voice/variant, so even a 1-utterance test set has one.
-            pool = unseen if split == "test" and i % 2 == 0 else seen
+            if split == "test_unseen":
+                pool = synths.unseen_pool()
+            elif synth == "espeak" and split == "test":
+                # Even espeak test utterances get an unseen voice/variant, so even 1 such utterance has one.
+                pool = heldout if num_espeak % 2 == 0 else seen[synth]
+                num_espeak += 1
+            else:
+                pool = seen[synth]
             speaker = pool[int(rng.integers(len(pool)))]
             utt_id = f"{speaker.spk_id}-{split}{i:06d}"
             specs.append(UttSpec(
                 utt_id=utt_id,
                 text=sentences[int(pools[split][i % len(pools[split])])],
                 speaker=speaker,
-                rate=int(rng.integers(RATE_WPM[0], RATE_WPM[1] + 1)),
-                pitch=int(rng.integers(PITCH[0], PITCH[1] + 1)),
+                # 3 decimals: the engines get the same numbers whatever the platform's float printing
+                rate=round(float(rng.uniform(*RATE)), 3),
+                pitch=round(float(rng.uniform(*PITCH)), 3),
                 peak=float(rng.uniform(*PEAK_LEVEL)),
                 lead_s=float(rng.uniform(*SILENCE_S)),
                 tail_s=float(rng.uniform(*SILENCE_S)),
@@ -186,49 +264,33 @@ def plan_corpus(sentences: Sequence[str], counts: Dict[str, int], seed: int, snr
     return plan
 
 
-def espeak(text: str, voice: str, rate: int, pitch: int, utt_id: str, binary: str = "espeak-ng") -> Tuple[np.ndarray, int]:
-    """Run espeak-ng and return (waveform float64 (T,), sample rate)."""
-    # Lower case: espeak reads all-caps words as abbreviations ("IT" -> "I T", "AM" -> "a.m.").
-    cmd = [binary, "-v", voice, "-s", str(rate), "-p", str(pitch), "--stdout", "--", text.lower()]
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    if proc.returncode != 0 or not proc.stdout:
-        raise RuntimeError(f"utterance {utt_id}: espeak-ng failed (exit {proc.returncode}): "
-                           f"{proc.stderr.decode(errors='replace').strip()} [{' '.join(cmd)}]")
-    audio, sr = soundfile.read(io.BytesIO(proc.stdout), dtype="float64")
-    if audio.ndim != 1 or audio.size == 0:
-        raise RuntimeError(f"utterance {utt_id}: espeak-ng returned no mono audio [{' '.join(cmd)}]")
-    return audio, sr
-
-
 def make_noise(kind: str, num_samples: int, rng: np.random.Generator) -> np.ndarray:
     """Unit-power Gaussian noise (T,): white, pink (1/f power) or brown (1/f^2 power).
 
     Shaped noise is flat below ``NOISE_CORNER_HZ`` so its power lies in the speech band rather
     than in inaudible sub-20 Hz rumble.
     """
-    white = rng.standard_normal(num_samples)
     if kind == "white":
-        noise = white
+        noise = rng.standard_normal(num_samples)
     elif kind in ("pink", "brown"):
-        spec = np.fft.rfft(white)
-        freqs_hz = np.fft.rfftfreq(num_samples, d=1.0 / SAMPLE_RATE)
+        # Shape a block of an FFT-friendly length and keep its start: an FFT of a length with a large
+        # prime factor is 15x slower, and that was most of the time spent outside the synthesizers.
+        size = next_fast_len(num_samples, real=True)
+        spec = np.fft.rfft(rng.standard_normal(size))
+        freqs_hz = np.fft.rfftfreq(size, d=1.0 / SAMPLE_RATE)
         exponent = 0.5 if kind == "pink" else 1.0  # amplitude slope for 1/f or 1/f^2 power
-        noise = np.fft.irfft(spec / np.maximum(freqs_hz, NOISE_CORNER_HZ) ** exponent, n=num_samples)
+        noise = np.fft.irfft(spec / np.maximum(freqs_hz, NOISE_CORNER_HZ) ** exponent, n=size)[:num_samples]
     else:
         raise ValueError(f"unknown noise kind '{kind}' (expected one of {', '.join(NOISE_KINDS)})")
     noise = noise - noise.mean()
     return noise / np.sqrt(np.mean(noise ** 2) + 1e-20)
 
 
-def render(spec: UttSpec, binary: str = "espeak-ng") -> np.ndarray:
-    """Synthesize one utterance: 16 kHz float64 waveform (T,) in [-1, 1]."""
-    audio, sr = espeak(spec.text, spec.speaker.espeak_voice, spec.rate, spec.pitch, spec.utt_id, binary)
-    if sr != SAMPLE_RATE:
-        g = np.gcd(sr, SAMPLE_RATE)
-        audio = resample_poly(audio, SAMPLE_RATE // g, sr // g)
+def finish(spec: UttSpec, audio: np.ndarray) -> np.ndarray:
+    """Level, silence and noise for one synthesized 16 kHz utterance (T,) -> waveform in [-1, 1]."""
     peak = np.max(np.abs(audio))
     if peak <= 0:
-        raise RuntimeError(f"utterance {spec.utt_id}: espeak-ng produced silence for {spec.text!r}")
+        raise RuntimeError(f"utterance {spec.utt_id}: {spec.speaker.synth} produced silence for {spec.text!r}")
     audio = audio * (spec.peak / peak)
     audio = np.concatenate([np.zeros(round(spec.lead_s * SAMPLE_RATE)), audio,
                             np.zeros(round(spec.tail_s * SAMPLE_RATE))])
@@ -242,42 +304,75 @@ def render(spec: UttSpec, binary: str = "espeak-ng") -> np.ndarray:
     return audio
 
 
-def _render_to_file(args: Tuple[UttSpec, str]) -> Tuple[str, int]:
-    spec, binary = args
-    audio = render(spec, binary)
-    tmp = f"{spec.path}.tmp{os.getpid()}.flac"
-    soundfile.write(tmp, audio, SAMPLE_RATE, format="FLAC", subtype="PCM_16")
-    os.replace(tmp, spec.path)  # no half-written FLAC if interrupted
-    return spec.utt_id, audio.size
+def render(spec: UttSpec, programs: Dict[str, str]) -> np.ndarray:
+    """Synthesize one utterance: 16 kHz float64 waveform (T,) in [-1, 1]."""
+    return finish(spec, synthesizers.synthesize([spec], programs)[0])
+
+
+def _render_batch(args: Tuple[List[UttSpec], Dict[str, str]]) -> List[Tuple[str, int]]:
+    specs, programs = args
+    done = []
+    for spec, raw in zip(specs, synthesizers.synthesize(specs, programs)):
+        audio = finish(spec, raw)
+        tmp = f"{spec.path}.tmp{os.getpid()}.flac"
+        soundfile.write(tmp, audio, SAMPLE_RATE, format="FLAC", subtype="PCM_16")
+        os.replace(tmp, spec.path)  # no half-written FLAC if interrupted
+        done.append((spec.utt_id, audio.size))
+    return done
+
+
+def batches(specs: Sequence[UttSpec]) -> List[List[UttSpec]]:
+    """Group utterances into work items of one synthesizer each, festival's first (they take longest)."""
+    by_synth: Dict[str, List[UttSpec]] = {}
+    for spec in specs:
+        by_synth.setdefault(spec.speaker.synth, []).append(spec)
+    out = []
+    for synth in sorted(by_synth, key=lambda s: s != "festival"):
+        size = FESTIVAL_BATCH if synth == "festival" else OTHER_BATCH
+        group = by_synth[synth]
+        out += [group[i:i + size] for i in range(0, len(group), size)]
+    return out
+
+
+def _summary(split: str, specs: Sequence[UttSpec], num_samples: Dict[str, int]) -> str:
+    secs: Dict[str, float] = {}
+    for s in specs:
+        secs[s.speaker.synth] = secs.get(s.speaker.synth, 0.0) + num_samples[s.utt_id] / SAMPLE_RATE
+    total = sum(secs.values())
+    shares = ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in sorted(secs.items()))
+    return f"{split}: {len(specs)} utterances, {total / 3600:.2f} h ({shares})"
 
 
 def make_corpus(out_dir: str, num_train: int, num_dev: int, num_test: int, seed: int = 0,
                 snr_db: Optional[float] = 20.0, jobs: int = 1, audio_dir: Optional[str] = None,
                 sentences_path: str = DEFAULT_SENTENCES, espeak_binary: str = "espeak-ng",
-                progress: bool = True) -> Dict[str, List[UttSpec]]:
-    """Synthesize the train/dev/test data dirs under ``out_dir``; returns the plan that was rendered."""
-    binary = shutil.which(espeak_binary)
-    if binary is None:
-        raise FileNotFoundError(f"espeak-ng not found ('{espeak_binary}'); install it, e.g. apt-get install espeak-ng")
-    counts = {"train": num_train, "dev": num_dev, "test": num_test}
-    plan = plan_corpus(load_sentences(sentences_path), counts, seed, snr_db, out_dir, audio_dir)
-    work = [(spec, binary) for split in SPLITS for spec in plan[split]]
-    for spec, _ in work:
-        os.makedirs(os.path.dirname(spec.path), exist_ok=True)
-    bar = tqdm(total=len(work), desc="synthesizing", unit="utt", disable=not progress)
+                progress: bool = True, num_test_unseen: int = 0, synths: Optional[SynthChoice] = None,
+                binaries: Optional[Dict[str, str]] = None) -> Dict[str, List[UttSpec]]:
+    """Synthesize the data dirs under ``out_dir`` (test_unseen only if ``num_test_unseen`` > 0).
+
+    ``binaries`` maps synthesizer -> program name (``espeak_binary`` is espeak's); returns the plan.
+    """
+    synths = synths or SynthChoice(dict(DEFAULT_TRAIN_SYNTHS))
+    counts = {"train": num_train, "dev": num_dev, "test": num_test, "test_unseen": num_test_unseen}
+    plan = plan_corpus(load_sentences(sentences_path), counts, seed, snr_db, out_dir, audio_dir, synths)
+    if num_test_unseen > 0 and synths.twins():
+        print(f"note: test_unseen voices heard in training under another engine: {', '.join(synths.twins())}",
+              file=sys.stderr)
+    used = sorted({s.speaker.synth for split in SPLITS for s in plan[split]})
+    programs = synthesizers.find_programs(used, {"espeak": espeak_binary, **(binaries or {})})
+    splits = [split for split in SPLITS if split != "test_unseen" or num_test_unseen > 0]
+    work = [(batch, programs) for batch in batches([s for split in splits for s in plan[split]])]
+    for batch, _ in work:
+        for spec in batch:
+            os.makedirs(os.path.dirname(spec.path), exist_ok=True)
+    bar = tqdm(total=sum(len(b) for b, _ in work), desc="synthesizing", unit="utt", disable=not progress)
     num_samples: Dict[str, int] = {}
-    if jobs <= 1:
-        for item in work:
-            utt_id, n = _render_to_file(item)
-            num_samples[utt_id] = n
-            bar.update()
-    else:
-        with multiprocessing.Pool(jobs) as pool:
-            for utt_id, n in pool.imap_unordered(_render_to_file, work, chunksize=8):
-                num_samples[utt_id] = n
-                bar.update()
+    with multiprocessing.Pool(jobs) if jobs > 1 else _Serial() as pool:
+        for done in pool.imap_unordered(_render_batch, work):
+            num_samples.update(done)
+            bar.update(len(done))
     bar.close()
-    for split in SPLITS:
+    for split in splits:
         data_dir = os.path.join(out_dir, split)
         os.makedirs(data_dir, exist_ok=True)
         specs = plan[split]
@@ -290,16 +385,41 @@ def make_corpus(out_dir: str, num_train: int, num_dev: int, num_test: int, seed:
         for s in sorted(specs, key=lambda s: s.utt_id):
             spk2utt.setdefault(s.speaker.spk_id, []).append(s.utt_id)
         write_table(os.path.join(data_dir, "spk2utt"), {k: " ".join(v) for k, v in spk2utt.items()})
+        if specs and progress:
+            print(_summary(split, specs, num_samples), file=sys.stderr)
     return plan
+
+
+class _Serial:
+    """multiprocessing.Pool's imap_unordered in this process (for --jobs 1)."""
+
+    def __enter__(self) -> "_Serial":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    @staticmethod
+    def imap_unordered(func, items):  # type: ignore[no-untyped-def]
+        return map(func, items)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="make_synthetic_corpus.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, help="output directory; gets train/ dev/ test/")
+    parser.add_argument("--out", required=True, help="output directory; gets train/ dev/ test/ [test_unseen/]")
     parser.add_argument("--num-train", type=int, required=True)
     parser.add_argument("--num-dev", type=int, required=True)
     parser.add_argument("--num-test", type=int, required=True)
+    parser.add_argument("--num-test-unseen", type=int, default=100,
+                        help="utterances of the unseen synthesizer (default 100; 0: no test_unseen/)")
+    parser.add_argument("--train-synths", default="espeak,festival",
+                        help="synthesizers of train/dev/test as NAME[:WEIGHT],... (weights are shares of the "
+                             f"utterances; default espeak,festival = half each; names: {', '.join(SYNTHS)})")
+    parser.add_argument("--unseen-synth", default=DEFAULT_UNSEEN_SYNTH,
+                        help="synthesizer of test_unseen (default flite)")
+    parser.add_argument("--unseen-voices",
+                        help="comma-separated voices of the unseen synthesizer (default for flite: awb,rms; else all)")
     parser.add_argument("--seed", type=int, default=0)
     noise = parser.add_mutually_exclusive_group()
     noise.add_argument("--snr-db", type=float, default=20.0, help="additive noise SNR in dB (default 20)")
@@ -308,22 +428,32 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--audio-dir", help="put FLACs under AUDIO_DIR/<split>/ instead of OUT/<split>/wav/")
     parser.add_argument("--sentences", default=DEFAULT_SENTENCES, help="normalised sentence list, one per line")
     parser.add_argument("--espeak", default="espeak-ng", help="espeak-ng executable")
+    parser.add_argument("--festival", default="festival", help="festival executable")
+    parser.add_argument("--flite", default="flite", help="flite executable")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
 
-    for name in ("num_train", "num_dev", "num_test"):
+    for name in ("num_train", "num_dev", "num_test", "num_test_unseen"):
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} must be >= 0")
-    if args.num_train + args.num_dev + args.num_test == 0:
-        parser.error("nothing to synthesize: all of --num-train/--num-dev/--num-test are 0")
+    if args.num_train + args.num_dev + args.num_test + args.num_test_unseen == 0:
+        parser.error("nothing to synthesize: all of --num-train/--num-dev/--num-test/--num-test-unseen are 0")
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
     if not args.no_noise and not -20.0 <= args.snr_db <= 100.0:
         parser.error(f"--snr-db {args.snr_db} is outside [-20, 100]")
     try:
+        synths = SynthChoice(parse_synth_weights(args.train_synths), args.unseen_synth,
+                             tuple(v.strip() for v in args.unseen_voices.split(",")) if args.unseen_voices else None)
+        synths.check()
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
         make_corpus(args.out, args.num_train, args.num_dev, args.num_test, seed=args.seed,
                     snr_db=None if args.no_noise else args.snr_db, jobs=args.jobs, audio_dir=args.audio_dir,
-                    sentences_path=args.sentences, espeak_binary=args.espeak, progress=not args.no_progress)
+                    sentences_path=args.sentences, espeak_binary=args.espeak, progress=not args.no_progress,
+                    num_test_unseen=args.num_test_unseen, synths=synths,
+                    binaries={"festival": args.festival, "flite": args.flite})
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         print(f"make_synthetic_corpus.py: error: {exc}", file=sys.stderr)
         return 1

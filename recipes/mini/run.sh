@@ -24,6 +24,7 @@ exp=exp/tiny_ctc
 num_train=1600
 num_dev=100
 num_test=100
+num_test_unseen=100   # data/test_unseen: flite voices no training split has (0: none)
 snr_db=25
 seed=1
 jobs=2
@@ -48,11 +49,12 @@ run_stage() { [ "$stage" -le "$1" ] && [ "$stop_stage" -ge "$1" ]; }
 if run_stage 0; then
   log 0 "synthesizing speech into data/ (train $num_train, dev $num_dev, test $num_test utterances)"
   python "$root/tools/make_synthetic_corpus.py" --out data --num-train "$num_train" --num-dev "$num_dev" \
-    --num-test "$num_test" --seed "$seed" --snr-db "$snr_db" --jobs "$jobs"
+    --num-test "$num_test" --num-test-unseen "$num_test_unseen" --seed "$seed" --snr-db "$snr_db" --jobs "$jobs"
 fi
 
 if run_stage 1; then
-  for split in train dev test; do
+  for split in train dev test test_unseen; do
+    [ "$split" = test_unseen ] && [ ! -d data/test_unseen ] && continue
     log 1 "validating data/$split"
     python "$root/tools/validate_data_dir.py" "data/$split"
   done

@@ -1,4 +1,4 @@
-"""tools/make_synthetic_corpus.py: real espeak-ng speech in Kaldi data dirs."""
+"""tools/make_synthetic_corpus.py and tools/synthesizers.py: espeak-ng, festival and flite speech in Kaldi data dirs."""
 from __future__ import annotations
 
 import importlib.util
@@ -6,11 +6,16 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Dict
 
 import numpy as np
 import pytest
 import soundfile
+import torch
+import torchaudio.functional as AF
 
 from asrkit.data.table import read_table
 
@@ -18,10 +23,13 @@ REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "tools" / "make_synthetic_corpus.py"
 SENTENCES = REPO / "tools" / "corpus" / "sentences.txt"
 TABLES = ("wav.scp", "text", "utt2spk", "spk2utt", "utt2dur")
-SPLITS = ("train", "dev", "test")
-COUNTS = ["--num-train", "6", "--num-dev", "2", "--num-test", "3"]
+SPLITS = ("train", "dev", "test", "test_unseen")
+SIZES = {"train": 6, "dev": 2, "test": 3, "test_unseen": 2}
+COUNTS = ["--num-train", "6", "--num-dev", "2", "--num-test", "3", "--num-test-unseen", "2"]
+HAVE_ALL = all(shutil.which(p) for p in ("festival", "flite"))
 
 pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
+needs_all = pytest.mark.skipif(not HAVE_ALL, reason="festival or flite is not installed (tools/install_system_deps.sh)")
 
 
 def _load_tool():
@@ -39,7 +47,12 @@ def tool():
 
 @pytest.fixture(scope="module")
 def corpora(tool, tmp_path_factory):
-    """The same seed rendered three ways: noisy in-process, noisy via the CLI with 2 jobs, clean."""
+    """The same seed rendered three ways: noisy in-process, noisy via the CLI with 2 jobs, clean.
+
+    Default synthesizers: espeak + festival for train/dev/test, flite awb/rms for test_unseen.
+    """
+    if not HAVE_ALL:
+        pytest.skip("festival or flite is not installed (tools/install_system_deps.sh)")
     root = tmp_path_factory.mktemp("synth")
     assert tool.main(["--out", str(root / "noisy"), *COUNTS, "--seed", "3", "--snr-db", "20",
                       "--no-progress"]) == 0
@@ -58,7 +71,7 @@ def _read_audio(path: str) -> np.ndarray:
 
 
 def test_tables_exist_sorted_and_consistent(corpora):
-    for split, n in zip(SPLITS, (6, 2, 3)):
+    for split, n in SIZES.items():
         data = corpora / "noisy" / split
         for name in TABLES:
             keys = [line.split(" ", 1)[0] for line in (data / name).read_text().splitlines()]
@@ -71,7 +84,8 @@ def test_tables_exist_sorted_and_consistent(corpora):
         for utt, spk in utt2spk.items():
             assert utt.startswith(spk + "-")
         spk2utt = {spk: utts.split() for spk, utts in read_table(data / "spk2utt").items()}
-        assert sorted(u for utts in spk2utt.values() for u in utts) == sorted(utt2spk)
+        assert list(spk2utt) == sorted(spk2utt)
+        assert [u for utts in spk2utt.values() for u in utts] == list(utt2spk)  # same order both ways
         assert all(utt2spk[u] == spk for spk, utts in spk2utt.items() for u in utts)
         for utt, path in read_table(data / "wav.scp").items():
             assert Path(path).is_absolute() and Path(path).parent == data / "wav"
@@ -84,31 +98,73 @@ def test_sentences_are_corpus_lines_and_splits_disjoint(corpora):
     for split, sents in texts.items():
         assert set(sents) <= corpus, f"{split} has text not in {SENTENCES}"
         assert len(set(sents)) == len(sents)
-    assert not set(texts["train"]) & set(texts["dev"])
-    assert not set(texts["train"]) & set(texts["test"])
-    assert not set(texts["dev"]) & set(texts["test"])
+    for i, a in enumerate(SPLITS):
+        for b in SPLITS[i + 1:]:
+            assert not set(texts[a]) & set(texts[b]), f"{a} and {b} share sentences"
 
 
-def test_test_split_has_unseen_voice_or_variant(corpora, tool):
-    def parts(spk):  # speaker id = <voice code>_<variant>
-        voice, variant = spk.split("_")
-        return voice, variant
+def _synth_of(spk: str) -> str:
+    return "festival" if spk.startswith("fest_") else "flite" if spk.startswith("flite_") else "espeak"
 
-    train = [parts(s) for s in read_table(corpora / "noisy" / "train" / "spk2utt")]
-    test = [parts(s) for s in read_table(corpora / "noisy" / "test" / "spk2utt")]
-    assert any(v not in {t[0] for t in train} or var not in {t[1] for t in train} for v, var in test)
 
-    # The guarantee holds for any size: plan a big corpus (nothing rendered) and check it.
+def test_speakers_and_synthesizers_per_split(corpora):
+    spks = {split: set(read_table(corpora / "noisy" / split / "spk2utt")) for split in SPLITS}
+    for split in ("train", "dev", "test"):
+        assert {_synth_of(s) for s in spks[split]} <= {"espeak", "festival"}
+    assert spks["test_unseen"] and spks["test_unseen"] <= {"flite_awb", "flite_rms"}
+    assert not spks["test_unseen"] & (spks["train"] | spks["dev"] | spks["test"])
+    # train alternates espeak / festival: 3 + 3 of 6
+    synths = [_synth_of(s) for s in read_table(corpora / "noisy" / "train" / "utt2spk").values()]
+    assert synths.count("espeak") == 3 and synths.count("festival") == 3
+
+
+def test_plan_shares_heldout_rule_and_unseen_split(tool):
+    """Plan a big corpus (nothing rendered) and check the guarantees at any size."""
     sentences = tool.load_sentences(str(SENTENCES))
-    plan = tool.plan_corpus(sentences, {"train": 3000, "dev": 50, "test": 40}, seed=5, snr_db=None,
-                            out_dir="unused")
-    train_voices = {s.speaker.voice for s in plan["train"]} | {s.speaker.voice for s in plan["dev"]}
-    train_variants = {s.speaker.variant for s in plan["train"]} | {s.speaker.variant for s in plan["dev"]}
-    unseen = [s for s in plan["test"] if s.speaker.voice not in train_voices or s.speaker.variant not in train_variants]
-    assert len(unseen) == 20  # every other test utterance
+    counts = {"train": 3000, "dev": 50, "test": 40, "test_unseen": 30}
+    choice = tool.SynthChoice({"espeak": 3.0, "festival": 1.0}, "festival", ("kal_diphone",))
+    with pytest.raises(ValueError, match="also in --train-synths"):
+        tool.plan_corpus(sentences, counts, seed=5, snr_db=None, out_dir="unused", synths=choice)
+    choice = tool.SynthChoice({"espeak": 3.0, "festival": 1.0})
+    plan = tool.plan_corpus(sentences, counts, seed=5, snr_db=None, out_dir="unused", synths=choice)
+    for split in ("train", "dev", "test"):
+        n = counts[split]
+        got = sum(s.speaker.synth == "espeak" for s in plan[split])
+        assert abs(got - 0.75 * n) <= 1, f"{split}: {got} espeak of {n}"  # the share is exact, not drawn
+        assert {s.speaker.synth for s in plan[split]} == {"espeak", "festival"}
+    assert {s.speaker.spk_id for s in plan["train"] if s.speaker.synth == "festival"} == {"fest_kal", "fest_ked",
+                                                                                          "fest_slt"}
+    # half of the espeak test utterances (the even ones) have a voice or variant never in train
+    train_voices = {s.speaker.voice for s in plan["train"] + plan["dev"]}
+    train_variants = {s.speaker.variant for s in plan["train"] + plan["dev"] if s.speaker.synth == "espeak"}
+    espeak_test = [s for s in plan["test"] if s.speaker.synth == "espeak"]
+    unseen = [s for s in espeak_test if s.speaker.voice not in train_voices or s.speaker.variant not in train_variants]
+    assert len(unseen) == (len(espeak_test) + 1) // 2
+    # test_unseen: flite awb/rms only, speakers never in train, sentences in no other split
+    assert {s.speaker.spk_id for s in plan["test_unseen"]} == {"flite_awb", "flite_rms"}
+    other = {s.text for split in ("train", "dev", "test") for s in plan[split]}
+    assert not {s.text for s in plan["test_unseen"]} & other
+    assert len({s.text for s in plan["test_unseen"]}) == 30
     assert len({s.speaker.spk_id for s in plan["train"]}) > 20  # many train speakers
     # rate and pitch vary per utterance
     assert len({s.rate for s in plan["train"]}) > 30 and len({s.pitch for s in plan["train"]}) > 30
+    # dev/test/test_unseen sentences do not depend on the number of train utterances
+    plan2 = tool.plan_corpus(sentences, {**counts, "train": 10}, seed=5, snr_db=None, out_dir="x", synths=choice)
+    for split in ("dev", "test", "test_unseen"):
+        assert [s.text for s in plan[split]] == [s.text for s in plan2[split]]
+
+
+def test_synth_sequence_matches_weights(tool):
+    seq = tool.synth_sequence({"a": 2.0, "b": 1.0, "c": 1.0}, 400)
+    assert (seq.count("a"), seq.count("b"), seq.count("c")) == (200, 100, 100)
+    for n in range(1, 40):  # every prefix is within one utterance of its share
+        prefix = seq[:n]
+        assert abs(prefix.count("a") - n / 2) <= 1 and abs(prefix.count("b") - n / 4) <= 1
+    assert tool.parse_synth_weights("espeak:2,festival") == {"espeak": 2.0, "festival": 1.0}
+    for bad, msg in (("espeak,mbrola", "unknown synthesizer 'mbrola'"), ("espeak:0", "must be > 0"),
+                     ("espeak:x", "bad weight 'x'"), ("espeak,espeak", "given twice")):
+        with pytest.raises(ValueError, match=msg):
+            tool.parse_synth_weights(bad)
 
 
 def test_audio_is_16k_flac_matching_utt2dur(corpora):
@@ -162,6 +218,143 @@ def test_different_seed_changes_the_corpus(tool):
     # dev/test sentences do not depend on how many train utterances are asked for
     p3 = tool.plan_corpus(sentences, {**counts, "train": 500}, seed=1, snr_db=20.0, out_dir="x")
     assert [s.text for s in p1["test"]] == [s.text for s in p3["test"]]
+    assert p1["test_unseen"] == []
+
+
+def test_espeak_alone_needs_no_other_synthesizer(tool, tmp_path, capsys):
+    """--train-synths espeak --num-test-unseen 0 never looks for festival or flite."""
+    out = tmp_path / "o"
+    assert tool.main(["--out", str(out), "--num-train", "2", "--num-dev", "1", "--num-test", "1",
+                      "--num-test-unseen", "0", "--train-synths", "espeak", "--festival", "no-such-festival",
+                      "--flite", "no-such-flite", "--no-noise", "--no-progress"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["dev", "test", "train"]
+    assert all(_synth_of(s) == "espeak" for s in read_table(out / "train" / "spk2utt"))
+    # a requested synthesizer that is missing is named
+    assert tool.main(["--out", str(out), "--num-train", "2", "--num-dev", "1", "--num-test", "1",
+                      "--festival", "no-such-festival", "--no-progress"]) == 1
+    assert "festival not found ('no-such-festival')" in capsys.readouterr().err
+    assert tool.main(["--out", str(out), "--num-train", "2", "--num-dev", "1", "--num-test", "1",
+                      "--train-synths", "espeak", "--flite", "no-such-flite", "--no-progress"]) == 1
+    assert "flite not found ('no-such-flite')" in capsys.readouterr().err
+
+
+# --- the back-ends: each voice reads the words, at the rate and pitch asked --------------------------------------
+
+@dataclass(frozen=True)
+class _Req:
+    utt_id: str
+    text: str
+    speaker: Any
+    rate: float
+    pitch: float
+
+
+SHORT = "THE OLD MAN WALKED HOME"
+LONG = ("THE OLD MAN WALKED HOME SLOWLY AFTER THE MARKET AND HIS DAUGHTER SAID SHE WOULD COOK DINNER FOR ALL OF "
+        "THEM TONIGHT")
+
+
+def _speech_seconds(audio: np.ndarray) -> float:
+    """From the first to the last sample above 2% of the peak (engines pad with silence differently)."""
+    idx = np.nonzero(np.abs(audio) > 0.02 * np.max(np.abs(audio)))[0]
+    return (idx[-1] - idx[0]) / 16000
+
+
+def _median_f0(audio: np.ndarray) -> float:
+    f0 = AF.detect_pitch_frequency(torch.tensor(audio, dtype=torch.float32), 16000, freq_low=60, freq_high=400)
+    return float(f0.median())
+
+
+@pytest.fixture(scope="module")
+def voice_renders(tool):
+    """For one espeak voice and every festival/flite voice: short/long text, slow/fast, low/high pitch."""
+    syn = tool.synthesizers
+    speakers = [syn.voices("espeak")[0]]
+    if HAVE_ALL:
+        speakers += syn.voices("festival") + syn.voices("flite")
+    programs = syn.find_programs(sorted({s.synth for s in speakers}))
+    renders = {}
+    for spk in speakers:
+        reqs = [_Req("short", SHORT, spk, 1.0, 1.0), _Req("long", LONG, spk, 1.0, 1.0),
+                _Req("slow", LONG, spk, 0.8, 1.0), _Req("fast", LONG, spk, 1.25, 1.0),
+                _Req("low", LONG, spk, 1.0, 0.85), _Req("high", LONG, spk, 1.0, 1.18)]
+        renders[spk.spk_id] = dict(zip((r.utt_id for r in reqs), syn.synthesize(reqs, programs)))
+    return renders
+
+
+def test_every_voice_reads_the_words_at_the_rate_and_pitch_asked(voice_renders):
+    if not HAVE_ALL:
+        pytest.skip("festival or flite is not installed")
+    assert len(voice_renders) == 1 + 3 + 4
+    ref = voice_renders["enus_m1"]
+    ref_ratio = _speech_seconds(ref["long"]) / _speech_seconds(ref["short"])  # espeak as the word-reading reference
+    for spk, r in voice_renders.items():
+        for name, audio in r.items():
+            assert audio.ndim == 1 and np.sqrt(np.mean(audio ** 2)) > 0.01 * np.max(np.abs(audio)) > 0, (spk, name)
+        short, long = _speech_seconds(r["short"]), _speech_seconds(r["long"])
+        # 5 and 22 words: spoken words take 0.2-0.6 s each (spelt-out letters or a skipped text would not),
+        # and the long sentence is about as many times longer as espeak's reading of it
+        assert 0.2 < long / 22 < 0.6 and 0.15 < short / 5 < 0.6, (spk, short, long)
+        assert 0.7 * ref_ratio < long / short < 1.4 * ref_ratio, (spk, long / short, ref_ratio)
+        # rate 0.8 / 1.25 stretch / shrink the speech by 1.25 / 0.8 (within 5%)
+        assert abs(_speech_seconds(r["slow"]) / long - 1.25) < 0.06, spk
+        assert abs(_speech_seconds(r["fast"]) / long - 0.8) < 0.05, spk
+        # pitch 1.18 vs 0.85 (ratio 1.39) raises the median F0 (torchaudio's detector) by 1.15-1.65x,
+        # and leaves the duration alone
+        f0_ratio = _median_f0(r["high"]) / _median_f0(r["low"])
+        assert 1.15 < f0_ratio < 1.65, (spk, f0_ratio)
+        for name in ("low", "high"):
+            assert abs(_speech_seconds(r[name]) / long - 1.0) < 0.05, (spk, name)
+
+
+def test_text_goes_in_lower_case(tool):
+    """festival and flite read an upper-case word as letters ("A" as "ay", not "uh"): the back-ends lower-case."""
+    if not HAVE_ALL:
+        pytest.skip("festival or flite is not installed")
+    syn = tool.synthesizers
+    programs = syn.find_programs(syn.SYNTHS)
+    text = "A CAT AND A DOG SAW A HAT ON A MAT"
+    for spk in (syn.voices("festival")[0], syn.voices("flite")[0]):
+        ours = syn.synthesize([_Req("a", text, spk, 1.0, 1.0)], programs)[0]
+        lower, upper = _raw(spk, text.lower(), programs), _raw(spk, text, programs)
+        assert abs(len(ours) - len(lower)) < 0.01 * len(lower) and len(upper) > 1.06 * len(lower), spk
+
+
+def _raw(spk: Any, text: str, programs: Dict[str, str]) -> np.ndarray:
+    """The engine's own reading of ``text`` as given (no lower-casing), 16 kHz."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/x.wav"
+        if spk.synth == "flite":
+            subprocess.run([programs["flite"], "-voice", spk.voice, "-t", text, "-o", path], check=True)
+        else:
+            script = f'(voice_{spk.voice})\n(utt.save.wave (SynthText "{text}") "{path}" \'riff)\n'
+            subprocess.run([programs["festival"], "--pipe"], input=script.encode(), check=True, capture_output=True)
+        audio, sr = soundfile.read(path, dtype="float64")
+    assert sr == 16000
+    return audio
+
+
+def test_festival_batches_do_not_change_the_audio(tool):
+    """One festival process renders many utterances: each comes out as when rendered alone."""
+    if not HAVE_ALL:
+        pytest.skip("festival or flite is not installed")
+    syn = tool.synthesizers
+    programs = syn.find_programs(["festival"])
+    kal, ked, slt = syn.voices("festival")
+    a, b, c = _Req("a", SHORT, slt, 1.1, 0.9), _Req("b", SHORT, kal, 0.9, 1.1), _Req("c", LONG, ked, 1.2, 1.15)
+    together = syn.synthesize([b, a, c], programs)
+    for req, audio in zip((b, a, c), together):
+        assert np.array_equal(syn.synthesize([req], programs)[0], audio), req.utt_id
+
+
+def test_pitch_by_resampling_is_a_rate_change(tool):
+    """to_16k reads audio as if sampled at pitch x its rate: a 200 Hz tone at 32 kHz, shifted by 1.1, is 220 Hz."""
+    syn = tool.synthesizers
+    t = np.arange(32000) / 32000
+    out = syn.to_16k(np.sin(2 * np.pi * 200 * t), 32000 * 1.1, "u")
+    assert abs(len(out) - 16000 / 1.1) <= 1
+    spec = np.abs(np.fft.rfft(out * np.hanning(len(out))))
+    assert abs(np.argmax(spec) * 16000 / len(out) - 220) < 2
 
 
 def _psd_slope(noise: np.ndarray, lo: float, hi: float) -> float:
@@ -176,7 +369,8 @@ def _psd_slope(noise: np.ndarray, lo: float, hi: float) -> float:
 def test_noise_colours(tool):
     slopes = {}
     for kind in ("white", "pink", "brown"):
-        noise = tool.make_noise(kind, 16000 * 8, np.random.default_rng(0))
+        noise = tool.make_noise(kind, 16000 * 8 + 37, np.random.default_rng(0))  # a length with no fast FFT
+        assert noise.shape == (16000 * 8 + 37,)
         assert abs(np.mean(noise ** 2) - 1.0) < 1e-6
         slopes[kind] = _psd_slope(noise, 300, 6000)
     assert abs(slopes["white"]) < 0.15
@@ -197,15 +391,23 @@ def test_bad_input_gives_clear_errors(tool, tmp_path, capsys):
         tool.load_sentences(str(dup))
 
     assert tool.main(["--out", str(tmp_path / "o"), "--num-train", "1", "--num-dev", "2", "--num-test", "1",
-                      "--sentences", str(SENTENCES),
+                      "--sentences", str(SENTENCES), "--train-synths", "espeak", "--num-test-unseen", "0",
                       "--no-progress", "--espeak", "no-such-espeak-binary"]) == 1
-    assert "espeak-ng not found" in capsys.readouterr().err
+    assert "espeak-ng not found ('no-such-espeak-binary')" in capsys.readouterr().err
 
     small = tmp_path / "small.txt"
-    small.write_text("ONE TWO\nTHREE FOUR\n")
+    small.write_text("ONE TWO\nTHREE FOUR\nFIVE SIX\n")
     with pytest.raises(ValueError, match="distinct sentences"):
-        tool.plan_corpus(tool.load_sentences(str(small)), {"train": 1, "dev": 1, "test": 1}, 0, None, "x")
+        tool.plan_corpus(tool.load_sentences(str(small)), {"train": 1, "dev": 1, "test": 1, "test_unseen": 1},
+                         0, None, "x")
 
     with pytest.raises(SystemExit):
         tool.main(["--out", "x", *COUNTS, "--snr-db", "10", "--no-noise"])
     assert "not allowed with argument" in capsys.readouterr().err
+    for args, msg in ((["--unseen-synth", "festival"], "also in --train-synths"),
+                      (["--unseen-voices", "awb,bob"], "unknown flite voice"),
+                      (["--train-synths", "espeak,mbrola"], "unknown synthesizer 'mbrola'"),
+                      (["--num-test-unseen", "-1"], "--num-test-unseen must be >= 0")):
+        with pytest.raises(SystemExit):
+            tool.main(["--out", "x", "--num-train", "1", "--num-dev", "0", "--num-test", "0", *args])
+        assert msg in capsys.readouterr().err, args

@@ -1,0 +1,263 @@
+"""Speech synthesizer back-ends for tools/make_synthetic_corpus.py: espeak-ng, festival and flite.
+
+Every back-end turns a batch of requests (text, speaker, speaking-rate factor, pitch factor) into 16 kHz
+float64 waveforms. The factors mean the same for every synthesizer: ``rate`` 1.1 speaks 10% faster than
+the voice's default, ``pitch`` 1.1 raises its mean F0 by 10%. How each engine is told:
+
+* espeak-ng: ``-s round(175 * rate)`` words per minute, ``-p round(50 + 150 * (pitch - 1))`` (its 0-99
+  pitch scale, 50 = default; the map is approximate, as the scale is not in Hz).
+* festival diphone voices (kal, ked): the voice's ``Duration_Stretch`` / rate and its ``target_f0_mean``
+  in ``int_lr_params`` times ``pitch``. One festival process renders a whole batch from one Scheme script.
+* festival's HTS voice (slt) ignores both (measured): its own duration and F0 models run, so the rate goes
+  to hts_engine's ``-r`` and the pitch is applied by resampling (below).
+* flite: ``--setf duration_stretch=1/rate`` and ``--setf int_f0_target_mean=<voice mean> * pitch``; rms
+  ignores the F0 target (measured), so its pitch is applied by resampling.
+* "Pitch by resampling": the engine renders at rate ``rate / pitch`` and the waveform is read as if
+  sampled at ``pitch`` times its true rate, which raises F0 (and the formants, like a shorter vocal tract)
+  by ``pitch`` and brings the duration back to ``1 / rate`` of the default.
+
+Text goes to every engine in lower case: festival and flite spell out upper-case words ("IT" as "I T").
+"""
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Protocol, Sequence, Tuple
+
+import numpy as np
+import soundfile
+from scipy.signal import resample_poly
+
+SAMPLE_RATE = 16000
+SYNTHS = ("espeak", "festival", "flite")
+PROGRAMS: Dict[str, str] = {"espeak": "espeak-ng", "festival": "festival", "flite": "flite"}
+PACKAGES: Dict[str, str] = {"espeak": "espeak-ng", "festival": "festival festvox-kallpc16k festvox-kdlpc16k "
+                            "festvox-us-slt-hts", "flite": "flite"}
+
+# espeak-ng voice -> short speaker-id code (letters only, so "-" sorts before every code character
+# and utterance ids sort speaker by speaker). mbrola voices are left out: they need extra packages.
+ESPEAK_TRAIN_VOICES: Dict[str, str] = {
+    "en-us": "enus",
+    "en-gb": "engb",
+    "en-gb-x-rp": "enrp",
+    "en-gb-scotland": "ensc",
+    "en-029": "encb",
+}
+ESPEAK_HELDOUT_VOICES: Dict[str, str] = {
+    "en-us-nyc": "enny",
+    "en-gb-x-gbclan": "enla",
+    "en-gb-x-gbcwmd": "enwm",
+}
+# Formant variants (male, female, Klatt synthesiser); whisper/croak-like variants are left out.
+ESPEAK_TRAIN_VARIANTS: Tuple[str, ...] = ("m1", "m2", "m3", "m4", "m6", "f1", "f2", "f3", "f4", "klatt", "klatt3")
+ESPEAK_HELDOUT_VARIANTS: Tuple[str, ...] = ("m7", "f5", "klatt2")
+ESPEAK_DEFAULT_WPM = 175
+
+# festival / flite voice -> speaker-id code. flite's slt and kal16 are the same recordings as festival's
+# slt and kal (other engines), so they are not new speakers for festival-trained models.
+FESTIVAL_VOICES: Dict[str, str] = {"kal_diphone": "fest_kal", "ked_diphone": "fest_ked",
+                                   "cmu_us_slt_arctic_hts": "fest_slt"}
+FLITE_VOICES: Dict[str, str] = {"awb": "flite_awb", "rms": "flite_rms", "slt": "flite_slt", "kal16": "flite_kal"}
+SAME_SPEAKER: Dict[Tuple[str, str], Tuple[str, str]] = {
+    ("flite", "slt"): ("festival", "cmu_us_slt_arctic_hts"), ("flite", "kal16"): ("festival", "kal_diphone")}
+# flite's default int_f0_target_mean per voice (found by matching outputs byte for byte).
+FLITE_F0_MEAN: Dict[str, int] = {"awb": 132, "slt": 172, "kal16": 95}
+# Voices whose engine ignores the F0 setting: their pitch is applied by resampling.
+PITCH_BY_RESAMPLING = {("festival", "cmu_us_slt_arctic_hts"), ("flite", "rms")}
+
+
+@dataclass(frozen=True)
+class Speaker:
+    """A synthesizer voice (+ espeak variant); ``spk_id`` is the Kaldi speaker id."""
+
+    synth: str
+    voice: str
+    variant: str
+    spk_id: str
+
+    @property
+    def engine_voice(self) -> str:
+        """The voice name the engine takes (espeak: ``voice+variant``)."""
+        return f"{self.voice}+{self.variant}" if self.variant else self.voice
+
+
+class SynthRequest(Protocol):
+    """What a back-end needs of an utterance (make_synthetic_corpus.UttSpec has these fields)."""
+
+    utt_id: str
+    text: str
+    speaker: Speaker
+    rate: float
+    pitch: float
+
+
+def voices(synth: str) -> List[Speaker]:
+    """Every speaker of a synthesizer (espeak: training voices x training variants only)."""
+    if synth == "espeak":
+        return espeak_speakers(ESPEAK_TRAIN_VOICES, ESPEAK_TRAIN_VARIANTS)
+    table = {"festival": FESTIVAL_VOICES, "flite": FLITE_VOICES}.get(synth)
+    if table is None:
+        raise ValueError(f"unknown synthesizer '{synth}' (expected one of {', '.join(SYNTHS)})")
+    return [Speaker(synth, voice, "", code) for voice, code in table.items()]
+
+
+def espeak_speakers(voice_codes: Dict[str, str], variants: Sequence[str]) -> List[Speaker]:
+    return [Speaker("espeak", v, var, f"{code}_{var}") for v, code in voice_codes.items() for var in variants]
+
+
+def espeak_heldout_speakers() -> List[Speaker]:
+    """espeak speakers with a voice or a variant that ``voices("espeak")`` never has."""
+    return (espeak_speakers(ESPEAK_HELDOUT_VOICES, ESPEAK_TRAIN_VARIANTS + ESPEAK_HELDOUT_VARIANTS)
+            + espeak_speakers(ESPEAK_TRAIN_VOICES, ESPEAK_HELDOUT_VARIANTS))
+
+
+def find_programs(synths: Sequence[str], binaries: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """Absolute paths of the programs for ``synths``; a missing one is an error naming it and its packages."""
+    found = {}
+    for synth in synths:
+        name = (binaries or {}).get(synth, PROGRAMS[synth])
+        path = shutil.which(name)
+        if path is None:
+            raise FileNotFoundError(f"{PROGRAMS[synth]} not found ('{name}'), needed for the {synth} synthesizer; "
+                                    f"install it (apt-get install {PACKAGES[synth]}, or tools/install_system_deps.sh) "
+                                    f"or leave {synth} out of --train-synths/--unseen-synth")
+        found[synth] = path
+    return found
+
+
+def to_16k(audio: np.ndarray, sr: float, utt_id: str) -> np.ndarray:
+    """Resample (T,) audio from ``sr`` Hz (any rate with at most 3 decimals) to 16 kHz."""
+    num, den = SAMPLE_RATE * 1000, int(round(sr * 1000))
+    if den == num:
+        return audio
+    if den <= 0:
+        raise RuntimeError(f"utterance {utt_id}: bad sample rate {sr}")
+    g = np.gcd(num, den)
+    return resample_poly(audio, num // g, den // g)
+
+
+def _check_audio(audio: np.ndarray, utt_id: str, what: str) -> np.ndarray:
+    if audio.ndim != 1 or audio.size == 0 or not np.any(audio):
+        raise RuntimeError(f"utterance {utt_id}: {what} returned no (or silent) mono audio")
+    return audio
+
+
+def espeak(text: str, voice: str, rate: int, pitch: int, utt_id: str,
+           binary: str = "espeak-ng") -> Tuple[np.ndarray, int]:
+    """Run espeak-ng (``rate`` in words per minute, ``pitch`` 0-99); return (waveform float64 (T,), sample rate)."""
+    # Lower case: espeak reads all-caps words as abbreviations ("IT" -> "I T", "AM" -> "a.m.").
+    cmd = [binary, "-v", voice, "-s", str(rate), "-p", str(pitch), "--stdout", "--", text.lower()]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if proc.returncode != 0 or not proc.stdout:
+        raise RuntimeError(f"utterance {utt_id}: espeak-ng failed (exit {proc.returncode}): "
+                           f"{proc.stderr.decode(errors='replace').strip()} [{' '.join(cmd)}]")
+    audio, sr = soundfile.read(io.BytesIO(proc.stdout), dtype="float64")
+    return _check_audio(audio, utt_id, f"espeak-ng [{' '.join(cmd)}]"), sr
+
+
+def espeak_settings(rate: float, pitch: float) -> Tuple[int, int]:
+    """(words per minute, 0-99 pitch) for espeak-ng from the rate and pitch factors."""
+    return round(ESPEAK_DEFAULT_WPM * rate), int(np.clip(round(50 + 150 * (pitch - 1.0)), 0, 99))
+
+
+def _engine_rate_and_shift(req: SynthRequest) -> Tuple[float, float]:
+    """(rate the engine renders at, factor the sample rate is then reinterpreted by)."""
+    if (req.speaker.synth, req.speaker.voice) in PITCH_BY_RESAMPLING:
+        return req.rate / req.pitch, req.pitch
+    return req.rate, 1.0
+
+
+def flite(req: SynthRequest, binary: str = "flite") -> np.ndarray:
+    """Render one utterance with flite: 16 kHz float64 (T,)."""
+    rate, shift = _engine_rate_and_shift(req)
+    cmd = [binary, "-voice", req.speaker.voice, "--setf", f"duration_stretch={1.0 / rate:.4f}"]
+    if req.speaker.voice in FLITE_F0_MEAN and shift == 1.0:
+        cmd += ["--setf", f"int_f0_target_mean={FLITE_F0_MEAN[req.speaker.voice] * req.pitch:.2f}"]
+    with tempfile.TemporaryDirectory(prefix="flite") as tmp:
+        path = os.path.join(tmp, "out.wav")
+        cmd += ["-t", req.text.lower(), "-o", path]
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if proc.returncode != 0 or not os.path.isfile(path):
+            raise RuntimeError(f"utterance {req.utt_id}: flite failed (exit {proc.returncode}): "
+                               f"{proc.stderr.decode(errors='replace').strip()} [{' '.join(cmd)}]")
+        audio, sr = soundfile.read(path, dtype="float64")
+    return to_16k(_check_audio(audio, req.utt_id, f"flite [{' '.join(cmd)}]"), sr * shift, req.utt_id)
+
+
+def _scheme_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+# Scale the current voice's target F0 mean (int_lr_params is rebuilt by each voice selection, so the
+# scaling never compounds from one utterance to the next).
+_FESTIVAL_PRELUDE = """(define (asrkit_scale_f0 factor)
+  (set! int_lr_params
+        (mapcar (lambda (p) (if (eq? (car p) 'target_f0_mean) (list 'target_f0_mean (* factor (car (cdr p)))) p))
+                int_lr_params)))
+"""
+
+
+def festival_script(reqs: Sequence[SynthRequest], paths: Sequence[str]) -> str:
+    """The Scheme script that renders ``reqs[i]`` into the RIFF file ``paths[i]``."""
+    lines = [_FESTIVAL_PRELUDE]
+    for req, path in zip(reqs, paths):
+        if req.speaker.voice not in FESTIVAL_VOICES:
+            raise ValueError(f"utterance {req.utt_id}: unknown festival voice '{req.speaker.voice}'")
+        rate, shift = _engine_rate_and_shift(req)
+        lines.append(f"(voice_{req.speaker.voice})")  # selecting it resets every voice parameter
+        if req.speaker.voice == "cmu_us_slt_arctic_hts":
+            lines.append(f'(set! hts_engine_params (append hts_engine_params (list (list "-r" {rate:.4f}))))')
+        else:
+            # relative to the voice's own stretch (kal_diphone sets 1.1)
+            lines.append(f"(Parameter.set 'Duration_Stretch (/ (Parameter.get 'Duration_Stretch) {rate:.4f}))")
+            lines.append(f"(asrkit_scale_f0 {req.pitch:.4f})")
+        lines.append(f"(utt.save.wave (SynthText {_scheme_string(req.text.lower())}) {_scheme_string(path)} 'riff)")
+    return "\n".join(lines) + "\n"
+
+
+def festival(reqs: Sequence[SynthRequest], binary: str = "festival") -> List[np.ndarray]:
+    """Render a batch with one festival process: 16 kHz float64 (T,) per request."""
+    if not reqs:
+        return []
+    with tempfile.TemporaryDirectory(prefix="festival") as tmp:
+        paths = [os.path.join(tmp, f"{i}.wav") for i in range(len(reqs))]
+        script = os.path.join(tmp, "batch.scm")
+        with open(script, "w", encoding="utf-8") as fh:
+            fh.write(festival_script(reqs, paths))
+        proc = subprocess.run([binary, "--batch", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp)
+        out = []
+        for req, path in zip(reqs, paths):
+            if proc.returncode != 0 or not os.path.isfile(path):
+                ids = ", ".join(r.utt_id for r in reqs)
+                raise RuntimeError(f"utterance {req.utt_id}: festival wrote no audio (exit {proc.returncode}; "
+                                   f"batch {ids}): {proc.stderr.decode(errors='replace').strip()[-2000:]}")
+            audio, sr = soundfile.read(path, dtype="float64")
+            audio = _check_audio(audio, req.utt_id, f"festival voice {req.speaker.voice}")
+            out.append(to_16k(audio, sr * _engine_rate_and_shift(req)[1], req.utt_id))
+    return out
+
+
+def synthesize(reqs: Sequence[SynthRequest], programs: Dict[str, str]) -> List[np.ndarray]:
+    """Render requests of one synthesizer (festival: in one process): 16 kHz float64 (T,) each."""
+    synths = {r.speaker.synth for r in reqs}
+    if len(synths) > 1:
+        raise ValueError(f"one synthesizer per batch, got {sorted(synths)}")
+    if not reqs:
+        return []
+    synth = synths.pop()
+    if synth == "festival":
+        return festival(reqs, programs["festival"])
+    if synth == "flite":
+        return [flite(r, programs["flite"]) for r in reqs]
+    if synth == "espeak":
+        out = []
+        for r in reqs:
+            wpm, pitch = espeak_settings(r.rate, r.pitch)
+            audio, sr = espeak(r.text, r.speaker.engine_voice, wpm, pitch, r.utt_id, programs["espeak"])
+            out.append(to_16k(audio, sr, r.utt_id))
+        return out
+    raise ValueError(f"unknown synthesizer '{synth}' (expected one of {', '.join(SYNTHS)})")
