@@ -1,0 +1,177 @@
+"""tools/espnet_bench.py: asrkit config -> ESPnet2 asr.yaml dict, token list, text shapes, timing, table.
+
+ESPnet is never imported: its formulas (WarmupLR, randint's exclusive bound, the char tokenizer's
+<space>) are written out here as the references.
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from asrkit.config import ConfigError, load_config
+from asrkit.text.tokenizer import CharTokenizer
+from asrkit.train.optim import lr_factor
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOL = ROOT / "tools" / "espnet_bench.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("espnet_bench", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_config(ROOT / "conf" / "tiny_ctc.yaml")
+
+
+def test_tiny_ctc_maps_to_the_same_model_and_training(bench, tiny):
+    conf = bench.espnet_config(tiny, 10, median_frames=400.0)
+    f, enc = tiny.frontend, tiny.model.encoder
+    assert conf["frontend"] == "default"
+    fc = conf["frontend_conf"]
+    assert (fc["fs"], fc["n_fft"], fc["win_length"], fc["hop_length"], fc["n_mels"]) == (
+        f.sample_rate, f.n_fft, f.win_length, f.hop_length, f.n_mels)
+    assert fc["fmin"] == 20 and fc["fmax"] == 8000 and isinstance(fc["fmin"], int) and fc["htk"] is True
+    ec = conf["encoder_conf"]
+    assert conf["encoder"] == "transformer"
+    assert (ec["output_size"], ec["attention_heads"], ec["linear_units"], ec["num_blocks"]) == (144, 4, 576, 4)
+    assert ec["dropout_rate"] == ec["positional_dropout_rate"] == 0.1 and ec["input_layer"] == "conv2d"
+    # ctc_weight 1.0: no decoder at all
+    assert conf["model_conf"]["ctc_weight"] == 1.0 and "decoder" not in conf
+    assert conf["optim"] == "adamw" and conf["optim_conf"]["lr"] == 0.003
+    assert conf["optim_conf"]["betas"] == [0.9, 0.98] and conf["optim_conf"]["eps"] == 1e-9
+    assert conf["batch_type"] == "length" and conf["batch_bins"] == 4000 * 160  # frames -> samples
+    assert conf["max_epoch"] == 10 and conf["seed"] == 1 and conf["num_att_plot"] == 0
+    assert conf["normalize"] == "global_mvn"
+    assert bench.espnet_config(tiny, 10, cmvn=False)["normalize"] is None
+    yaml.safe_load(yaml.safe_dump(conf))  # plain YAML types only
+
+
+def test_warmuplr_equals_asrkit_schedule(bench, tiny):
+    conf = bench.espnet_config(tiny, 10)
+    w, lr = conf["scheduler_conf"]["warmup_steps"], conf["optim_conf"]["lr"]
+    ours = lr_factor(tiny.train.scheduler, tiny.train.warmup_steps)
+    for s in range(1, 3000):
+        espnet = lr * w ** 0.5 * min(s ** -0.5, s * w ** -1.5)  # espnet2/schedulers/warmup_lr.py
+        assert espnet == pytest.approx(tiny.train.lr * ours(s), rel=1e-12)
+
+
+def test_specaug_mask_ranges(bench, tiny):
+    s = tiny.specaug
+    conf = bench.espnet_config(tiny, 1, median_frames=1000.0)["specaug_conf"]
+    # ESPnet draws widths with torch.randint(lo, hi): the largest width is hi - 1
+    assert conf["freq_mask_width_range"][1] - 1 == s.freq_mask_width
+    assert conf["num_freq_mask"] == s.num_freq_masks and conf["num_time_mask"] == s.num_time_masks
+    # 0.05 x 1000 frames = 50 > 20: the width cap binds
+    assert conf["time_mask_width_range"][1] - 1 == s.time_mask_width
+    assert "time_mask_width_ratio_range" not in conf
+    # 0.05 x 300 = 15 < 20: the ratio binds
+    short = bench.espnet_config(tiny, 1, median_frames=300.0)["specaug_conf"]
+    assert short["time_mask_width_ratio_range"] == [0.0, s.time_mask_ratio] and "time_mask_width_range" not in short
+    assert conf["apply_time_warp"] is False and conf["replace_with_zero"] is False
+    off = dataclasses.replace(tiny, specaug=dataclasses.replace(s, enabled=False))
+    conf_off = bench.espnet_config(off, 1)
+    assert conf_off["specaug"] is None and "specaug_conf" not in conf_off
+
+
+def test_overrides_make_asrkit_subsampling_espnet_sized(bench, tiny):
+    assert tiny.model.encoder.conv_channels == 32
+    assert bench.asrkit_overrides(tiny, 3) == ["train.epochs=3", "model.encoder.conv_channels=144"]
+    full = load_config(ROOT / "conf" / "tiny_ctc.yaml", ["model.encoder.conv_channels=0"])
+    assert bench.asrkit_overrides(full, 3) == ["train.epochs=3"]
+
+
+def test_attention_decoder_and_conformer(bench):
+    cfg = load_config(ROOT / "conf" / "tiny_conformer.yaml")
+    conf = bench.espnet_config(cfg, 2)
+    assert conf["encoder"] == "conformer" and conf["encoder_conf"]["cnn_module_kernel"] == cfg.model.encoder.conv_kernel
+    if cfg.model.ctc_weight < 1.0:
+        assert conf["decoder"] == "transformer"
+        assert conf["decoder_conf"]["num_blocks"] == cfg.model.decoder.num_layers
+        assert conf["model_conf"]["lsm_weight"] == cfg.model.lsm_weight
+
+
+@pytest.mark.parametrize("override, key", [
+    ("frontend.kind=kaldi_fbank", "frontend.kind"), ("speed_perturb.enabled=true", "speed_perturb"),
+    ("train.scheduler=constant", "train.scheduler"), ("model.encoder.interctc_layers=[2]", "interctc")])
+def test_unmappable_settings_are_named(bench, override, key):
+    cfg = load_config(ROOT / "conf" / "tiny_ctc.yaml", [override, "frontend.n_fft=512"])
+    with pytest.raises(bench.BenchError, match=key):
+        bench.espnet_config(cfg, 1)
+
+
+def test_every_conf_maps_or_says_why(bench):
+    mapped = 0
+    for path in sorted(glob.glob(str(ROOT / "conf" / "*.yaml"))):
+        try:
+            cfg = load_config(path)
+        except ConfigError:
+            continue  # decoding and LM configs
+        try:
+            bench.espnet_config(cfg, 1)
+            mapped += 1
+        except bench.BenchError as exc:
+            assert "no ESPnet2 equivalent" in str(exc)
+    assert mapped >= 3
+
+
+def test_token_list_has_asrkit_units(bench):
+    tok = CharTokenizer(["\u2581", "'", *"ABCDEFGHIJKLMNOPQRSTUVWXYZ"])
+    tokens = bench.token_list(tok.token_list)
+    assert len(tokens) == tok.vocab_size and tokens[:2] == ["<blank>", "<unk>"] and tokens[-1] == "<sos/eos>"
+    index = {t: i for i, t in enumerate(tokens)}
+    text = "HE'S  HERE"
+    # ESPnet's char tokenizer: one token per character, a space as <space>
+    espnet = [tokens[index.get("<space>" if c == " " else c, 1)] for c in " ".join(text.split())]
+    asrkit = ["<space>" if t == "\u2581" else t for t in tok.pieces(tok.encode(text))]
+    assert espnet == asrkit
+
+
+def test_text_shapes_and_median(bench, tmp_path):
+    for split in ("train", "valid"):
+        (tmp_path / split).mkdir()
+        (tmp_path / split / "text_shape").write_text("a 12\nb 3\n")
+    bench.text_shapes(str(tmp_path), 31)
+    assert (tmp_path / "train" / "text_shape.char").read_text() == "a 12,31\nb 3,31\n"
+    (tmp_path / "utt2dur").write_text("a 1.0\nb 3.0\nc 2.5\n")
+    assert bench.median_frames(str(tmp_path / "utt2dur")) == pytest.approx(250.0)
+    (tmp_path / "bad").write_text("a 1.0\nb\n")
+    with pytest.raises(bench.BenchError, match=r"bad:2"):
+        bench.median_frames(str(tmp_path / "bad"))
+
+
+def test_timed_records_once_and_reports_failures(bench, tmp_path):
+    record = tmp_path / "t.json"
+    marker = tmp_path / "ran"
+    cmd = [sys.executable, "-c", f"open({str(marker)!r}, 'a').write('x')"]
+    assert bench.main(["timed", "--record", str(record), "--name", "x", "--", *cmd]) == 0
+    assert bench.main(["timed", "--record", str(record), "--name", "x", "--", *cmd]) == 0
+    assert marker.read_text() == "x"  # the second call did not run it again
+    assert json.loads(record.read_text())["x"] > 0
+    fail = [sys.executable, "-c", "raise SystemExit(3)"]
+    assert bench.main(["timed", "--record", str(record), "--name", "y", "--", *fail]) == 1
+    assert "y" not in json.loads(record.read_text())
+
+
+def test_results_table_ratios(bench):
+    rows = {"asrkit": {"wer": 0.18, "cer": 0.05, "train_s": 100.0},
+            "espnet": {"wer": 0.20, "cer": 0.06, "train_s": 150.0}}
+    table = bench.results_table(rows, 1000.0, 2, 1)
+    assert "| asrkit | 18.00 | 5.00 | 100 | 20.0 |" in table  # 1000 s x 2 epochs / 100 s
+    assert "| espnet | 20.00 | 6.00 | 150 | 13.3 |" in table
+    assert "WER: 0.90" in table and "throughput: 1.50" in table
+    assert math.isfinite(float(table.split("WER: ")[1].split()[0]))

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark against ESPnet2 (issue 12): train both toolkits on the same Kaldi data dirs with the
+# same model, features, SpecAugment, optimizer, schedule and epochs; decode greedy CTC; print one table of
+# WER/CER (asrkit's scorer on the same references) and training throughput (audio seconds per second).
+#
+# Usage: tools/bench_espnet.sh --asrkit-config conf/tiny_ctc.yaml --data DIR --epochs N --out DIR
+#                              [--threads 1] [--stage 0] [--stop-stage 100]
+#                              [--tokenizer DIR/lang/tokenizer.json] [--cmvn DIR/lang/cmvn.json | none]
+#   DIR holds train/ dev/ test/ Kaldi dirs (wav.scp of audio files, text, utt2dur) and lang/ (asrkit's char
+#   tokenizer and CMVN stats, as recipes/mini/run.sh stage 2 writes them).
+#   stage 0: ESPnet asr.yaml from the asrkit config, asrkit's --set overrides, ESPnet's token list
+#   stage 1: ESPnet collect_stats (--normalize none): shapes and global_mvn stats; text_shape.char
+#   stage 2: ESPnet training (timed)                   stage 3: asrkit training (timed), right after it
+#   stage 4: ESPnet greedy CTC decoding of test/       stage 5: asrkit greedy CTC decoding of test/
+#   stage 6: score both, print the table and write it to OUT/results.md
+# Needs .venv (make install) and .venv-espnet (tools/setup_espnet_env.sh). Both toolkits run with
+# OMP_NUM_THREADS=--threads and one data-loader worker (data.num_workers of the config, for both).
+# Stages are idempotent: a timed training that finished is not run again (OUT/timings.json).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+
+asrkit_config=""
+data=""
+epochs=""
+out=""
+threads=1
+stage=0
+stop_stage=100
+tokenizer=""
+cmvn=""
+. "$root/tools/parse_options.sh"
+[ $# -eq 0 ] || { echo "$0: unexpected argument '$1' (see --help)" >&2; exit 2; }
+for v in asrkit_config data epochs out; do
+  [ -n "${!v}" ] || { echo "$0: --${v//_/-} is required (see --help)" >&2; exit 2; }
+done
+for split in train dev test; do
+  [ -d "$data/$split" ] || { echo "$0: $data/$split: no such Kaldi data dir" >&2; exit 1; }
+done
+tokenizer="${tokenizer:-$data/lang/tokenizer.json}"
+cmvn="${cmvn:-$data/lang/cmvn.json}"
+py="$root/.venv/bin/python"
+esp="$root/.venv-espnet/bin/python"
+[ -x "$py" ] || { echo "$0: no $py (run make install)" >&2; exit 1; }
+[ -x "$esp" ] || { echo "$0: no $esp (run tools/setup_espnet_env.sh)" >&2; exit 1; }
+helper="$root/tools/espnet_bench.py"
+data="$(cd "$data" && pwd)"
+mkdir -p "$out/espnet" "$out/asrkit"
+out="$(cd "$out" && pwd)"
+export OMP_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads"
+
+log() { echo "$(date '+%Y-%m-%d %H:%M:%S') [stage $1] ${*:2}"; }
+run_stage() { [ "$stage" -le "$1" ] && [ "$stop_stage" -ge "$1" ]; }
+esp_data_opts() {  # ESPnet's input options for the train and valid (dev) dirs
+  echo --train_data_path_and_name_and_type "$data/train/wav.scp,speech,sound" \
+    --train_data_path_and_name_and_type "$data/train/text,text,text" \
+    --valid_data_path_and_name_and_type "$data/dev/wav.scp,speech,sound" \
+    --valid_data_path_and_name_and_type "$data/dev/text,text,text"
+}
+esp_text_opts="--use_preprocessor true --token_type char --token_list $out/espnet/tokens.txt
+  --non_linguistic_symbols none --cleaner none --g2p none --ngpu 0"
+stats="$out/espnet/stats"
+
+if run_stage 0; then
+  log 0 "ESPnet config from $asrkit_config ($epochs epochs) into $out/espnet"
+  cmvn_opt=()
+  [ "$cmvn" = none ] || { [ -f "$cmvn" ] || { echo "$0: $cmvn: no CMVN stats (or --cmvn none)" >&2; exit 1; }
+                          cmvn_opt=(--cmvn); }
+  "$py" "$helper" config --asrkit-config "$asrkit_config" --epochs "$epochs" --train "$data/train" \
+    --out "$out/espnet" "${cmvn_opt[@]}"
+  cp "$out/espnet/asrkit_overrides.txt" "$out/asrkit/overrides.txt"
+  "$py" "$helper" tokens --tokenizer "$tokenizer" --out "$out/espnet/tokens.txt"
+fi
+
+if run_stage 1; then
+  log 1 "ESPnet collect_stats into $stats"
+  # shellcheck disable=SC2046,SC2086
+  "$esp" -m espnet2.bin.asr_train --collect_stats true $esp_text_opts $(esp_data_opts) \
+    --train_shape_file "$data/train/wav.scp" --valid_shape_file "$data/dev/wav.scp" \
+    --config "$out/espnet/asr.yaml" --normalize none --output_dir "$stats" > "$out/espnet/collect_stats.log" 2>&1 \
+    || { tail -n 30 "$out/espnet/collect_stats.log" >&2; exit 1; }
+  "$py" "$helper" text-shapes --stats "$stats" --token-list "$out/espnet/tokens.txt"
+fi
+
+if run_stage 2; then
+  log 2 "ESPnet training ($epochs epochs) into $out/espnet/exp; log: $out/espnet/train.log"
+  norm_opt=()
+  if grep -q '^normalize: global_mvn' "$out/espnet/asr.yaml"; then
+    norm_opt=(--normalize_conf "stats_file=$stats/train/feats_stats.npz")
+  fi
+  # shellcheck disable=SC2046,SC2086
+  "$py" "$helper" timed --record "$out/timings.json" --name espnet_train -- \
+    bash -c '"$@" > "'"$out"'/espnet/train.log" 2>&1' _ \
+    "$esp" -m espnet2.bin.asr_train $esp_text_opts $(esp_data_opts) \
+    --train_shape_file "$stats/train/speech_shape" --train_shape_file "$stats/train/text_shape.char" \
+    --valid_shape_file "$stats/valid/speech_shape" --valid_shape_file "$stats/valid/text_shape.char" \
+    --resume true --output_dir "$out/espnet/exp" --config "$out/espnet/asr.yaml" "${norm_opt[@]}" \
+    || { tail -n 30 "$out/espnet/train.log" >&2; exit 1; }
+fi
+
+if run_stage 3; then
+  log 3 "asrkit training ($epochs epochs) into $out/asrkit/exp; log: $out/asrkit/exp/train.log"
+  sets=()
+  while read -r kv; do [ -z "$kv" ] || sets+=(--set "$kv"); done < "$out/asrkit/overrides.txt"
+  cmvn_opt=()
+  [ "$cmvn" = none ] || cmvn_opt=(--cmvn "$cmvn")
+  "$py" "$helper" timed --record "$out/timings.json" --name asrkit_train -- \
+    "$root/.venv/bin/asrkit" train --config "$asrkit_config" --train-data "$data/train" --valid-data "$data/dev" \
+    --out "$out/asrkit/exp" --tokenizer "$tokenizer" "${cmvn_opt[@]}" "${sets[@]}"
+fi
+
+if run_stage 4; then
+  log 4 "ESPnet greedy CTC decoding of $data/test (ctc_weight 1.0, beam 1, no LM)"
+  "$esp" -m espnet2.bin.asr_inference --ngpu 0 --batch_size 1 --nbest 1 --beam_size 1 --ctc_weight 1.0 \
+    --lm_weight 0.0 --penalty 0.0 --data_path_and_name_and_type "$data/test/wav.scp,speech,sound" \
+    --key_file "$data/test/wav.scp" --asr_train_config "$out/espnet/exp/config.yaml" \
+    --asr_model_file "$out/espnet/exp/${epochs}epoch.pth" --output_dir "$out/espnet/decode_test" \
+    > "$out/espnet/decode_test.log" 2>&1 || { tail -n 30 "$out/espnet/decode_test.log" >&2; exit 1; }
+fi
+
+if run_stage 5; then
+  log 5 "asrkit greedy CTC decoding of $data/test"
+  "$root/.venv/bin/asrkit" decode --model "$out/asrkit/exp" --data "$data/test" --out "$out/asrkit/decode_test"
+fi
+
+if run_stage 6; then
+  log 6 "scoring; table in $out/results.md"
+  "$py" "$helper" report --out "$out" --data "$data" --epochs "$epochs" --threads "$threads"
+fi

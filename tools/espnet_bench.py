@@ -1,0 +1,360 @@
+#!/usr/bin/env python3
+"""The logic of tools/bench_espnet.sh: asrkit config -> ESPnet2 asr.yaml, ESPnet inputs, timing, the table.
+
+usage:
+  espnet_bench.py config --asrkit-config C [--set K=V ...] --epochs N --train DIR --out DIR
+      write DIR/asr.yaml (ESPnet2) and DIR/asrkit_overrides.txt (the --set lines asrkit trains with)
+  espnet_bench.py tokens --tokenizer tokenizer.json --out tokens.txt
+      ESPnet's char token list with the units of an asrkit char tokenizer
+  espnet_bench.py text-shapes --stats DIR --token-list tokens.txt
+      DIR/{train,valid}/text_shape.char from collect_stats' text_shape ("L" -> "L,V")
+  espnet_bench.py timed --record FILE --name NAME -- CMD ...
+      run CMD, add {NAME: wall seconds} to the JSON FILE (nothing is run if NAME is there already)
+  espnet_bench.py report --out DIR --data DIR --epochs N --threads T
+      score both toolkits' hypotheses on DATA/test/text (asrkit's scorer), write DIR/results.md, print it
+
+Runs with the toolkit's .venv (config, tokens, report import asrkit) or any Python (text-shapes, timed).
+ESPnet itself is never imported here: tools/bench_espnet.sh runs it in .venv-espnet.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+SPACE = "<space>"  # ESPnet's char tokenizer spells a space like this; asrkit's char tokenizer as "▁"
+ASRKIT_SPACE = "\u2581"
+
+
+class BenchError(ValueError):
+    """A setting or an input the benchmark cannot use; the message says which and why."""
+
+
+# ------------------------------------------------------------------ config mapping
+def _unsupported(cfg: Any) -> List[str]:
+    """The settings of an asrkit ExperimentConfig that have no ESPnet2 equivalent here."""
+    m, enc, t = cfg.model, cfg.model.encoder, cfg.train
+    bad = []
+    if cfg.frontend.kind != "logmel":
+        bad.append(f"frontend.kind {cfg.frontend.kind} (ESPnet's default frontend is STFT + log-mel: use logmel)")
+    if cfg.speed_perturb.enabled:
+        bad.append("speed_perturb.enabled (ESPnet perturbs speed offline, as copies of the data)")
+    if enc.kind not in ("transformer", "conformer"):
+        bad.append(f"model.encoder.kind {enc.kind} (transformer or conformer)")
+    else:
+        if enc.interctc_layers or enc.self_condition or enc.dejavu_layer:
+            bad.append("model.encoder.interctc_layers/self_condition/dejavu_layer")
+        if enc.input_layer not in ("conv2d", "conv2d6", "conv2d8"):
+            bad.append(f"model.encoder.input_layer {enc.input_layer}")
+    if m.ctc_weight < 1.0 and m.decoder.kind != "transformer":
+        bad.append(f"model.decoder.kind {m.decoder.kind} (a transformer decoder, or ctc_weight 1.0)")
+    if t.scheduler != "warmup_inverse_sqrt":
+        bad.append(f"train.scheduler {t.scheduler} (ESPnet's warmuplr is asrkit's warmup_inverse_sqrt)")
+    if t.amp != "none" or t.mwer_weight > 0 or t.init_from:
+        bad.append("train.amp/mwer_weight/init_from (the benchmark trains in fp32 from scratch)")
+    return bad
+
+
+def asrkit_overrides(cfg: Any, epochs: int) -> List[str]:
+    """``--set`` overrides that make asrkit train the model ESPnet builds: ESPnet's conv2d subsampling has
+    d_model channels, asrkit's ``conv_channels`` (0 = d_model) may be fewer; and the epochs."""
+    enc = cfg.model.encoder
+    out = [f"train.epochs={epochs}"]
+    if enc.conv_channels not in (0, enc.d_model):
+        out.append(f"model.encoder.conv_channels={enc.d_model}")
+    return out
+
+
+def _time_mask(cfg: Any, median_frames: Optional[float]) -> Dict[str, Any]:
+    """asrkit caps a time mask at min(time_mask_width, floor(ratio * len)); ESPnet takes either a width range
+    or a ratio range of the padded batch length. The cap binding for the median utterance is kept."""
+    s = cfg.specaug
+    if s.time_mask_ratio < 1.0 and median_frames is not None and s.time_mask_ratio * median_frames < s.time_mask_width:
+        return {"time_mask_width_ratio_range": [0.0, s.time_mask_ratio]}
+    # ESPnet draws widths with randint(lo, hi): hi is exclusive, asrkit's cap inclusive.
+    return {"time_mask_width_range": [0, s.time_mask_width + 1]}
+
+
+def espnet_config(cfg: Any, epochs: int, *, median_frames: Optional[float] = None, cmvn: bool = True
+                  ) -> Dict[str, Any]:
+    """An ESPnet2 asr.yaml (as a dict) for the asrkit ExperimentConfig ``cfg``: same features, SpecAugment,
+    encoder, loss weights, optimizer, schedule, batch budget and epochs. ``median_frames``: the median
+    training utterance in feature frames (chooses ESPnet's time-mask form, see :func:`_time_mask`);
+    ``cmvn``: asrkit normalises with global CMVN stats (ESPnet then uses global_mvn on its own stats)."""
+    bad = _unsupported(cfg)
+    if bad:
+        raise BenchError("no ESPnet2 equivalent for: " + "; ".join(bad))
+    f, s, d, m, enc, t = cfg.frontend, cfg.specaug, cfg.data, cfg.model, cfg.model.encoder, cfg.train
+    out: Dict[str, Any] = {
+        # Slaney-normalised librosa filters (ESPnet's) differ from asrkit's unnormalised HTK filters by a
+        # constant per mel bin, which global mean normalisation removes; centred STFT frames (ESPnet) vs
+        # snip-edges framing (asrkit) give 2 to 3 more frames per utterance.
+        "frontend": "default",
+        "frontend_conf": {"fs": f.sample_rate, "n_fft": f.n_fft, "win_length": f.win_length,
+                          "hop_length": f.hop_length, "window": f.window, "n_mels": f.n_mels,
+                          # ESPnet takes whole hertz here
+                          "fmin": round(f.fmin), "fmax": round(f.sample_rate / 2 if f.fmax is None else f.fmax),
+                          "htk": True},
+        "normalize": "global_mvn" if cmvn else None,
+        "specaug": "specaug" if s.enabled else None,
+        "encoder": enc.kind,
+        "encoder_conf": {"output_size": enc.d_model, "attention_heads": enc.num_heads, "linear_units": enc.ffn_dim,
+                         "num_blocks": enc.num_layers, "dropout_rate": enc.dropout,
+                         "positional_dropout_rate": enc.dropout, "attention_dropout_rate": enc.attention_dropout,
+                         "input_layer": enc.input_layer, "normalize_before": enc.normalize_before},
+        "model_conf": {"ctc_weight": m.ctc_weight, "lsm_weight": m.lsm_weight, "length_normalized_loss": False},
+        "ctc_conf": {"dropout_rate": 0.0},
+        "optim": t.optimizer,  # adam | adamw: the same names in ESPnet
+        "optim_conf": {"lr": t.lr, "betas": [0.9, 0.98], "eps": 1.0e-9, "weight_decay": t.weight_decay},
+        # WarmupLR: lr * w^0.5 * min(s^-0.5, s * w^-1.5) = lr * min(sqrt(w / s), s / w), asrkit's formula
+        "scheduler": "warmuplr",
+        "scheduler_conf": {"warmup_steps": max(1, t.warmup_steps)},
+        # ESPnet's length sampler: batch size x longest utterance, in samples (+ the longest transcript in
+        # characters, about 0.1% more); asrkit's: batch size x longest utterance in 10 ms frames.
+        "batch_type": "length",
+        "batch_bins": int(d.max_frames * f.sample_rate // 100),
+        "max_epoch": epochs,
+        "grad_clip": t.grad_clip if t.grad_clip > 0 else -1,
+        "accum_grad": t.accum_grad,
+        "seed": t.seed,
+        "num_workers": d.num_workers,
+        "num_att_plot": 0,
+        "keep_nbest_models": 1,
+        "best_model_criterion": [["valid", "loss", "min"]],
+    }
+    if s.enabled:
+        out["specaug_conf"] = {
+            "apply_time_warp": s.time_warp > 0, "time_warp_window": max(1, s.time_warp), "time_warp_mode": "bicubic",
+            "apply_freq_mask": s.num_freq_masks > 0, "freq_mask_width_range": [0, s.freq_mask_width + 1],
+            "num_freq_mask": s.num_freq_masks,
+            "apply_time_mask": s.num_time_masks > 0, **_time_mask(cfg, median_frames),
+            "num_time_mask": s.num_time_masks,
+            # False: masks take the batch mean (asrkit: the CMVN mean, 0 after normalisation); True would
+            # put log-mel 0 (a loud bin) before ESPnet's normalisation.
+            "replace_with_zero": False,
+        }
+    if enc.kind == "conformer":
+        # asrkit's conformer has rotary positions; ESPnet's standard relative positions stand in for them.
+        out["encoder_conf"].update({"pos_enc_layer_type": "rel_pos", "selfattn_layer_type": "rel_selfattn",
+                                    "macaron_style": True, "use_cnn_module": True,
+                                    "cnn_module_kernel": enc.conv_kernel, "activation_type": "swish",
+                                    "rel_pos_type": "latest"})
+    if m.ctc_weight < 1.0:
+        dec = m.decoder
+        out["decoder"] = "transformer"
+        out["decoder_conf"] = {"attention_heads": dec.num_heads, "linear_units": dec.ffn_dim,
+                               "num_blocks": dec.num_layers, "dropout_rate": dec.dropout,
+                               "self_attention_dropout_rate": dec.attention_dropout,
+                               "src_attention_dropout_rate": dec.attention_dropout,
+                               "normalize_before": dec.normalize_before}
+    # ctc_weight 1.0: no decoder section; ESPnet then builds no decoder (and would drop one anyway).
+    return out
+
+
+def token_list(tokens: Sequence[str]) -> List[str]:
+    """ESPnet's token list for an asrkit char tokenizer's tokens (specials first, as asrkit numbers them):
+    the same units, ``<blank>`` 0, ``<unk>`` 1, the characters with ``▁`` spelled ``<space>``, ``<sos/eos>`` last."""
+    from asrkit.text.tokenizer import SPECIALS
+
+    chars = [SPACE if tok == ASRKIT_SPACE else tok for tok in tokens if tok not in SPECIALS]
+    return ["<blank>", "<unk>", *chars, "<sos/eos>"]
+
+
+def median_frames(utt2dur: str) -> float:
+    """The median utterance length of a data dir's utt2dur, in 10 ms frames."""
+    try:
+        with open(utt2dur, encoding="utf-8") as fh:
+            durs = []
+            for n, line in enumerate(fh, 1):
+                parts = line.split()
+                if len(parts) != 2:
+                    raise BenchError(f"{utt2dur}:{n}: expected 'utt seconds', got {line.strip()!r}")
+                durs.append(float(parts[1]))
+    except OSError as exc:
+        raise BenchError(f"{utt2dur}: {exc.strerror} (write it with tools/compute_utt2dur.py)") from None
+    if not durs:
+        raise BenchError(f"{utt2dur}: empty")
+    return statistics.median(durs) * 100
+
+
+def check_data_dir(path: str) -> None:
+    """ESPnet reads wav.scp as sound files: no segments, no command pipes."""
+    for name in ("wav.scp", "text", "utt2dur"):
+        if not os.path.isfile(os.path.join(path, name)):
+            raise BenchError(f"{path}: no {name} (utt2dur: tools/compute_utt2dur.py)")
+    if os.path.exists(os.path.join(path, "segments")):
+        raise BenchError(f"{path}: has a segments file; the benchmark reads whole files (extract the segments)")
+    with open(os.path.join(path, "wav.scp"), encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if line.rstrip().endswith("|"):
+                raise BenchError(f"{path}/wav.scp:{n}: a command pipe; ESPnet's 'sound' type needs audio files")
+
+
+# ------------------------------------------------------------------ subcommands
+def cmd_config(args: argparse.Namespace) -> None:
+    import yaml
+
+    from asrkit.config import load_config
+
+    cfg = load_config(args.asrkit_config, args.set)
+    check_data_dir(args.train)
+    conf = espnet_config(cfg, args.epochs, median_frames=median_frames(os.path.join(args.train, "utt2dur")),
+                         cmvn=cfg.cmvn is not None or args.cmvn)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "asr.yaml"), "w", encoding="utf-8") as fh:
+        yaml.safe_dump(conf, fh, sort_keys=False)
+    with open(os.path.join(args.out, "asrkit_overrides.txt"), "w", encoding="utf-8") as fh:
+        fh.write("\n".join([*args.set, *asrkit_overrides(cfg, args.epochs)]) + "\n")
+
+
+def cmd_tokens(args: argparse.Namespace) -> None:
+    from asrkit.text.tokenizer import CharTokenizer, load_tokenizer
+
+    tok = load_tokenizer(args.tokenizer)
+    if not isinstance(tok, CharTokenizer):
+        raise BenchError(f"{args.tokenizer}: the benchmark compares character models (a char tokenizer)")
+    with open(args.out, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(token_list(tok.token_list)) + "\n")
+
+
+def text_shapes(stats_dir: str, vocab_size: int) -> None:
+    """collect_stats writes ``utt L``; ESPnet's trainer wants ``utt L,V`` in ``text_shape.char``."""
+    for split in ("train", "valid"):
+        src = os.path.join(stats_dir, split, "text_shape")
+        if not os.path.isfile(src):
+            raise BenchError(f"{src}: missing (did collect_stats run?)")
+        with open(src, encoding="utf-8") as fi, open(src + ".char", "w", encoding="utf-8") as fo:
+            for line in fi:
+                if line.strip():
+                    fo.write(f"{line.rstrip()},{vocab_size}\n")
+
+
+def cmd_text_shapes(args: argparse.Namespace) -> None:
+    with open(args.token_list, encoding="utf-8") as fh:
+        vocab = sum(1 for line in fh if line.strip())
+    text_shapes(args.stats, vocab)
+
+
+def _load_record(path: str) -> Dict[str, float]:
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def cmd_timed(args: argparse.Namespace) -> int:
+    cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
+    if not cmd:
+        raise BenchError("timed: no command after --")
+    if args.name in _load_record(args.record):
+        print(f"{args.name}: already timed in {args.record}; not run again", file=sys.stderr)
+        return 0
+    start = time.perf_counter()
+    rc = subprocess.call(cmd)
+    seconds = time.perf_counter() - start
+    if rc != 0:
+        raise BenchError(f"timed {args.name}: '{' '.join(cmd)}' failed with exit status {rc}")
+    record = _load_record(args.record)
+    record[args.name] = seconds
+    with open(args.record + ".tmp", "w", encoding="utf-8") as fh:
+        json.dump(record, fh, indent=1)
+    os.replace(args.record + ".tmp", args.record)
+    return 0
+
+
+def audio_seconds(data_dir: str) -> float:
+    with open(os.path.join(data_dir, "utt2dur"), encoding="utf-8") as fh:
+        return sum(float(line.split()[1]) for line in fh if line.strip())
+
+
+def results_table(rows: Dict[str, Dict[str, float]], train_seconds: float, epochs: int, threads: int) -> str:
+    """The markdown table: per toolkit WER, CER, train wall seconds, audio seconds per second; then the
+    ratios the issue's targets are stated in."""
+    lines = [f"| toolkit | WER % | CER % | train wall s ({epochs} epochs) | train audio s / s |",
+             "|---|---|---|---|---|"]
+    for name, r in rows.items():
+        lines.append(f"| {name} | {100 * r['wer']:.2f} | {100 * r['cer']:.2f} | {r['train_s']:.0f} | "
+                     f"{train_seconds * epochs / r['train_s']:.1f} |")
+    if "asrkit" in rows and "espnet" in rows:
+        a, e = rows["asrkit"], rows["espnet"]
+        wer_ratio = a["wer"] / e["wer"] if e["wer"] > 0 else math.inf
+        lines += ["", f"asrkit / ESPnet WER: {wer_ratio:.2f} (target <= 0.9); "
+                      f"asrkit / ESPnet training throughput: {e['train_s'] / a['train_s']:.2f} (target >= 1.3)"]
+    lines += ["", f"Training data {train_seconds:.0f} s of audio x {epochs} epochs; OMP_NUM_THREADS={threads}. "
+                  "Train wall time: the whole training command (model building, data loading, per-epoch "
+                  "validation on dev, checkpoints); not CMVN/collect_stats nor decoding. Greedy CTC, no LM; "
+                  "both scored by asrkit's scorer on the same test/text."]
+    return "\n".join(lines) + "\n"
+
+
+def cmd_report(args: argparse.Namespace) -> None:
+    from asrkit.score.wer import score_files
+
+    record = _load_record(os.path.join(args.out, "timings.json"))
+    ref = os.path.join(args.data, "test", "text")
+    hyps = {"asrkit": os.path.join(args.out, "asrkit", "decode_test", "text"),
+            "espnet": os.path.join(args.out, "espnet", "decode_test", "1best_recog", "text")}
+    rows: Dict[str, Dict[str, float]] = {}
+    for name, hyp in hyps.items():
+        if not os.path.isfile(hyp) or f"{name}_train" not in record:
+            print(f"report: {name}: no hypotheses at {hyp} or no training time; left out", file=sys.stderr)
+            continue
+        rows[name] = {"wer": score_files(ref, hyp).wer, "cer": score_files(ref, hyp, cer=True).wer,
+                      "train_s": record[f"{name}_train"]}
+    if not rows:
+        raise BenchError(f"{args.out}: nothing to report yet")
+    table = results_table(rows, audio_seconds(os.path.join(args.data, "train")), args.epochs, args.threads)
+    with open(os.path.join(args.out, "results.md"), "w", encoding="utf-8") as fh:
+        fh.write(table)
+    print(table, end="")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("config")
+    c.add_argument("--asrkit-config", required=True)
+    c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    c.add_argument("--epochs", type=int, required=True)
+    c.add_argument("--train", required=True, help="the training Kaldi dir (its utt2dur)")
+    c.add_argument("--cmvn", action="store_true", help="asrkit trains with --cmvn (global_mvn for ESPnet)")
+    c.add_argument("--out", required=True)
+    c.set_defaults(func=cmd_config)
+    c = sub.add_parser("tokens")
+    c.add_argument("--tokenizer", required=True)
+    c.add_argument("--out", required=True)
+    c.set_defaults(func=cmd_tokens)
+    c = sub.add_parser("text-shapes")
+    c.add_argument("--stats", required=True)
+    c.add_argument("--token-list", required=True)
+    c.set_defaults(func=cmd_text_shapes)
+    c = sub.add_parser("timed")
+    c.add_argument("--record", required=True)
+    c.add_argument("--name", required=True)
+    c.add_argument("cmd", nargs=argparse.REMAINDER)
+    c.set_defaults(func=cmd_timed)
+    c = sub.add_parser("report")
+    c.add_argument("--out", required=True)
+    c.add_argument("--data", required=True)
+    c.add_argument("--epochs", type=int, required=True)
+    c.add_argument("--threads", type=int, default=1)
+    c.set_defaults(func=cmd_report)
+    args = p.parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except BenchError as exc:
+        print(f"espnet_bench.py {args.cmd}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
