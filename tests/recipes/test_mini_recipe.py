@@ -23,12 +23,13 @@ def test_mini_recipe_runs_every_stage(tmp_path):
         pytest.skip("espeak-ng is not installed (make test installs it)")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     cmd = ["bash", str(REPO / "recipes" / "mini" / "run.sh"), "--workdir", str(tmp_path), "--num-train", "8",
-           "--num-dev", "2", "--num-test", "2", "--jobs", "1", "--train-opts", TINY_TRAIN,
+           "--num-dev", "2", "--num-test", "2", "--num-test-unseen", "2", "--jobs", "1", "--train-opts", TINY_TRAIN,
            "--lm-config", str(REPO / "conf" / "tiny_lm_lstm.yaml"), "--lm-opts", "--set train.epochs=1"]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     for stage in range(8):
         assert f"[stage {stage}]" in run.stdout
+    assert "validating data/test_unseen" in run.stdout and len(read_table(tmp_path / "data/test_unseen/text")) == 2
     assert "decode_test: %WER" in run.stdout and "decode_test_lm: %WER" in run.stdout
     exp = tmp_path / "exp" / "tiny_ctc"
     refs = read_table(tmp_path / "data" / "test" / "text")
