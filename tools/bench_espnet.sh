@@ -12,7 +12,8 @@
 #   stage 1: ESPnet collect_stats (--normalize none): shapes and global_mvn stats; text_shape.char
 #   stage 2: ESPnet training (timed)                   stage 3: asrkit training (timed), right after it
 #   stage 4: ESPnet greedy CTC decoding of test/       stage 5: asrkit greedy CTC decoding of test/
-#   stage 6: score both, print the table and write it to OUT/results.md
+#   stage 6: per-step time of both on identical batches (tools/espnet_step_time.py, interleaved, 2 rounds)
+#   stage 7: score both, print the table and write it to OUT/results.md
 # Needs .venv (make install) and .venv-espnet (tools/setup_espnet_env.sh). Both toolkits run with
 # OMP_NUM_THREADS=--threads and one data-loader worker (data.num_workers of the config, for both).
 # Stages are idempotent: a timed training that finished is not run again (OUT/timings.json).
@@ -124,6 +125,15 @@ if run_stage 5; then
 fi
 
 if run_stage 6; then
-  log 6 "scoring; table in $out/results.md"
+  log 6 "per-step time on identical batches (asrkit, ESPnet, asrkit, ESPnet) into $out/step_time.json"
+  rm -f "$out/step_time.json"
+  for _ in 1 2; do
+    "$py" "$root/tools/espnet_step_time.py" --toolkit asrkit --out "$out" --data "$data"
+    "$esp" "$root/tools/espnet_step_time.py" --toolkit espnet --out "$out" --data "$data" 2>> "$out/espnet/step_time.log"
+  done
+fi
+
+if run_stage 7; then
+  log 7 "scoring; table in $out/results.md"
   "$py" "$helper" report --out "$out" --data "$data" --epochs "$epochs" --threads "$threads"
 fi

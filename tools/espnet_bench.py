@@ -14,7 +14,7 @@ usage:
       score both toolkits' hypotheses on DATA/test/text (asrkit's scorer), write DIR/results.md, print it
 
 Runs with the toolkit's .venv (config, tokens, report import asrkit) or any Python (text-shapes, timed).
-ESPnet itself is never imported here: tools/bench_espnet.sh runs it in .venv-espnet.
+ESPnet is never imported here; per-step times on identical batches: tools/espnet_step_time.py.
 """
 from __future__ import annotations
 
@@ -186,6 +186,56 @@ def median_frames(utt2dur: str) -> float:
     return statistics.median(durs) * 100
 
 
+def espnet_batch_count(lengths: Sequence[int], batch_bins: int) -> int:
+    """Batches per epoch of ESPnet's length sampler (batch_type length, padding): utterances in ascending
+    order join the current batch until ``batch size x the newest one's length`` exceeds ``batch_bins``;
+    the one that crosses the budget stays in the batch. ``lengths``: speech samples + transcript tokens."""
+    count, size = 0, 0
+    for n in sorted(lengths):
+        size += 1
+        if size * n > batch_bins:
+            count, size = count + 1, 0
+    return count + (size > 0)
+
+
+def match_batch_bins(lengths: Sequence[int], target: int, start: int) -> int:
+    """The smallest ``batch_bins`` giving ESPnet at most ``target`` batches (the count falls as the budget
+    grows); ``start`` (asrkit's budget in samples) when it already does."""
+    lo, hi = 1, max(start, 1)
+    while espnet_batch_count(lengths, hi) > target:
+        lo, hi = hi, hi * 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if espnet_batch_count(lengths, mid) <= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+def asrkit_batch_count(cfg: Any, durations: Sequence[float]) -> int:
+    """Batches in asrkit's first training epoch (its bucketing sampler on the kept durations)."""
+    from asrkit.data.sampler import BucketBatchSampler
+
+    d = cfg.data
+    kept = [x for x in durations if d.min_duration <= x <= d.max_duration]
+    sampler = BucketBatchSampler(kept, d.max_frames, d.max_batch_size, seed=cfg.train.seed,
+                                 num_replicas=1, rank=0, bucket_width=d.bucket_width)
+    return len(sampler)
+
+
+def read_table(path: str) -> Dict[str, str]:
+    """A Kaldi table: ``utt rest-of-line``; a malformed line is an error naming the file and line."""
+    out = {}
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            parts = line.strip().split(maxsplit=1)
+            if not parts:
+                continue
+            out[parts[0]] = parts[1] if len(parts) > 1 else ""
+    return out
+
+
 def check_data_dir(path: str) -> None:
     """ESPnet reads wav.scp as sound files: no segments, no command pipes."""
     for name in ("wav.scp", "text", "utt2dur"):
@@ -209,7 +259,17 @@ def cmd_config(args: argparse.Namespace) -> None:
     check_data_dir(args.train)
     conf = espnet_config(cfg, args.epochs, median_frames=median_frames(os.path.join(args.train, "utt2dur")),
                          cmvn=cfg.cmvn is not None or args.cmvn)
+    # The same number of updates per epoch: ESPnet's budget is set to give asrkit's batch count (its sampler
+    # lets the utterance that crosses the budget into the batch, asrkit's stays within it).
+    durs = {u: float(v) for u, v in read_table(os.path.join(args.train, "utt2dur")).items()}
+    texts = read_table(os.path.join(args.train, "text"))
+    lengths = [round(durs[u] * cfg.frontend.sample_rate) + len(" ".join(texts.get(u, "").split())) for u in durs]
+    target = asrkit_batch_count(cfg, list(durs.values()))
+    conf["batch_bins"] = match_batch_bins(lengths, target, conf["batch_bins"])
     os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "batches.json"), "w", encoding="utf-8") as fh:
+        json.dump({"asrkit": target, "espnet": espnet_batch_count(lengths, conf["batch_bins"]),
+                   "espnet_batch_bins": conf["batch_bins"]}, fh)
     with open(os.path.join(args.out, "asr.yaml"), "w", encoding="utf-8") as fh:
         yaml.safe_dump(conf, fh, sort_keys=False)
     with open(os.path.join(args.out, "asrkit_overrides.txt"), "w", encoding="utf-8") as fh:
@@ -244,7 +304,7 @@ def cmd_text_shapes(args: argparse.Namespace) -> None:
     text_shapes(args.stats, vocab)
 
 
-def _load_record(path: str) -> Dict[str, float]:
+def load_record(path: str) -> Dict[str, float]:
     if not os.path.isfile(path):
         return {}
     with open(path, encoding="utf-8") as fh:
@@ -255,7 +315,7 @@ def cmd_timed(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
     if not cmd:
         raise BenchError("timed: no command after --")
-    if args.name in _load_record(args.record):
+    if args.name in load_record(args.record):
         print(f"{args.name}: already timed in {args.record}; not run again", file=sys.stderr)
         return 0
     start = time.perf_counter()
@@ -263,7 +323,7 @@ def cmd_timed(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     if rc != 0:
         raise BenchError(f"timed {args.name}: '{' '.join(cmd)}' failed with exit status {rc}")
-    record = _load_record(args.record)
+    record = load_record(args.record)
     record[args.name] = seconds
     with open(args.record + ".tmp", "w", encoding="utf-8") as fh:
         json.dump(record, fh, indent=1)
@@ -299,7 +359,7 @@ def results_table(rows: Dict[str, Dict[str, float]], train_seconds: float, epoch
 def cmd_report(args: argparse.Namespace) -> None:
     from asrkit.score.wer import score_files
 
-    record = _load_record(os.path.join(args.out, "timings.json"))
+    record = load_record(os.path.join(args.out, "timings.json"))
     ref = os.path.join(args.data, "test", "text")
     hyps = {"asrkit": os.path.join(args.out, "asrkit", "decode_test", "text"),
             "espnet": os.path.join(args.out, "espnet", "decode_test", "1best_recog", "text")}
@@ -313,6 +373,21 @@ def cmd_report(args: argparse.Namespace) -> None:
     if not rows:
         raise BenchError(f"{args.out}: nothing to report yet")
     table = results_table(rows, audio_seconds(os.path.join(args.data, "train")), args.epochs, args.threads)
+    steps = load_record(os.path.join(args.out, "step_time.json"))
+    if steps:
+        table += "\nPer step on identical batches (forward, backward, clipping, update; best of the runs):\n"
+        for name, runs in steps.items():
+            ms = min(r[0] for r in runs)
+            table += f"- {name}: {ms:.0f} ms/step ({max(r[1] for r in runs):.1f} audio s/s)\n"
+        if {"asrkit", "espnet"} <= set(steps):
+            ratio = min(r[0] for r in steps["espnet"]) / min(r[0] for r in steps["asrkit"])
+            table += f"- ESPnet / asrkit step time: {ratio:.2f}\n"
+    batches = os.path.join(args.out, "espnet", "batches.json")
+    if os.path.isfile(batches):
+        with open(batches, encoding="utf-8") as fh:
+            b = json.load(fh)
+        table += (f"Batches per epoch: asrkit {b['asrkit']}, ESPnet {b['espnet']} (ESPnet batch_bins "
+                  f"{b['espnet_batch_bins']}, chosen for the same count).\n")
     with open(os.path.join(args.out, "results.md"), "w", encoding="utf-8") as fh:
         fh.write(table)
     print(table, end="")

@@ -175,3 +175,24 @@ def test_results_table_ratios(bench):
     assert "| espnet | 20.00 | 6.00 | 150 | 13.3 |" in table
     assert "WER: 0.90" in table and "throughput: 1.50" in table
     assert math.isfinite(float(table.split("WER: ")[1].split()[0]))
+
+
+def test_espnet_batch_count_and_matching(bench):
+    # ascending 10, 20: 2 x 20 = 40 <= 50; 30: 3 x 30 = 90 > 50 closes a batch of 3; 40 alone
+    assert bench.espnet_batch_count([40, 10, 30, 20], 50) == 2
+    assert bench.espnet_batch_count([40, 10, 30, 20], 1) == 4  # every utterance crosses the budget alone
+    assert bench.espnet_batch_count([40, 10, 30, 20], 1000) == 1
+    lengths = [16000 * k + 7 * k for k in range(1, 60)]
+    for target in (5, 12, 30):
+        bins = bench.match_batch_bins(lengths, target, start=100000)
+        assert bench.espnet_batch_count(lengths, bins) <= target < bench.espnet_batch_count(lengths, bins - 1)
+
+
+def test_asrkit_batch_count_is_the_samplers(bench, tiny):
+    from asrkit.data.sampler import BucketBatchSampler
+
+    durs = [0.2, *[1.0 + 0.1 * i for i in range(50)], 25.0]  # the first and last are outside min/max_duration
+    kept = durs[1:-1]
+    ref = BucketBatchSampler(kept, tiny.data.max_frames, tiny.data.max_batch_size, seed=tiny.train.seed,
+                             num_replicas=1, rank=0, bucket_width=tiny.data.bucket_width)
+    assert bench.asrkit_batch_count(tiny, durs) == len(list(iter(ref)))
