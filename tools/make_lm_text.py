@@ -3,7 +3,7 @@
 
 Usage:
     python tools/make_lm_text.py --out data/lm/text.txt [--corpus tools/corpus/lm_text.txt.gz] \\
-        [--transcripts data/train/text] [--exclude data/dev/text data/test/text ...]
+        [--transcripts data/train/text] [--exclude data/dev/text data/test/text ...] [--word-list data/lm/words.txt]
 
 Writes one sentence per line (no utterance ids; ``asrkit train-ngram --plain-text`` and
 ``asrkit train-lm --plain-text`` read it): every line of ``--corpus`` (plain text, ``.gz`` read as gzip), then
@@ -11,6 +11,8 @@ the text column of each ``--transcripts`` Kaldi file. Any sentence that is also 
 ``--exclude`` Kaldi file (the dev and test splits) is left out and counted, so an LM never saw a sentence it is
 evaluated on. Sentences must be normalised like the transcripts (upper-case words, single spaces): a corpus
 line with a lower-case letter is an error naming the file and line, since it could never match a transcript.
+``--word-list`` also writes the sorted distinct words of the written text, one per line: the closed vocabulary of a
+lexicon-constrained search (``decode.lexicon``).
 """
 from __future__ import annotations
 
@@ -53,13 +55,21 @@ def transcript_sentences(path: str) -> List[str]:
     return [text for _, text, _ in iter_table(path, allow_empty_value=True) if text]
 
 
+def _write_lines(path: str, lines: Sequence[str]) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.writelines(line + "\n" for line in lines)
+    os.replace(path + ".tmp", path)
+
+
 def make_lm_text(out_path: str, corpus: Sequence[str], transcripts: Sequence[str],
-                 exclude: Sequence[str]) -> Tuple[int, int, int]:
-    """Write the LM text; returns (sentences written, words written, sentences excluded)."""
+                 exclude: Sequence[str], word_list: str | None = None) -> Tuple[int, int, int]:
+    """Write the LM text (and its vocabulary to ``word_list``); returns (sentences, words, sentences excluded)."""
     held_out: Set[str] = set()
     for path in exclude:
         held_out.update(transcript_sentences(path))
     written = words = excluded = 0
+    vocabulary: Set[str] = set()
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     tmp = out_path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as out:
@@ -72,7 +82,11 @@ def make_lm_text(out_path: str, corpus: Sequence[str], transcripts: Sequence[str
                     continue
                 out.write(sentence + "\n")
                 written += 1
-                words += len(sentence.split())
+                tokens = sentence.split()
+                words += len(tokens)
+                vocabulary.update(tokens)
+    if word_list is not None:
+        _write_lines(word_list, sorted(vocabulary))
     os.replace(tmp, out_path)  # a killed run never leaves a half-written file that looks complete
     return written, words, excluded
 
@@ -85,16 +99,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--transcripts", nargs="*", default=[], help="Kaldi text files whose text is added")
     parser.add_argument("--exclude", nargs="*", default=[],
                         help="Kaldi text files of held-out splits: their sentences are never written")
+    parser.add_argument("--word-list", help="also write the text's distinct words here, sorted, one per line")
     args = parser.parse_args(argv)
     for path in [*args.corpus, *args.transcripts, *args.exclude]:
         if not os.path.isfile(path):
             parser.error(f"no such file: {path}")
     try:
-        written, words, excluded = make_lm_text(args.out, args.corpus, args.transcripts, args.exclude)
+        written, words, excluded = make_lm_text(args.out, args.corpus, args.transcripts, args.exclude,
+                                               args.word_list)
     except (ValueError, TableError) as e:
         print(f"make_lm_text.py: {e}", file=sys.stderr)
         return 1
-    print(f"wrote {args.out}: {written} sentences, {words} words ({excluded} held-out sentences left out)")
+    print(f"wrote {args.out}: {written} sentences, {words} words ({excluded} held-out sentences left out)"
+          + (f"; {args.word_list}: the distinct words" if args.word_list else ""))
     return 0
 
 

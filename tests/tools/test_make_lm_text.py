@@ -31,12 +31,15 @@ def test_corpus_and_transcripts_are_written_minus_held_out_sentences(tmp_path):
     dev = _kaldi(tmp_path / "dev_text", {"d1": "HELLO THERE"})
     out = tmp_path / "lm" / "text.txt"
     proc = subprocess.run([sys.executable, str(REPO / "tools" / "make_lm_text.py"), "--out", str(out),
-                           "--corpus", str(corpus), "--transcripts", str(train), "--exclude", str(test), str(dev)],
+                           "--corpus", str(corpus), "--transcripts", str(train), "--exclude", str(test), str(dev),
+                           "--word-list", str(tmp_path / "words.txt")],
                           capture_output=True, text=True, check=True)
     # The held-out test sentence (with its double space normalised) and the dev sentence are gone,
     # everything else is kept in order, duplicates across sources included.
     assert out.read_text().splitlines() == ["IT WAS A DARK NIGHT", "SHE SAID NO", "SHE SAID NO"]
     assert "3 sentences, 11 words (2 held-out sentences left out)" in proc.stdout
+    # The vocabulary is that of the written text only: no word of a held-out sentence leaks into the lexicon.
+    assert (tmp_path / "words.txt").read_text().splitlines() == ["A", "DARK", "IT", "NIGHT", "NO", "SAID", "SHE", "WAS"]
 
 
 def test_unnormalised_corpus_line_is_named(tmp_path):
