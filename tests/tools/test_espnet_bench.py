@@ -171,8 +171,8 @@ def test_results_table_ratios(bench):
     rows = {"asrkit": {"wer": 0.18, "cer": 0.05, "train_s": 100.0},
             "espnet": {"wer": 0.20, "cer": 0.06, "train_s": 150.0}}
     table = bench.results_table(rows, 1000.0, 2, 1)
-    assert "| asrkit | 18.00 | 5.00 | 100 | 20.0 |" in table  # 1000 s x 2 epochs / 100 s
-    assert "| espnet | 20.00 | 6.00 | 150 | 13.3 |" in table
+    assert "| asrkit | 18.00 | 5.00 | 100 | 20.0 | - | - |" in table  # 1000 s x 2 epochs / 100 s
+    assert "| espnet | 20.00 | 6.00 | 150 | 13.3 | - | - |" in table
     assert "WER: 0.90" in table and "throughput: 1.50" in table
     assert math.isfinite(float(table.split("WER: ")[1].split()[0]))
 
@@ -196,3 +196,30 @@ def test_asrkit_batch_count_is_the_samplers(bench, tiny):
     ref = BucketBatchSampler(kept, tiny.data.max_frames, tiny.data.max_batch_size, seed=tiny.train.seed,
                              num_replicas=1, rank=0, bucket_width=tiny.data.bucket_width)
     assert bench.asrkit_batch_count(tiny, durs) == len(list(iter(ref)))
+
+
+def test_epoch_train_seconds_from_both_logs(bench, tmp_path):
+    asrkit = tmp_path / "asrkit.log"
+    asrkit.write_text(
+        "2026-11-25 06:11:29,453 INFO asrkit.train: model transformer+none: 1.59M parameters\n"
+        "2026-11-25 06:11:54,274 INFO asrkit.train: epoch 0: train loss 200.3293 (23 updates to step 23, 22.8s, "
+        "35.1 audio_s/s, 0 non-finite updates skipped), valid loss 186.3599 (best)\n"
+        "2026-11-25 06:11:55,000 INFO asrkit.train: epoch 1 step 40: loss 263.4945 lr 0.0003 grad_norm 243\n"
+        "2026-11-25 06:12:30,274 INFO asrkit.train: epoch 1: train loss 190.1 (23 updates to step 46, 30.2s, "
+        "27.0 audio_s/s, 0 non-finite updates skipped), valid loss 180.0 (best)\n")
+    assert bench.epoch_train_seconds(str(asrkit), "asrkit") == pytest.approx(53.0)
+    espnet = tmp_path / "espnet.log"
+    espnet.write_text(
+        "[vm] 2026 (trainer:394) INFO: 1epoch results: [train] iter_time=0.008, forward_time=0.303, loss=197.9, "
+        "train_time=0.738, time=18.18 seconds, total_count=23, [valid] loss=184.1, time=3.1 seconds, total_count=6\n"
+        "[vm] 2026 (trainer:394) INFO: 2epoch results: [train] iter_time=0.010, loss=180.0, "
+        "time=1 minute and 3.5 seconds, total_count=46, [valid] loss=170.0, time=3.24 seconds, total_count=12\n")
+    assert bench.epoch_train_seconds(str(espnet), "espnet") == pytest.approx(18.18 + 63.5)
+    empty = tmp_path / "empty.log"
+    empty.write_text("nothing\n")
+    assert bench.epoch_train_seconds(str(empty), "espnet") is None
+    rows = {"asrkit": {"wer": 0.1, "cer": 0.05, "train_s": 100.0, "train_only_s": 80.0},
+            "espnet": {"wer": 0.2, "cer": 0.1, "train_s": 150.0, "train_only_s": 120.0}}
+    table = bench.results_table(rows, 1000.0, 2, 1)
+    assert "| asrkit | 10.00 | 5.00 | 100 | 20.0 | 80 | 25.0 |" in table
+    assert "in the epochs' training parts: 1.50" in table
