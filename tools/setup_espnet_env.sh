@@ -52,7 +52,7 @@ if [ -f "$venv/.espnet_installed" ] && check 2>/dev/null; then
 fi
 start=$(date +%s)
 "$venv/bin/python" -m pip install -q --upgrade pip
-log "installing $espnet_spec (with the torch it pins), matplotlib and tensorboard into $venv"
+log "installing $espnet_spec and its requirements (pip resolves their torch) into $venv; a complaint about ci_sdr is expected (installed last)"
 # ESPnet without its dependencies first, then its requirements (no extras) read from its own
 # metadata, less ci_sdr: every ci-sdr release names a git URL (padertorch) in its metadata, which
 # pip refuses from the registry, and only speech enhancement uses it. pip picks torch (ESPnet
