@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo install system-deps clean-demo mutation
+.PHONY: test demo install system-deps kenlm clean-demo mutation
 
 # Reinstall only when the package metadata changes.
 $(STAMP): setup.py
@@ -14,11 +14,15 @@ $(STAMP): setup.py
 	$(PY) -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
-install: $(STAMP) system-deps
+install: $(STAMP) system-deps kenlm
 
-# espeak-ng (speech synthesis for the demo and tests), sox, flac.
+# espeak-ng, festival and flite voices (speech synthesis for the demo and tests), sox, flac.
 system-deps:
 	@bash tools/install_system_deps.sh
+
+# KenLM's lmplz (asrkit train-ngram: the demo's word n-gram LM), built once into tools/kenlm/bin (~1 min).
+kenlm: $(STAMP)
+	@PYTHON=$(PY) bash tools/install_kenlm.sh
 
 test: install
 	$(PY) -m pytest -q tests
