@@ -6,6 +6,7 @@ Modules are imported lazily, so ``asrkit --help`` and ``asrkit score`` stay fast
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import List, Optional
 
@@ -65,4 +66,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(TORCHAUDIO_HINT.format(detail=str(exc).splitlines()[0]), file=sys.stderr)
             return 1
         raise
-    return int(module.main(rest) or 0)
+    try:
+        return int(module.main(rest) or 0)
+    except BrokenPipeError:
+        # The reader went away (`asrkit score ... | head -n 1`): stop quietly, as Unix tools do on SIGPIPE,
+        # and point stdout at /dev/null so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
+

@@ -32,3 +32,18 @@ def test_cpu_only_torch_with_cuda_torchaudio_gives_one_clear_line(monkeypatch, c
     assert cli.main(["decode", "--help"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "torchaudio cannot load" in err[0] and "pip install" in err[0]
+
+
+def test_reader_closing_the_pipe_stops_quietly(tmp_path):
+    """`asrkit score ... | head -n 1`: no BrokenPipeError traceback; the exit status is SIGPIPE's (141)."""
+    import subprocess
+    import sys
+
+    ref = tmp_path / "ref"
+    ref.write_text("".join(f"u{i} A B C\n" for i in range(3)))
+    proc = subprocess.Popen([sys.executable, "-m", "asrkit", "score", "--ref", str(ref), "--hyp", str(ref),
+                             "--out", str(tmp_path / "sc")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the first line is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert "Traceback" not in err and "BrokenPipe" not in err

@@ -18,30 +18,65 @@ TINY_TRAIN = ("--set train.epochs=1 --set model.encoder.d_model=32 --set model.e
               "--set model.encoder.ffn_dim=64 --set model.encoder.num_layers=1 --set data.num_workers=0")
 
 
+def _lmplz_built() -> bool:
+    from asrkit.cli import train_ngram
+    try:
+        train_ngram.find_kenlm_binary("lmplz")
+    except train_ngram.KenlmNotFoundError:
+        return False
+    return True
+
+
 def test_mini_recipe_runs_every_stage(tmp_path):
-    if shutil.which("espeak-ng") is None:
-        pytest.skip("espeak-ng is not installed (make test installs it)")
+    if shutil.which("espeak-ng") is None or shutil.which("festival") is None:
+        pytest.skip("espeak-ng/festival are not installed (make test installs them)")
+    if not _lmplz_built():
+        pytest.skip("KenLM's lmplz is not built (make install builds it: tools/install_kenlm.sh)")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     cmd = ["bash", str(REPO / "recipes" / "mini" / "run.sh"), "--workdir", str(tmp_path), "--num-train", "8",
            "--num-dev", "2", "--num-test", "2", "--num-test-unseen", "2", "--jobs", "1", "--train-opts", TINY_TRAIN,
-           "--lm-config", str(REPO / "conf" / "tiny_lm_lstm.yaml"), "--lm-opts", "--set train.epochs=1"]
+           "--average", "1"]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     for stage in range(8):
         assert f"[stage {stage}]" in run.stdout
     assert "validating data/test_unseen" in run.stdout and len(read_table(tmp_path / "data/test_unseen/text")) == 2
-    assert "decode_test: %WER" in run.stdout and "decode_test_lm: %WER" in run.stdout
-    exp = tmp_path / "exp" / "tiny_ctc"
-    refs = read_table(tmp_path / "data" / "test" / "text")
-    for d in ("decode_test", "decode_test_lm"):
-        assert set(read_table(exp / d / "text")) == set(refs)
+    assert "averaging the best 1 epochs" in run.stdout
+    exp = tmp_path / "exp" / "small"
+    for split in ("test", "test_unseen"):
+        refs = read_table(tmp_path / "data" / split / "text")
+        for d in (f"decode_{split}", f"decode_{split}_lm"):
+            assert f"{d}: %WER" in run.stdout
+            assert set(read_table(exp / d / "text")) == set(refs)
+    # The LM text: book text + train transcripts, never a dev/test sentence; the lexicon is its vocabulary.
+    lm_text = set((tmp_path / "data/lm/text.txt").read_text().splitlines())
+    assert set(read_table(tmp_path / "data/train/text").values()) <= lm_text and len(lm_text) > 20000
+    for split in ("dev", "test", "test_unseen"):
+        assert not set(read_table(tmp_path / "data" / split / "text").values()) & lm_text
+    words = (tmp_path / "data/lm/words.txt").read_text().splitlines()
+    assert words == sorted({w for line in lm_text for w in line.split()})
     used = load_decode_config(exp / "decode_test_lm" / "decode.yaml")
     assert used == load_decode_config(exp / "tune_dev" / "decode.yaml")  # the setting chosen on dev
-    # the LM path is written absolute: the decode.yaml works from any directory
-    assert used.mode == "ctc_prefix" and used.lm == str(tmp_path / "exp" / "lm_lstm") and used.lm_weight in (0.4, 0.8, 1.2)
-    assert len((exp / "tune_dev" / "results.tsv").read_text().splitlines()) == 1 + 3 * 2
-    assert (tmp_path / "exp" / "lm_lstm" / "model.pt").is_file()
+    # the LM and lexicon paths are written absolute: the decode.yaml works from any directory
+    assert used.mode == "ctc_prefix" and used.lm_units == "word" and used.lm_weight in (0.4, 0.6, 0.8, 1.0)
+    assert used.lm == str(tmp_path / "exp" / "lm_ngram" / "word3.arpa")
+    assert used.lexicon == str(tmp_path / "data" / "lm" / "words.txt")
+    assert len((exp / "tune_dev" / "results.tsv").read_text().splitlines()) == 1 + 4 * 3
 
     # a stage re-runs on its own (restartable), in the same work dir
     again = subprocess.run(cmd + ["--stage", "7"], env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "[stage 6]" not in again.stdout and "decode_test_lm: %WER" in again.stdout
+
+    # The neural-LM variant of stages 4-5 in the same work dir: a character LSTM on the LM text
+    # (a small corpus here, to keep the test short).
+    corpus = tmp_path / "books.txt"
+    corpus.write_text("IT WAS A DARK NIGHT\nSHE SAID NO MORE\n", encoding="utf-8")
+    neural = subprocess.run(cmd + ["--stage", "4", "--stop-stage", "5", "--lm-kind", "neural", "--lm-corpus",
+                                   str(corpus), "--lm-config", str(REPO / "conf" / "tiny_lm_lstm.yaml"),
+                                   "--lm-opts", "--set train.epochs=1", "--length-bonuses", "1"],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert neural.returncode == 0, neural.stderr[-3000:]
+    assert (tmp_path / "exp" / "lm_neural" / "model.pt").is_file()
+    assert (tmp_path / "data/lm/text.txt").read_text().splitlines()[:2] == ["IT WAS A DARK NIGHT", "SHE SAID NO MORE"]
+    used = load_decode_config(exp / "tune_dev" / "decode.yaml")
+    assert used.lm == str(tmp_path / "exp" / "lm_neural") and used.lm_units == "token" and used.lexicon is None
