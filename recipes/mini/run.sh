@@ -14,7 +14,7 @@
 #               medium: 6000 utterances, conf/mini_medium.yaml (12-layer Conformer). Options after it still
 #               override its settings (--num-train, --config, --nproc, ...).
 #   --nproc N   train with N processes (torchrun --standalone, gloo on CPU): on 2 cores, 2 processes of one
-#               thread each train about 1.8x faster than one
+#               thread each train about 1.45x faster than one (README)
 #   --average K decode with the average of the best K epochs by validation loss (0: the last epoch)
 #   --lm-kind   ngram: word n-gram (KenLM lmplz, tools/install_kenlm.sh) and a lexicon of its words;
 #               neural: the character LSTM LM of --lm-config on the same text
