@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import random
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -67,25 +66,17 @@ def recipe_dir(tmp_path):
     return work
 
 
-def run_recipe_stage3_under_torchrun(work: Path, tmp_path: Path, extra=()) -> subprocess.CompletedProcess:
-    """recipes/mini/run.sh --stage 3 --stop-stage 3, with `asrkit train` launched by torchrun (2 processes): an
-    `asrkit` shim on PATH, so the recipe's own command line is what runs."""
-    shim = tmp_path / "bin" / "asrkit"
-    shim.parent.mkdir()
-    shim.write_text(f"""#!/usr/bin/env bash
-if [ "$1" = train ]; then shift
-  exec {sys.executable} -m torch.distributed.run --standalone --nproc_per_node 2 -m asrkit train "$@"
-fi
-exec {sys.executable} -m asrkit "$@"
-""")
-    shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
+def run_recipe_stage3_under_torchrun(work: Path, extra=()) -> subprocess.CompletedProcess:
+    """recipes/mini/run.sh --stage 3 --stop-stage 3 --nproc 2: the recipe launches `asrkit train` under torchrun
+    itself (the venv's `torchrun` and `asrkit` first on PATH, as `make demo` puts them)."""
     env = clean_env()
-    env["PATH"] = f"{shim.parent}:{env['PATH']}"
-    subprocess.run([str(REPO / "recipes/mini/run.sh"), "--stage", "2", "--stop-stage", "2", "--workdir", str(work)],
-                   env=env, check=True, capture_output=True, timeout=TIMEOUT)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    config = str(REPO / "conf" / "tiny_ctc.yaml")
+    subprocess.run([str(REPO / "recipes/mini/run.sh"), "--stage", "2", "--stop-stage", "2", "--workdir", str(work),
+                    "--config", config], env=env, check=True, capture_output=True, timeout=TIMEOUT)
     return subprocess.run([str(REPO / "recipes/mini/run.sh"), "--stage", "3", "--stop-stage", "3",
-                           "--workdir", str(work), "--exp", "exp/ddp", "--train-opts",
-                           sets(["data.num_workers=0"] + list(extra))],
+                           "--workdir", str(work), "--exp", "exp/ddp", "--config", config, "--nproc", "2",
+                           "--train-opts", sets(["data.num_workers=0"] + list(extra))],
                           env=env, capture_output=True, text=True, timeout=TIMEOUT)
 
 
@@ -101,7 +92,7 @@ def check_model_loads_and_decodes(exp: Path, data: Path, out: Path) -> None:
 
 
 def test_mini_recipe_training_stage_under_torchrun_two_processes(recipe_dir, tmp_path):
-    proc = run_recipe_stage3_under_torchrun(recipe_dir, tmp_path)
+    proc = run_recipe_stage3_under_torchrun(recipe_dir)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     exp = recipe_dir / "exp" / "ddp"
     log = (exp / "train.log").read_text()
