@@ -42,7 +42,8 @@ def overfit(tiny_corpus, tmp_path_factory):
     model = build_model(cfg, tok.vocab_size)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     wavs = [batch["wav"][i, : int(n)] for i, n in enumerate(batch["wav_lens"])]
-    for step in range(600):
+    exact_at = None
+    for step in range(900):
         model.train()
         loss = model(batch)["loss"]
         opt.zero_grad()
@@ -53,7 +54,11 @@ def overfit(tiny_corpus, tmp_path_factory):
             model.eval()
             exact = all(_texts(Transcriber(model, cfg, tok, decode=DecodeConfig(mode=mode, beam=1)), wavs)
                         == batch["texts"] for mode in ("greedy", "attention"))
-            if exact:
+            exact_at = step if exact and exact_at is None else exact_at
+            # Not at the first exact pass but 100 steps on, exact again: a model that is only just exact
+            # under greedy decoding can still lose to another path in a beam search (a change of audio or
+            # kernels is enough to tip it).
+            if exact and step >= exact_at + 100:
                 break
     model.eval()
     exp = tmp_path_factory.mktemp("overfit_exp")
