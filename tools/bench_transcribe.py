@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark of ``asrkit transcribe``: real-time factor and where the time goes, and a long recording.
 
-    python tools/bench_transcribe.py --model recipes/mini/exp/tiny_ctc --data recipes/mini/data/test \
-        [--decode-config conf/decode_ctc_prefix_lm.yaml --lm recipes/mini/exp/lm_lstm] [--minutes 60]
+    python tools/bench_transcribe.py --model recipes/mini/exp/small --data recipes/mini/data/test \
+        [--decode-config recipes/mini/exp/small/tune_dev/decode.yaml] [--minutes 60]
 
 1. The data dir's utterances as separate files (after the model is loaded): WER, RTF and its split
    (loading, features, encoder, search).
