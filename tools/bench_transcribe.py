@@ -103,7 +103,7 @@ def main() -> int:
     mode = decode.mode if decode else "greedy"
     print(f"model {args.model}, decode {mode}{' + LM ' + args.lm if args.lm else ''}, {args.threads} thread(s), "
           f"{args.num_workers} loader worker(s); model loaded in {load_s:.2f} s (not counted)")
-    print(f"| input | audio (s) | WER % | wall (s) | RTF | load | features | encoder | search | notes |")
+    print("| input | audio (s) | WER % | wall (s) | RTF | load | features | encoder | search | notes |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for name, audio, sc, st, notes in rows:
         print(f"| {name} | {audio:.0f} | {100 * sc.wer:.2f} | {st.wall:.2f} | {st.rtf:.4f} | {st.load:.2f} | "

@@ -14,7 +14,7 @@ import torch
 
 from asrkit.audio.io import AudioError
 from asrkit.audio.vad import (VadConfig, Window, fixed_windows, frame_energies, frame_geometry, plan_segments,
-                              speech_regions, speech_segments)
+                              speech_regions)
 
 SR = 16000
 TOL = 0.05  # seconds: segment boundaries against the truth

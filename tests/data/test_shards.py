@@ -2,7 +2,6 @@
 utterance is read exactly once per epoch by one (rank, worker) pair, equal batch counts per rank, resume."""
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import random
@@ -18,6 +17,7 @@ from asrkit.data.sampler import FRAMES_PER_SECOND
 from asrkit.data.shards import (ShardError, ShardStream, assign_shards, read_shard_set, round_robin_skips,
                                 write_shards)
 from asrkit.data.table import write_table
+from tool_loader import load_tool
 
 REPO = Path(__file__).resolve().parents[2]
 SR = 16000
@@ -194,9 +194,7 @@ def test_a_shard_missing_an_indexed_utterance_is_an_error_naming_it(shards, tmp_
 
 
 def test_make_shards_tool(shards, tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("make_shards", REPO / "tools" / "make_shards.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_tool("make_shards")
     out = tmp_path / "out"
     assert tool.main(["--utts-per-shard", "10", "--no-progress", str(shards["data"]), str(out)]) == 0
     assert "3 shards, 23 utterances" in capsys.readouterr().out

@@ -3,7 +3,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from asrkit.nets.representation import FeatureRepresentation
 from asrkit.nets.transformer import TransformerEncoder

@@ -7,11 +7,9 @@ come from hashlib over the bytes the test made, independently of the tool.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import io
 import os
 import subprocess
-import sys
 import tarfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,13 +17,11 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import pytest
+from tool_loader import load_tool
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "recipes" / "librispeech" / "local" / "download_and_untar.sh"
-_spec = importlib.util.spec_from_file_location("asrkit_tools_download", REPO / "tools" / "download.py")
-dl = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = dl  # dataclasses look their module up there
-_spec.loader.exec_module(dl)  # type: ignore[union-attr]
+dl = load_tool("download")
 
 TRANS = "1-2-0000 HELLO WORLD\n1-2-0001 GOOD MORNING\n"
 

@@ -13,7 +13,6 @@ The slow part is the module fixture ``recipe`` (the recipe itself, about 1.5 min
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -33,6 +32,7 @@ from scipy.signal import resample_poly
 
 from asrkit.data.datadir import read_data_dir, validate_data_dir
 from asrkit.data.table import read_table
+from tool_loader import load_tool
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = REPO / "recipes" / "librispeech" / "run.sh"
@@ -50,11 +50,7 @@ EPOCHS = 2
 
 
 def _synth_module():
-    spec = importlib.util.spec_from_file_location("make_synthetic_corpus", REPO / "tools" / "make_synthetic_corpus.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up there
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
+    return load_tool("make_synthetic_corpus")
 
 
 def make_librispeech_tree(root: Path) -> Dict[str, Dict[str, str]]:

@@ -1,9 +1,7 @@
 """tools/make_results.py: RESULTS.md from decode dirs scored by asrkit score, checked against jiwer."""
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Dict, List
@@ -14,6 +12,7 @@ import pytest
 from asrkit.config import load_decode_config, save_config
 from asrkit.data.table import write_table
 from asrkit.score.wer import score_files, write_report
+from tool_loader import load_tool
 
 REPO = Path(__file__).resolve().parents[2]
 REFS = {
@@ -29,15 +28,7 @@ HYPS = {  # (setting, set) -> hypotheses with substitutions, deletions and inser
 }
 
 
-def _tool():
-    spec = importlib.util.spec_from_file_location("make_results", REPO / "tools" / "make_results.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up there
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
-
-
-mr = _tool()
+mr = load_tool("make_results")
 
 
 def _make_exp(tmp_path: Path) -> Path:

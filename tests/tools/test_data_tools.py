@@ -1,7 +1,6 @@
 """tools/*data_dir*.py, combine_data.py, utt2spk_to_spk2utt.py, compute_utt2dur.py: thin CLIs over asrkit.data.datadir."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -12,16 +11,14 @@ import pytest
 import soundfile as sf
 
 from asrkit.data.datadir import read_data_dir
+from tool_loader import load_tool
 
 REPO = Path(__file__).resolve().parents[2]
 SR = 16000
 
 
 def tool(name: str):
-    spec = importlib.util.spec_from_file_location(f"tool_{name}", REPO / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool(name)
 
 
 def make_dir(d: Path, utts, spk=lambda u: u[:2], audio_dir: Path | None = None) -> Path:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import importlib.util
 import json
 import math
 import sys
@@ -19,6 +18,7 @@ import yaml
 from asrkit.config import ConfigError, load_config
 from asrkit.text.tokenizer import CharTokenizer
 from asrkit.train.optim import lr_factor
+from tool_loader import load_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "tools" / "espnet_bench.py"
@@ -26,11 +26,7 @@ TOOL = ROOT / "tools" / "espnet_bench.py"
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("espnet_bench", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("espnet_bench")
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +44,8 @@ def test_tiny_ctc_maps_to_the_same_model_and_training(bench, tiny):
     assert fc["fmin"] == 20 and fc["fmax"] == 8000 and isinstance(fc["fmin"], int) and fc["htk"] is True
     ec = conf["encoder_conf"]
     assert conf["encoder"] == "transformer"
-    assert (ec["output_size"], ec["attention_heads"], ec["linear_units"], ec["num_blocks"]) == (144, 4, 576, 4)
+    assert (ec["output_size"], ec["attention_heads"], ec["linear_units"], ec["num_blocks"]) == (
+        enc.d_model, enc.num_heads, enc.ffn_dim, enc.num_layers) == (144, 4, 576, 4)
     assert ec["dropout_rate"] == ec["positional_dropout_rate"] == 0.1 and ec["input_layer"] == "conv2d"
     # ctc_weight 1.0: no decoder at all
     assert conf["model_conf"]["ctc_weight"] == 1.0 and "decoder" not in conf

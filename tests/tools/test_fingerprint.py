@@ -1,14 +1,12 @@
 """tools/fingerprint.py: what changes a recipe step's fingerprint, and what does not."""
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
+from tool_loader import load_tool
 
 REPO = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("fingerprint", REPO / "tools" / "fingerprint.py")
-fp = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(fp)
+fp = load_tool("fingerprint")
 
 
 def test_inputs_that_change_the_fingerprint_and_those_that_do_not(tmp_path, monkeypatch):

@@ -2,19 +2,16 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from tool_loader import load_tool
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("make_lm_text", REPO / "tools" / "make_lm_text.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("make_lm_text")
 
 
 def _kaldi(path: Path, rows: dict) -> Path:

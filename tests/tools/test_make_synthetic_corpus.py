@@ -1,7 +1,6 @@
 """tools/make_synthetic_corpus.py and tools/synthesizers.py: espeak-ng, festival and flite speech in Kaldi data dirs."""
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import subprocess
@@ -19,6 +18,7 @@ import torch
 import torchaudio.functional as AF
 
 from asrkit.data.table import read_table
+from tool_loader import load_tool
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "tools" / "make_synthetic_corpus.py"
@@ -34,11 +34,7 @@ needs_all = pytest.mark.skipif(not HAVE_ALL, reason="festival or flite is not in
 
 
 def _load_tool():
-    spec = importlib.util.spec_from_file_location("make_synthetic_corpus", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("make_synthetic_corpus")
 
 
 @pytest.fixture(scope="module")
