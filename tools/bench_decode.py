@@ -3,7 +3,8 @@
 
 Usage: tools/bench_decode.py [--vocabs 29 500 5000 | char bpe500] [--batch 32] [--frames 250]
            [--beams 10 50] [--threads 1 2] [--lms none token word] [--repeats 3]
-           [--decoders prefix prefix-exact api greedy pyctcdecode flashlight] [--lm-dir exp/bench_decode]
+           [--decoders prefix prefix-exact prefix-lexicon api greedy pyctcdecode flashlight flashlight-lexicon]
+           [--lm-dir exp/bench_decode] [--order 4]
            [--lm-weight 0.5] [--token-topk 8] [--token-min-logp -12] [--blank-skip 0.999]
            [--fl-token-beam N] [--markdown FILE] [--profile N]
 
@@ -14,8 +15,9 @@ Inputs (every decoder sees the same log-probs; one utterance = 10 s = 250 frames
     (sentences no LM saw; tools/make_bench_lm.py writes it, the tokenizers and the LMs) are
     tokenized with LM_DIR/NAME/tokenizer.json, each token spread over 1-3 frames with blanks
     between, --confusion of the tokens get a competitor (another token or blank) with 25-65% of
-    the mass, every frame gets noise (:func:`text_log_probs`). LMs: "token" = LM_DIR/NAME/4gram.arpa
-    (over the tokenizer's pieces), "word" = LM_DIR/word_4gram.arpa.
+    the mass, every frame gets noise (:func:`text_log_probs`). LMs: "token" = LM_DIR/NAME/ORDERgram.arpa
+    (over the tokenizer's pieces), "word" = LM_DIR/word_ORDERgram.arpa (ORDER = --order, default 4;
+    for 3-grams run tools/make_bench_lm.py --order 3 and pass --order 3).
 
 Decoders ("prefix" etc. need only asrkit; the peers come with `pip install -e '.[bench]'`, best in
 a separate venv made by tools/setup_bench_env.sh):
@@ -27,6 +29,11 @@ a separate venv made by tools/setup_bench_env.sh):
   flashlight    torchaudio.models.decoder.ctc_decoder, lexicon-free, log_add=True (flashlight-text's
                 LexiconFreeDecoder directly if torchaudio lacks it), beam_size_token = --fl-token-beam
                 (default: --token-topk + 1, the candidates asrkit keeps); LM: token
+  prefix-lexicon  "prefix" with the word scorer's lexicon= constraint (the word LM's own words); LM: word
+  flashlight-lexicon  torchaudio's ctc_decoder with a lexicon file (the word LM's words spelled in the
+                tokens, "▁" as its silence token: flashlight-text's LexiconDecoder), the same
+                beam_size_token and log_add; LM: word. Its inputs get one "▁" frame after the last
+                word (flashlight completes a word at its separator). Its hypotheses are its words.
 LM fusion is the same everywhere: score = log P_ctc + w ln P_lm (w = --lm-weight; flashlight's
 KenLM gives log10, so it gets lm_weight = w ln 10; pyctcdecode's alpha = w, beta = 0), no bonus.
 asrkit runs a token LM with asrkit.lm.ngram_scorer(units="token"), the word LM with units="word".
@@ -193,13 +200,25 @@ class Setup:
         index = {t: i for i, t in enumerate(self.token_list)}
         return [index[c] for c in text if c in index]
 
-    def asrkit_lm(self, kind: str, unk_offset: float = 0.0) -> Any:
-        """The asrkit scorer for LM `kind` (the ARPA is loaded once)."""
-        from asrkit.lm import load_ngram, ngram_scorer
+    def asrkit_lm(self, kind: str, unk_offset: float = 0.0, lexicon: bool = False) -> Any:
+        """The asrkit scorer for LM `kind` (the ARPA is loaded once); ``lexicon``: the word scorer
+        constrained to the word LM's own words (:meth:`lexicon_words`)."""
+        from asrkit.lm import ngram_scorer
+
+        words = self.lexicon_words() if lexicon else None
+        return ngram_scorer(self.ngram(kind), self.token_list, units=kind, unk_offset=unk_offset, lexicon=words)
+
+    def ngram(self, kind: str) -> Any:
+        """The loaded asrkit NgramLM of kind `kind`."""
+        from asrkit.lm import load_ngram
 
         if kind not in self.lms:
             self.lms[kind] = load_ngram(self.lm_paths[kind])
-        return ngram_scorer(self.lms[kind], self.token_list, units=kind, unk_offset=unk_offset)
+        return self.lms[kind]
+
+    def lexicon_words(self) -> List[str]:
+        """The word LM's vocabulary without <s>, </s>, <unk>: the lexicon of the lexicon rows."""
+        return [w for w in self.ngram("word").vocab if w not in ("<s>", "</s>", "<unk>")]
 
 
 def random_setup(vocab: int, args: argparse.Namespace) -> Setup:
@@ -241,9 +260,9 @@ def _asrkit_decoder(name: str, setup: Setup, beam: int, lm: str, args: argparse.
                     trace: bool = False) -> Callable[[range], List[Hyp]]:
     scorers, weights = {}, {}
     if lm != "none":
-        scorer = setup.asrkit_lm(lm, args.unk_offset)
+        scorer = setup.asrkit_lm(lm, args.unk_offset, lexicon=name == "prefix-lexicon")
         scorers, weights = {"lm": _traced(scorer) if trace else scorer}, {"lm": args.lm_weight}
-    if name in ("prefix", "api"):
+    if name in ("prefix", "api", "prefix-lexicon"):
         prune = dict(token_topk=args.token_topk, token_min_logp=args.token_min_logp,
                      blank_skip_threshold=args.blank_skip)
     else:
@@ -330,7 +349,7 @@ def profile_asrkit(name: str, setup: Setup, beam: int, lm: str, args: argparse.N
     ops = [e for e in events if not e.key.startswith("lm.")]
     calls = sum(e.count for e in ops if e.key.startswith("aten::"))
     steps = args.frames
-    if name == "prefix" and args.blank_skip is not None:  # the loop visits only the kept frames
+    if name in ("prefix", "prefix-lexicon") and args.blank_skip is not None:  # the loop visits only the kept frames
         steps = int((setup.lp[..., 0] <= math.log(args.blank_skip)).sum(1).max())
     print(f"  profile {name} {setup.name} lm={lm} beam={beam}: {total * 1000:.1f} ms under the profiler, "
           f"{calls} aten calls = {calls / steps:.0f} per step ({steps} steps)")
@@ -390,6 +409,72 @@ def _flashlight_decoder(setup: Setup, beam: int, lm: str, args: argparse.Namespa
                               blank_token=blank, sil_token=blank, **opts).decoder
     except (ImportError, RuntimeError, AttributeError):
         decoder = _flashlight_text_decoder(setup.token_list, lm_path, opts)
+    return _flashlight_runner(setup, decoder)
+
+
+def write_flashlight_lexicon(setup: Setup, path: str, sil: str) -> int:
+    """Write flashlight's lexicon file for the word LM's words (``WORD t1 t2 ... sil`` a line, spelled by
+    the setup's tokenizer; words it can spell only with ``<unk>`` are left out). Returns the words written."""
+    unk, count = setup.tokenizer.unk_id, 0
+    with open(path, "w", encoding="utf-8") as fh:
+        for word in setup.lexicon_words():
+            ids = setup.tokenizer.encode(word)
+            if ids and unk not in ids:
+                fh.write(f"{word} {' '.join(setup.token_list[i] for i in ids)} {sil}\n")
+                count += 1
+    return count
+
+
+def _flashlight_lexicon_decoder(setup: Setup, beam: int, lm: str, args: argparse.Namespace,
+                                tmpdir: str) -> Callable[[range], List[Hyp]]:
+    """torchaudio's ctc_decoder with a lexicon (flashlight-text's LexiconDecoder) and the word LM.
+
+    The lexicon is the word LM's vocabulary (:meth:`Setup.lexicon_words`), each word spelled with the
+    setup's tokenizer (words it cannot spell without ``<unk>`` are left out) and, as flashlight's
+    lexicons are written, ending in the silence token, here the lone word-boundary token "▁". A word
+    is only complete after its separator, and the inputs have none after the last word (flashlight
+    then drops it: 1 error per utterance), so this decoder's inputs get one more frame, "▁" with
+    probability 1 - 1e-5. Same beam, token beam, LM weight (w ln 10 on KenLM's log10) and log_add as
+    the lexicon-free row; word score 0, unk score -inf (only listed words). Hypotheses: the words."""
+    try:
+        from torchaudio.models.decoder import ctc_decoder
+    except ImportError as exc:
+        raise PeerMissing(f"torchaudio's ctc_decoder is not usable ({exc})") from exc
+    if setup.tokenizer is None or lm != "word":
+        raise ValueError("flashlight-lexicon needs a text setup and the word LM")
+    sil = "\u2581"
+    if sil not in setup.token_list:
+        raise ValueError(f"flashlight-lexicon: no lone {sil!r} token to use as the word separator")
+    sil_id = setup.token_list.index(sil)
+    lexicon = os.path.join(tmpdir, f"lexicon_{setup.vocab}.txt")
+    write_flashlight_lexicon(setup, lexicon, sil)
+    token_beam = args.fl_token_beam or min(setup.vocab, (args.token_topk or setup.vocab) + 1)
+    wrapper = ctc_decoder(lexicon=lexicon, tokens=setup.token_list, lm=setup.lm_paths["word"], nbest=1,
+                          beam_size=beam, beam_size_token=token_beam, beam_threshold=50.0,
+                          lm_weight=args.lm_weight * math.log(10), word_score=0.0, unk_score=float("-inf"),
+                          sil_score=0.0, log_add=True, blank_token=setup.token_list[0], sil_token=sil)
+    decoder, word_dict = wrapper.decoder, wrapper.word_dict
+    batch, frames, vocab = setup.lp.shape
+    lp = torch.full((batch, frames + 1, vocab), math.log(1e-5 / (vocab - 1)))
+    lp[:, :frames] = setup.lp
+    lp[torch.arange(batch), setup.lens, sil_id] = math.log1p(-1e-5)  # the separator after the last word
+    lens = (setup.lens + 1).tolist()
+    base, stride = lp.data_ptr(), lp.stride(0) * lp.element_size()
+
+    def run(rows: range, _keep: torch.Tensor = lp) -> List[Hyp]:  # _keep: decode reads lp's memory
+        out = []
+        for b in rows:  # word ids -> text (-1: no word)
+            words = decoder.decode(base + b * stride, lens[b], vocab)[0].words
+            out.append(" ".join(word_dict.get_entry(w) for w in words if w >= 0))
+        return out
+
+    return run
+
+
+def _flashlight_runner(setup: Setup, decoder: Any) -> Callable[[range], List[Hyp]]:
+    """Decode batch rows with a flashlight decoder straight from the input's memory: token ids of the
+    CTC collapse of the best hypothesis's path."""
+    vocab = setup.vocab
     lp, lens = setup.lp, setup.lens.tolist()
     base, stride = lp.data_ptr(), lp.stride(0) * lp.element_size()
 
@@ -453,6 +538,8 @@ DECODERS: Dict[str, Decoder] = {
     "pyctcdecode": Decoder(lambda setup, beam, lm, args, tmpdir: _pyctcdecode_decoder(setup, beam, lm, args),
                            ("none", "word"), peer="pyctcdecode"),
     "flashlight": Decoder(_flashlight_decoder, ("none", "token"), peer="flashlight.lib.text.decoder"),
+    "prefix-lexicon": Decoder(_asrkit("prefix-lexicon"), ("word",)),
+    "flashlight-lexicon": Decoder(_flashlight_lexicon_decoder, ("word",), peer="torchaudio.models.decoder"),
 }
 
 
@@ -688,7 +775,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                                     line += f"  WER {100 * c['wer']:.1f}%"
                                     cells[2] = f"{100 * c['wer']:.1f}%"
                             print(line, flush=True)
-                            if args.profile and name in ("prefix", "prefix-exact") and workers == 1:
+                            if args.profile and name in ("prefix", "prefix-exact", "prefix-lexicon") \
+                                    and workers == 1:
                                 profile_asrkit(name, setup, beam, lm, args)
                             if md is not None:
                                 md.write(f"| {setup.name} | {lm} | {b} | {workers} | {name} | "

@@ -159,3 +159,32 @@ def test_split_times_cover_the_search_parts(tool):
     assert set(split) == {"checks", "setup", "loop", "end", "total"}
     assert all(v > 0 for v in split.values()) and split["total"] >= split["loop"] + split["setup"]
     assert tool.ctc_prefix._run_loop is real
+
+
+def test_lexicon_rows(tool, lm_dir, tmp_path, capsys):
+    # prefix-lexicon: the word scorer constrained to the word LM's words, so every output word is one of them
+    md = tmp_path / "results.md"
+    rc = tool.main(["--vocabs", "char", "--batch", "4", "--frames", "60", "--beams", "4", "--threads", "1",
+                    "--decoders", "prefix", "prefix-lexicon", "--lms", "word", "--order", "2",
+                    "--lm-dir", str(lm_dir), "--repeats", "1", "--markdown", str(md)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "prefix-lexicon" in out and md.read_text().count("| prefix-lexicon |") == 1
+    args = tool.parse_args(["--vocabs", "char", "--batch", "4", "--frames", "60", "--order", "2",
+                            "--lm-dir", str(lm_dir)])
+    setup = tool.text_setup("char", args)
+    words = set(setup.lexicon_words())
+    assert words == {w for s in SENTENCES for w in s.split()}  # the LM's vocabulary, no <s> </s> <unk>
+    hyps = tool._asrkit_decoder("prefix-lexicon", setup, 4, "word", args)(range(4))
+    assert all(w in words for h in hyps for w in setup.text(h).split())
+
+
+def test_flashlight_lexicon_file(tool, lm_dir, tmp_path):
+    args = tool.parse_args(["--vocabs", "char", "--order", "2", "--lm-dir", str(lm_dir)])
+    setup = tool.text_setup("char", args)
+    path = tmp_path / "lexicon.txt"
+    assert tool.write_flashlight_lexicon(setup, str(path), "\u2581") == len(setup.lexicon_words())
+    for line in path.read_text(encoding="utf-8").splitlines():
+        word, *spelling = line.split(" ")
+        assert spelling[-1] == "\u2581"  # flashlight's words end at their separator
+        assert "".join(spelling[:-1]) == word  # char tokens spell the word letter by letter
