@@ -37,6 +37,9 @@ listed words' (words outside the LM score as ``<unk>`` plus ``unk_offset``), a t
 scores -inf, and a boundary or ``</s>`` is allowed only after a whole listed word. Finished
 hypotheses score as with this scorer (no lexicon) fused with :class:`asrkit.search.lexicon.LexiconScorer`
 (tested); the look-ahead counts listed words only, and the work is one scorer's ops instead of two.
+The search's ``token_min_logp`` floor can cut exactly the tokens a lexicon search needs to spell a listed
+word near an unlisted one: on tools/bench_decode.py's char inputs (7.5% OOV words, beam 10) WER was 14.3%
+with the default floor of -12 and 11.2% without it (no slower): pass ``token_min_logp=None`` with a lexicon.
 
 ``unk_offset`` (ln) is added to every word outside the LM and, with look-ahead, to partial words
 that no LM word starts with (their look-ahead is then ``<unk>``'s plus the offset): a negative
@@ -137,7 +140,8 @@ class WordNgramScorer:
     (``<unk>``, ``<sos/eos>``/``</s>``) or leaves them out. Ids are checked against ``token_list``.
 
     Per call, with no host sync: ``score`` five gathers/adds over the (N, C) candidates;
-    ``select_state`` about 25 ops over (N,) rows with one searchsorted (:meth:`NgramLM.word_logprob`);
+    ``select_state`` about 20 ops over (N,) rows with one searchsorted (:meth:`NgramLM.word_logprob`
+    inlined, the closing and final terms of a word from one row of a per-n-gram table);
     ``final_score`` one slice. Memory: the LM's state tables (:meth:`NgramLM.state_tables`) and 8
     bytes per (trie node, token) while that fits ``dense_max_entries`` (a 4,284-word LM: 13,301 nodes,
     3.4 MB with 31 char tokens, 51 MB with 500 BPE pieces), else 16 per trie edge and a searchsorted
@@ -269,6 +273,7 @@ class WordNgramScorer:
         slot = {SKIP: 0, CONT: 0, START: 1, END: 2}
         self.token_slot = torch.tensor([slot[k] for k in kinds], dtype=torch.long, device=dev)  # (V,)
         self.col_is_start = torch.tensor(col_kind == START, device=dev)  # (V+1,)
+        self.col_hist = torch.where(self.col_is_start, 2, 1)  # (V+1,) the ints column of the next history
         la_t = torch.tensor(la, dtype=torch.float32, device=dev)
         word_t = torch.tensor(word, dtype=torch.long, device=dev)
         c0 = torch.where(word_t == lm.unk_id, self.unk_offset, 0.0) - la_t  # unk offset - LA
@@ -278,12 +283,22 @@ class WordNgramScorer:
             neg_la[SINK] = 0.0  # rows there are dead: keep -inf + inf (NaN) out of their scores
         # the empty word: closing it changes nothing (NgramLM.word_logprob of the pad word: ln P 0, the same state)
         c0[ROOT], word_t[ROOT] = 0.0, lm.pad_id
-        self.node_word = word_t.unsqueeze(1)  # (nodes, 1) LM word id
-        self.node_floats = torch.stack([c0, neg_la], 1)  # (nodes, 2)
+        self.node_word = word_t  # (nodes,) LM word id
+        # (nodes, 3): what the node adds to each column of the state's floats (see _state)
+        self.node_floats = torch.stack([neg_la, c0, c0], 1)
         self.la = la_t
+        self._lm_tables(lm)
+
+    def _lm_tables(self, lm: NgramLM) -> None:
+        """Per n-gram row of the LM's state key table: [0, ln P, ln P + ln P(</s> | the state it leads to)],
+        so that one row gather gives the closing and the final term of a word (see _state)."""
+        t = lm.state_tables()
+        self.row_floats = torch.stack([torch.zeros_like(t.prob), t.prob, t.prob + t.eos.take(t.next_state)], 1)
+        self.backoff_flat = t.backoff.reshape(-1)  # (S * order,)
+        self.bo_cols = torch.tensor([0.0, 1.0, 1.0], device=t.prob.device)  # the back-off joins columns 1, 2
 
     _TENSORS = ("trans", "la_next", "edge_keys", "edge_dst", "col_stay", "col_start", "col_is_start", "col_is_end",
-                "token_slot", "node_word", "node_floats", "la")
+                "col_hist", "token_slot", "node_word", "node_floats", "la", "row_floats", "backoff_flat", "bo_cols")
 
     def _to(self, device: torch.device) -> None:
         device = torch.device(device)
@@ -304,13 +319,22 @@ class WordNgramScorer:
         return torch.where(self.edge_keys.take(pos) == key, self.edge_dst.take(pos), other)
 
     def _state(self, node: torch.Tensor, hist: torch.Tensor) -> WordNgramState:
-        """The state of trie nodes ``node`` (M,) after LM states ``hist`` (M,): one n-gram lookup."""
-        lp, closed = self.lm.word_logprob(hist, self.node_word.index_select(0, node))  # (M, 1) each
-        nf = self.node_floats.index_select(0, node)  # (M, 2) unk offset - LA, -LA
-        close = lp + nf[:, :1]  # ln P(word | hist) (+ offset) - LA(word); 0 for the empty word
-        final = self.lm.state_eos.take(closed) + close
-        return WordNgramState(torch.cat([node.unsqueeze(1), hist.unsqueeze(1), closed], 1),
-                              torch.cat([nf[:, 1:], close, final], 1))
+        """The state of trie nodes ``node`` (M,) after LM states ``hist`` (M,): one n-gram lookup.
+
+        :meth:`NgramLM.word_logprob` inlined, with 1-D gathers and no concatenation of floats: each op
+        costs a few microseconds of dispatch whatever its size, and this runs once per search step."""
+        t = self.lm.state_tables()
+        # node may be int32 (the dense trie table's dtype): index_select takes it as it is
+        query = t.chain_keys.index_select(0, hist).add_(self.node_word.index_select(0, node).unsqueeze(1))
+        pos = torch.searchsorted(t.keys, query)  # sentinel at the end: pos is always a valid row
+        # the matching columns are the last ones (suffix closure): the first match is the longest
+        col = torch.eq(t.keys.take(pos), query).max(1, keepdim=True)[1]  # (M, 1)
+        row = pos.gather(1, col).squeeze(1)  # (M,) the n-gram found
+        bo = self.backoff_flat.take(torch.add(col.squeeze(1), hist, alpha=self.lm.order)).unsqueeze(1)  # (M, 1)
+        # [0, ln P(word | hist), that + ln P(</s> | closed)] + [-LA, unk offset - LA, the same]: the floats
+        floats = torch.addcmul(self.row_floats.index_select(0, row), bo, self.bo_cols)
+        floats += self.node_floats.index_select(0, node)
+        return WordNgramState(torch.stack([node.long(), hist, t.next_state.take(row)], 1), floats)
 
     # -- protocol --
     def init_state(self, batch: int, beam: int, device: torch.device) -> WordNgramState:
@@ -334,7 +358,8 @@ class WordNgramScorer:
         ints = state.ints.index_select(0, index)  # (M, 3)
         col = tokens + 1  # 0 for -1
         node = self._next_node(ints[:, 0], col)
-        hist = torch.where(self.col_is_start.take(col), ints[:, 2], ints[:, 1])  # a boundary closes the word
+        # a boundary closes the word: the history becomes the closed state (column 2), else stays (column 1)
+        hist = ints.gather(1, self.col_hist.take(col).unsqueeze(1)).squeeze(1)
         return self._state(node, hist)
 
     def final_score(self, state: WordNgramState) -> torch.Tensor:
