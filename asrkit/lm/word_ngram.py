@@ -152,7 +152,7 @@ class WordNgramScorer:
                  blank_id: int = 0, unk_id: Optional[int] = None, sos_eos_id: Optional[int] = None,
                  unk_offset: float = DEFAULT_UNK_OFFSET, word_boundary: Optional[str] = None,
                  dense_max_entries: int = DENSE_TRIE_MAX_ENTRIES, lexicon: Optional[Iterable[str]] = None) -> None:
-        self.lm, self.lookahead, self.unk_offset = lm, lookahead, float(unk_offset)
+        self.lm, self.lookahead, self.unk_offset, self.order = lm, lookahead, float(unk_offset), lm.order
         token_list = list(token_list)
         blank_id = find_special(token_list, blank_id, (), "blank_id")
         unk_id = find_special(token_list, unk_id, _UNK_NAMES, "unk_id")
@@ -273,7 +273,7 @@ class WordNgramScorer:
         slot = {SKIP: 0, CONT: 0, START: 1, END: 2}
         self.token_slot = torch.tensor([slot[k] for k in kinds], dtype=torch.long, device=dev)  # (V,)
         self.col_is_start = torch.tensor(col_kind == START, device=dev)  # (V+1,)
-        self.col_hist = torch.where(self.col_is_start, 2, 1)  # (V+1,) the ints column of the next history
+        self.col_hist = torch.where(self.col_is_start, 2, 1)[:, None]  # (V+1, 1) the ints column of the next history
         la_t = torch.tensor(la, dtype=torch.float32, device=dev)
         word_t = torch.tensor(word, dtype=torch.long, device=dev)
         c0 = torch.where(word_t == lm.unk_id, self.unk_offset, 0.0) - la_t  # unk offset - LA
@@ -283,7 +283,7 @@ class WordNgramScorer:
             neg_la[SINK] = 0.0  # rows there are dead: keep -inf + inf (NaN) out of their scores
         # the empty word: closing it changes nothing (NgramLM.word_logprob of the pad word: ln P 0, the same state)
         c0[ROOT], word_t[ROOT] = 0.0, lm.pad_id
-        self.node_word = word_t  # (nodes,) LM word id
+        self.node_word = word_t.unsqueeze(1)  # (nodes, 1) LM word id
         # (nodes, 3): what the node adds to each column of the state's floats (see _state)
         self.node_floats = torch.stack([neg_la, c0, c0], 1)
         self.la = la_t
@@ -292,7 +292,8 @@ class WordNgramScorer:
     def _lm_tables(self, lm: NgramLM) -> None:
         """Per n-gram row of the LM's state key table: [0, ln P, ln P + ln P(</s> | the state it leads to)],
         so that one row gather gives the closing and the final term of a word (see _state)."""
-        t = lm.state_tables()
+        # cached: NgramLM.state_tables() costs ~13 us a call (module buffer look-ups), once per search step
+        self.tables = t = lm.state_tables()
         self.row_floats = torch.stack([torch.zeros_like(t.prob), t.prob, t.prob + t.eos.take(t.next_state)], 1)
         self.backoff_flat = t.backoff.reshape(-1)  # (S * order,)
         self.bo_cols = torch.tensor([0.0, 1.0, 1.0], device=t.prob.device)  # the back-off joins columns 1, 2
@@ -307,6 +308,7 @@ class WordNgramScorer:
         for name in self._TENSORS:
             if hasattr(self, name):
                 setattr(self, name, getattr(self, name).to(device))
+        self.tables = self.lm.state_tables()  # the moved LM's buffers
 
     def _next_node(self, node: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
         """Trie node after columns ``col`` = token + 1 (0: the search's -1, no change) from ``node``; broadcasts."""
@@ -323,18 +325,18 @@ class WordNgramScorer:
 
         :meth:`NgramLM.word_logprob` inlined, with 1-D gathers and no concatenation of floats: each op
         costs a few microseconds of dispatch whatever its size, and this runs once per search step."""
-        t = self.lm.state_tables()
+        t = self.tables
         # node may be int32 (the dense trie table's dtype): index_select takes it as it is
-        query = t.chain_keys.index_select(0, hist).add_(self.node_word.index_select(0, node).unsqueeze(1))
+        query = t.chain_keys.index_select(0, hist).add_(self.node_word.index_select(0, node))  # (M, order)
         pos = torch.searchsorted(t.keys, query)  # sentinel at the end: pos is always a valid row
         # the matching columns are the last ones (suffix closure): the first match is the longest
         col = torch.eq(t.keys.take(pos), query).max(1, keepdim=True)[1]  # (M, 1)
         row = pos.gather(1, col).squeeze(1)  # (M,) the n-gram found
-        bo = self.backoff_flat.take(torch.add(col.squeeze(1), hist, alpha=self.lm.order)).unsqueeze(1)  # (M, 1)
+        bo = self.backoff_flat.take(torch.add(col, hist.view(-1, 1), alpha=self.order))  # (M, 1)
         # [0, ln P(word | hist), that + ln P(</s> | closed)] + [-LA, unk offset - LA, the same]: the floats
         floats = torch.addcmul(self.row_floats.index_select(0, row), bo, self.bo_cols)
         floats += self.node_floats.index_select(0, node)
-        return WordNgramState(torch.stack([node.long(), hist, t.next_state.take(row)], 1), floats)
+        return WordNgramState(torch.stack([node, hist, t.next_state.take(row)], 1), floats)  # int64 (promoted)
 
     # -- protocol --
     def init_state(self, batch: int, beam: int, device: torch.device) -> WordNgramState:
@@ -359,7 +361,7 @@ class WordNgramScorer:
         col = tokens + 1  # 0 for -1
         node = self._next_node(ints[:, 0], col)
         # a boundary closes the word: the history becomes the closed state (column 2), else stays (column 1)
-        hist = ints.gather(1, self.col_hist.take(col).unsqueeze(1)).squeeze(1)
+        hist = ints.gather(1, self.col_hist.index_select(0, col)).view(-1)
         return self._state(node, hist)
 
     def final_score(self, state: WordNgramState) -> torch.Tensor:

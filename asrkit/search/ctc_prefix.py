@@ -205,6 +205,7 @@ class _Beam:
             self.bonus[..., n_cand] = 0.0
             self.fusion_buf = self.bonus.expand(batch, beam, cols).clone()  # + weighted scorer scores
             self.fusion_ext = self.fusion_buf[:, :, :n_cand]
+            self.bonus_ext = self.bonus[:, :, :n_cand]  # a view made once: indexing costs microseconds per step
         # (B, 4, K) rows: prefix hash, parent-prefix hash, last token (blank for the empty prefix),
         # "single" = 1 unless the last two tokens are equal. A merge into a prefix comes from its
         # parent's total, or only from the parent's pb when the prefix ends in a doubled token.
@@ -345,11 +346,11 @@ def _score_candidates(i: int, s: _Beam, fr: _Frames, scorers: Mapping[str, Batch
     """Weighted scorer scores (+ length bonus) of this frame's extension tokens into s.fusion_ext."""
     batch, beam = s.pnb.shape
     n_cand = fr.n_cand
-    tokens = fr.ctok[i].expand(batch, beam, n_cand).reshape(batch * beam, n_cand)
+    tokens = fr.ctok_k[i].reshape(batch * beam, n_cand)  # (N, C): a copy of the expanded (B, K, C) view
     for j, (name, sc) in enumerate(scorers.items()):
         scores = sc.score(s.states[name], tokens).view(batch, beam, n_cand).to(s.fusion_buf.dtype)
         if j == 0:
-            torch.add(s.bonus[:, :, :n_cand], scores, alpha=weights[name], out=s.fusion_ext)
+            torch.add(s.bonus_ext, scores, alpha=weights[name], out=s.fusion_ext)
         else:
             s.fusion_ext.add_(scores, alpha=weights[name])
 
