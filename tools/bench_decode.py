@@ -85,6 +85,10 @@ class PeerMissing(RuntimeError):
     """An optional peer decoder is not installed."""
 
 
+class Unsupported(ValueError):
+    """A decoder cannot be set up for this input (the run skips its row and says why)."""
+
+
 # ----------------------------------------------------------------------------- inputs
 
 def peaky_log_probs(batch: int, frames: int, vocab: int, seed: int, nonblank: float = 0.35) -> torch.Tensor:
@@ -445,10 +449,12 @@ def _flashlight_lexicon_decoder(setup: Setup, beam: int, lm: str, args: argparse
     except ImportError as exc:
         raise PeerMissing(f"torchaudio's ctc_decoder is not usable ({exc})") from exc
     if setup.tokenizer is None or lm != "word":
-        raise ValueError("flashlight-lexicon needs a text setup and the word LM")
+        raise Unsupported("flashlight-lexicon needs a text setup and the word LM")
     sil = "\u2581"
-    if sil not in setup.token_list:
-        raise ValueError(f"flashlight-lexicon: no lone {sil!r} token to use as the word separator")
+    if sil not in setup.token_list or any(t.startswith(sil) and t != sil for t in setup.token_list):
+        # Sentencepiece pieces carry the separator at the start of the next word, so no word of these inputs
+        # ends in it (measured: 92% WER with these spellings, 52% spelled without the separator).
+        raise Unsupported(f"set up for tokens with a lone {sil!r} between words (char), not word pieces")
     sil_id = setup.token_list.index(sil)
     lexicon = os.path.join(tmpdir, f"lexicon_{setup.vocab}.txt")
     write_flashlight_lexicon(setup, lexicon, sil)
@@ -757,7 +763,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                         if lm not in spec.lms or (spec.beamless and beam != args.beams[0]):
                             continue
                         for workers in args.threads:
-                            fn = spec.build(setup, beam, lm, args, tmpdir)
+                            try:
+                                fn = spec.build(setup, beam, lm, args, tmpdir)
+                            except Unsupported as exc:  # a decoder that cannot take this input: say so, go on
+                                print(f"{name:12s} {setup.name:13s} lm={lm:5s} beam={beam:3d}: skipped ({exc})")
+                                break
                             runner = Runner(fn, args.batch, workers)
                             try:
                                 sec, cpu, hyps = bench(runner, args.repeats)

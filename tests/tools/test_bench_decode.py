@@ -188,3 +188,15 @@ def test_flashlight_lexicon_file(tool, lm_dir, tmp_path):
         word, *spelling = line.split(" ")
         assert spelling[-1] == "\u2581"  # flashlight's words end at their separator
         assert "".join(spelling[:-1]) == word  # char tokens spell the word letter by letter
+
+
+def test_a_decoder_that_cannot_take_the_input_is_skipped_with_the_reason(tool, monkeypatch, capsys):
+    def build(setup, beam, lm, args, tmpdir):
+        raise tool.Unsupported("no such input here")
+
+    monkeypatch.setitem(tool.DECODERS, "picky", tool.Decoder(build, ("none",)))
+    rc = tool.main(["--vocabs", "5", "--batch", "2", "--frames", "10", "--beams", "2", "--threads", "1",
+                    "--decoders", "picky", "prefix", "--repeats", "1", "--no-reference"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "picky" in out and "skipped (no such input here)" in out
+    assert "prefix       V=5 random" in out  # the next decoder still ran
