@@ -80,8 +80,9 @@ def run_module(module: str, tests: List[str], jobs: int, work: Path) -> ModuleRe
     copied = ["asrkit", "tests", "tools", "conf", "recipes"]
     for name in copied:
         shutil.copytree(REPO / name, work / name, ignore=shutil.ignore_patterns("__pycache__", "data", "exp"))
+    shutil.copy2(REPO / "README.md", work / "README.md")  # tests run its code examples (decode_ctc's)
     selection = "\n    ".join(tests)
-    also_copy = "\n    ".join(copied[2:])
+    also_copy = "\n    ".join(copied[2:] + ["README.md"])
     (work / "setup.cfg").write_text(
         "[mutmut]\nsource_paths = asrkit\n"
         f"also_copy =\n    {also_copy}\n"

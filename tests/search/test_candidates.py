@@ -8,14 +8,15 @@ import asrkit.search.candidates as candidates
 from asrkit.search.candidates import top_tokens
 
 
-@pytest.mark.parametrize("vocab,count", [(29, 8), (31, 29), (320, 8), (500, 8), (1031, 8), (1031, 1), (5000, 8),
-                                         (5000, 24), (4096, 5)])
+@pytest.mark.parametrize("vocab,count", [(29, 8), (29, 1), (31, 29), (320, 8), (500, 8), (1031, 8), (1031, 1),
+                                         (5000, 8), (5000, 24), (4096, 5)])
 @pytest.mark.parametrize("subset", [False, True])
 def test_top_tokens_equal_torch_topk_over_the_non_blank_tokens(vocab: int, count: int, subset: bool,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     # Catches: a best token missed by the row/column crossing (e.g. only C instead of C + 1 rows or
     # columns kept while the blank takes one), the partial last row (V not a multiple of m) lost,
-    # the blank returned, rows of a chunk boundary or of the row subset mixed up.
+    # the blank returned, rows of a chunk boundary or of the row subset mixed up, a vocabulary smaller than
+    # one row of the (q, m) view sent to the row/column maxima (V=29 with one candidate).
     monkeypatch.setattr(candidates, "_CHUNK", 7 * vocab)  # several chunks, the last one partial
     gen = torch.Generator().manual_seed(vocab + count)
     x = (torch.randn(40, vocab, generator=gen) * 3).log_softmax(-1)
