@@ -11,7 +11,7 @@ import torch
 
 from asrkit.search import ctc_prefix_beam_search, decode_ctc
 from reference_ctc_prefix import reference_prefix_search
-from test_ctc_prefix import BigramScorer, peaky_log_probs
+from test_ctc_prefix import BigramScorer, peaky_log_probs, random_log_probs, ref_nbest, topk_candidates
 
 README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 CHARS = ["<blank>", "<unk>", "'", " ", "a", "b", "c"]
@@ -166,3 +166,132 @@ def test_nan_and_inf_are_named_without_the_search_checks() -> None:
     lp[1, 4, 3] = float("inf")
     with pytest.raises(ValueError, match="utterance 1 \\(batch row 1\\), frame 4: log_probs has a positive value"):
         decode_ctc(lp, None, CHARS)
+
+
+def test_defaults_are_the_documented_ones() -> None:
+    # Catches: a changed default beam (10), nbest (1), lm_weight (0.5) or pruning (token_topk 8,
+    # token_min_logp -12, blank_skip_threshold 0.999): the results must be the reference search's with those.
+    gen = torch.Generator().manual_seed(21)
+    lp = random_log_probs(2, 20, 30, gen, scale=0.5)  # flat frames: the 9th best token would matter
+    lp[1, 5:9] = torch.tensor([0.9995, *([0.0005 / 29] * 29)], dtype=torch.float64).log()  # skipped frames
+    tokens = ["<blank>"] + [chr(0x61 + i) for i in range(29)]
+    got = decode_ctc(lp, [20, 17], tokens, nbest=10)
+    one = decode_ctc(lp, [20, 17], tokens)
+    for b, n in enumerate([20, 17]):
+        ref = ref_nbest(lp[b], n, 10, candidates=topk_candidates(lp[b], 8, -12.0), skip_blank_above=0.999)
+        assert [tuple(h.tokens) for h in got[b]] == [r[0] for r in ref]
+        assert [h.score for h in got[b]] == pytest.approx([r[1] for r in ref], abs=1e-9)
+        assert len(one[b]) == 1 and one[b][0].tokens == got[b][0].tokens
+    lm = BigramScorer(30, gen)
+    with_lm = decode_ctc(lp, [20, 17], tokens, lm=lm, nbest=3)
+    want = ctc_prefix_beam_search(lp, torch.tensor([20, 17]), nbest=3, scorers={"lm": lm}, weights={"lm": 0.5})
+    assert [[h.score for h in row] for row in with_lm] == [[h.score for h in row] for row in want.to_lists()]
+
+
+@pytest.mark.parametrize("prune", [dict(token_topk=1), dict(token_min_logp=-1.5)])
+def test_pruning_options_are_passed_on(prune: dict) -> None:
+    # Catches: token_topk or token_min_logp dropped on the way to the search (here they change the result).
+    gen = torch.Generator().manual_seed(7)
+    lp = random_log_probs(2, 12, 7, gen, scale=0.7)
+    got = decode_ctc(lp, None, CHARS, beam=4, nbest=4, blank_skip_threshold=None, **prune)
+    want = ctc_prefix_beam_search(lp, torch.tensor([12, 12]), beam=4, blank_skip_threshold=None,
+                                  **{**dict(token_topk=None, token_min_logp=None), **prune}).to_lists()
+    exact = ctc_prefix_beam_search(lp, torch.tensor([12, 12]), beam=4, token_topk=None, token_min_logp=None,
+                                   blank_skip_threshold=None).to_lists()
+    mine = [[h.tokens for h in row] for row in got]
+    assert mine == [[h.tokens for h in row] for row in want]
+    assert mine != [[h.tokens for h in row] for row in exact]  # the option matters on this input
+
+
+def test_decoded_carries_the_ctc_score_and_token_frames() -> None:
+    # Catches: Decoded.ctc_score or token_frames left empty or taken from the wrong field.
+    gen = torch.Generator().manual_seed(8)
+    lp = peaky_log_probs(2, 20, 7, gen)
+    lm = BigramScorer(7, gen)
+    got = decode_ctc(lp, [20, 15], CHARS, beam=4, nbest=4, lm=lm)
+    want = ctc_prefix_beam_search(lp, torch.tensor([20, 15]), beam=4, scorers={"lm": lm}, weights={"lm": 0.5})
+    for mine, ref in zip(got, want.to_lists()):
+        assert [h.ctc_score for h in mine] == [h.ctc_score for h in ref]
+        assert [h.token_frames for h in mine] == [list(h.token_frames) for h in ref]
+        assert all(h.ctc_score != h.score for h in mine)  # the LM part is in score only
+
+
+def test_text_drops_eos_and_prints_word_marks_as_spaces() -> None:
+    # Catches: an emitted <sos/eos> printed in the text, "|" / "▁" printed as themselves.
+    tokens = ["<blank>", "<unk>", "<sos/eos>", "|", "\u2581", "a", "b"]
+    got = decode_ctc(spelled([5, 3, 6, 2, 4, 5], 7), None, tokens, token_topk=None)
+    assert got[0][0].tokens == [5, 3, 6, 2, 4, 5]  # the eos id stays in the ids ...
+    assert got[0][0].text == "a b a"  # ... but not in the text
+
+
+def test_inputs_that_look_odd_but_are_valid_are_accepted() -> None:
+    # Catches: the log-probability check reading padding (zero-length and length-1 utterances), a
+    # probability row with zeros taken for logits, a value rounding to just above 0 refused, whole-number
+    # float or 0-dim lengths refused, flashlight's one-character blank ("-") taken for an ordinary symbol.
+    lp = spelled([4, 5], 7).expand(3, 6, 7).clone()
+    lp[0] = 3.0  # utterance 0 has no frames: all padding
+    lp[1, 1:] = -5.0  # utterance 1 has one frame: the rest is padding, not normalised
+    lp[2, 2] = -30.0
+    lp[2, 2, 4] = 1e-6  # rounding just above zero (float64: exactly the tolerance); the row is normalised
+    got = decode_ctc(lp, torch.tensor([0.0, 1.0, 6.0]), CHARS)
+    assert got[0][0].tokens == [] and got[1][0].tokens == [4]
+    assert decode_ctc(spelled([4, 5], 7), 6, CHARS)[0][0].tokens == [4, 5]  # a 0-dim length
+    dash = ["-", "<unk>", "'", " ", "a", "b", "c"]
+    assert decode_ctc(spelled([4, 5], 7), None, dash, blank_id=0)[0][0].text == "ab"
+    probs = torch.zeros(1, 3, 7, dtype=torch.float64)
+    probs[0, :, 4] = 1.0  # one-hot probabilities: exact zeros
+    with pytest.raises(ValueError, match="frame 0: log_probs look like probabilities"):
+        decode_ctc(probs, None, CHARS)
+    with pytest.raises(ValueError, match="frame 0: log_probs has a positive value"):
+        decode_ctc(probs * 1.5, None, CHARS)  # non-negative but not summing to 1: scores, not probabilities
+
+
+@pytest.mark.parametrize("frame", [0, 3, 6])
+def test_normalisation_is_checked_on_the_first_middle_and_last_frame(frame: int) -> None:
+    # Catches: the middle ((n-1)//2) or last (n-1) checked frame moved, or the first offending one misreported.
+    lp = spelled([4, 5, 6, 4], 7, frames_per=1)[:7].clone()  # 7 frames, all normalised
+    lp[frame] -= 2.0
+    with pytest.raises(ValueError, match=f"utterance 0 \\(batch row 0\\), frame {frame}: log_probs are not normalised"):
+        decode_ctc(lp, None, CHARS)
+    one = spelled([4], 7)[:1].clone() - 2.0
+    with pytest.raises(ValueError, match="frame 0: log_probs are not normalised"):
+        decode_ctc(one, None, CHARS)  # a one-frame utterance is checked too
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(tokens=None), ValueError, "^tokens \\(the list of the V output symbols\\) is required$"),
+    (dict(tokens=list(range(7))), TypeError, "^tokens must be a sequence of strings \\(one per output class\\)$"),
+    (dict(tokens="abcdefg"), TypeError, "^tokens must be a sequence of strings"),
+    (dict(log_probs=LP[..., None]), ValueError, "or \\(frames, vocab\\), got shape \\(1, 6, 7, 1\\)"),
+    (dict(log_probs="abc"), TypeError, "log_probs must be a torch tensor.*\\(str: "),
+    (dict(lengths="six"), TypeError, "^lengths must be a torch tensor, a numpy array or a nested list"),
+    (dict(lengths=torch.tensor([True])), ValueError, "lengths must be integers, got torch.bool"),
+    (dict(lm=pathlib.Path("lm.arpa")), TypeError, "asrkit.lm.ngram_scorer\\('lm.arpa', tokens"),
+    (dict(lm=object()), TypeError, "BatchScorer protocol .*got object$"),
+    (dict(tokens=["<blank>", " ", "'", "a", "b", "c", "d"], eos_id=2), ValueError, "pass the id of the eos token"),
+    (dict(tokens=["<blank>", "a", "b", "c", "d", "e", "f"], unk_id=0), ValueError,
+     "^blank_id and unk_id are both 0 \\('<blank>'\\)$"),
+])
+def test_more_bad_inputs_are_named(kwargs: dict, error: type, match: str) -> None:
+    args = dict(log_probs=LP, lengths=[6], tokens=CHARS)
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        decode_ctc(args.pop("log_probs"), args.pop("lengths"), args.pop("tokens"), **args)
+
+
+def test_an_lm_is_checked_for_each_special_id_and_the_blank_position() -> None:
+    # Catches: the blank or unk id of an LM scorer not compared, or named wrongly; an LM accepted with
+    # the blank moved away from id 0.
+    gen = torch.Generator().manual_seed(4)
+    lm = BigramScorer(7, gen)
+    tokens = ["<blank>", "<unk>", "'", "<sos/eos>", "a", "b", "c"]
+    lm.blank_id = 3
+    with pytest.raises(ValueError, match="built with blank_id=3, but blank_id is 0"):
+        decode_ctc(LP, [6], tokens, lm=lm)
+    lm.blank_id, lm.unk_id = 0, 2
+    with pytest.raises(ValueError, match="built with unk_id=2, but unk_id is 1"):
+        decode_ctc(LP, [6], tokens, lm=lm)
+    lm.unk_id = 1
+    moved = ["a", "<unk>", "'", "<sos/eos>", "b", "c", "<blank>"]
+    with pytest.raises(ValueError, match="^blank_id=6: an LM scorer needs the blank at id 0"):
+        decode_ctc(LP, [6], moved, lm=BigramScorer(7, gen))
