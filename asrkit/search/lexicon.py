@@ -81,7 +81,6 @@ class LexiconScorer:
         if unspellable:
             warnings.warn(f"LexiconScorer: {len(unspellable)} of {len(lexicon)} words have letters no token has and "
                           f"can never be output, e.g. {unspellable[:5]}", stacklevel=2)
-        self.vocab = len(tokens)
         self._build(lexicon, kinds, letters, dense_max_entries)
 
     def _build(self, lexicon: List[str], kinds: List[int], letters: List[str], dense_max: int) -> None:

@@ -218,3 +218,106 @@ def test_word_lm_with_lexicon_equals_word_lm_plus_lexicon_scorer(tokens):
     assert any("DOGS" in t or "TOAST" in t for t in texts), texts  # a listed word outside the LM is reachable
     for hyps in one.to_lists():
         assert all(allowed(toks, h.tokens, words) for h in hyps)
+
+
+def prefix_state(tokens, ids, words, blank, unk, eos, mark):
+    """Reference, token by token: the partial word after `ids`, or None once a token left the listed words."""
+    part = ""
+    for i in ids:
+        tok = tokens[i]
+        if i == blank or (not tok and i not in (unk, eos)):
+            continue  # the blank and empty tokens change nothing
+        if i == unk:
+            return None
+        if i == eos or tok.startswith(mark):
+            if part and part not in words:
+                return None
+            part = part if i == eos else tok[len(mark):]
+        else:
+            part += tok
+        if part and not any(w.startswith(part) for w in words):
+            return None
+    return part
+
+
+# (tokens, words, keyword arguments): special ids by other names or given, an empty token, a lexicon that
+# lists the <unk> token's name, pieces only (no letter token: no trie edges), a piece that starts no word
+CASES = [  # ..., and a 7-token sequence that stays on listed words
+    (CHARS, WORDS + ["<unk>"], {}, [4, 5, 3, 6, 3, 4, 5]),
+    (["<b>", "[UNK]", "</s>", MARK, "A", "B", "C", ""], WORDS + ["[UNK]"], dict(blank_id=0, unk_id=1),
+     [4, 7, 5, 3, 6, 2, 3]),
+    (["<blank>", "<unk>", "<eos>", "|", "A", "B", "C", MARK + "A"], WORDS, dict(word_boundary="|"),
+     [4, 5, 3, 6, 2, 4, 5]),
+    (["<blank>", "<end>", MARK + "AB", MARK + "C", MARK + "BA", MARK + "Z"], WORDS, dict(sos_eos_id=1),
+     [2, 3, 0, 4, 1, 2, 0]),
+]
+
+
+@pytest.mark.filterwarnings("ignore:LexiconScorer")  # the listed <unk> names cannot be spelled: intended
+@pytest.mark.parametrize("case", range(len(CASES)))
+@pytest.mark.parametrize("dense_max", [None, 1])
+def test_every_token_against_the_reference_rule(case, dense_max):
+    """Catches: a special token (by any of its names, or given by id) treated as letters, an empty token
+    not skipped, a dead end that a boundary revives, a word-initial piece outside the trie, a trie without
+    letter edges, the dense/sparse tables or final_score disagreeing with the rule."""
+    tokens, words, kw, valid = CASES[case]
+    lex = LexiconScorer(words, tokens, **kw, **({} if dense_max is None else {"dense_max_entries": dense_max}))
+    assert lex.dense == (dense_max is None)
+    names = {t: i for i, t in enumerate(tokens)}
+    blank = kw.get("blank_id", 0)
+    unk = kw.get("unk_id", names.get("<unk>"))
+    eos = kw.get("sos_eos_id", next((names[n] for n in ("<sos/eos>", "</s>", "<eos>") if n in names), None))
+    mark = kw.get("word_boundary", MARK)
+    rng = torch.Generator().manual_seed(case)
+    n, steps = 64, 7
+    seqs = torch.randint(0, len(tokens), (n, steps), generator=rng)
+    seqs[:8] = torch.tensor(valid)
+    state = lex.init_state(n, 1, torch.device("cpu"))
+    every = torch.arange(len(tokens)).expand(n, -1)
+    for t in range(steps):
+        got = lex.score(state, every)
+        for r in range(n):
+            for tok in range(len(tokens)):
+                ok = prefix_state(tokens, seqs[r, :t].tolist() + [tok], words, blank, unk, eos, mark) is not None
+                assert float(got[r, tok]) == (0.0 if ok else -math.inf), (tokens, seqs[r, :t].tolist(), tok)
+        state = lex.select_state(state, torch.arange(n), seqs[:, t])
+        final = lex.final_score(state)
+        for r in range(n):
+            part = prefix_state(tokens, seqs[r, :t + 1].tolist(), words, blank, unk, eos, mark)
+            ok = part is not None and (not part or part in words)
+            assert float(final[r]) == (0.0 if ok else -math.inf)
+    assert prefix_state(tokens, valid, words, blank, unk, eos, mark) is not None
+    assert bool((final[:8] == 0.0).all())  # the valid rows end after a whole word
+
+
+def test_error_messages_name_the_problem_exactly():
+    with pytest.raises(ValueError, match="^LexiconScorer: the word list is empty$"):
+        LexiconScorer([" "], CHARS)
+    for what in ("sos_eos_id", "unk_id", "blank_id"):
+        with pytest.raises(ValueError, match=f"^LexiconScorer: {what}=7 is outside the token list \\(0 \\.\\. 6\\)$"):
+            LexiconScorer(WORDS, CHARS, **{what: 7})
+    many = ["<blank>", MARK] + [chr(0x100 + i) for i in range(70)]
+    with pytest.raises(ValueError) as err:
+        LexiconScorer(["zz", "zy", "zx", "zw", "zv", "zu"], many)
+    letters = "".join(sorted(set("".join(many[1:]))))
+    assert str(err.value) == (f"LexiconScorer: no word of the list can be spelled with these tokens (e.g. "
+                              f"['zu', 'zv', 'zw', 'zx', 'zy']; token letters: {letters[:60]!r})")
+    twelve = ["<blank>"] + [chr(0x61 + i) for i in range(12)]
+    with pytest.raises(ValueError) as err:
+        LexiconScorer(WORDS, twelve)
+    shown = ", ".join(repr(t) for t in twelve[1:])
+    assert str(err.value) == ("LexiconScorer needs one word-boundary mark (no token starts with '\u2581' or '|' "
+                              f"or ' '); tokens: [{shown}]")
+    with pytest.raises(ValueError) as err:
+        LexiconScorer(WORDS, twelve + ["m"], word_boundary="#")
+    assert str(err.value).endswith(f"(no token starts with '#'); tokens: [{shown}, ...]")
+    with pytest.raises(ValueError, match="no token starts with ''"):
+        LexiconScorer(WORDS, CHARS, word_boundary="")
+
+
+def test_unspellable_words_warn_at_the_callers_line():
+    with pytest.warns(UserWarning) as rec:
+        LexiconScorer(["AB", "XX", "Q1", "Q2", "Q3", "Q4", "Q5"], CHARS)
+    message = str(rec[0].message)
+    assert "6 of 7 words have letters no token has" in message and "['Q1', 'Q2', 'Q3', 'Q4', 'Q5']" in message
+    assert rec[0].filename == __file__  # stacklevel: the line that built the scorer
