@@ -72,13 +72,10 @@ _UNK_NAMES = ("<unk>", "<UNK>", "[UNK]", "<oov>")
 _EOS_NAMES = ("<sos/eos>", "</s>", "<eos>")
 
 
-def find_special(token_list: Sequence[str], given: Optional[int], names: Sequence[str], what: str,
-                 required: bool = False) -> Optional[int]:
+def find_special(token_list: Sequence[str], given: Optional[int], names: Sequence[str], what: str) -> Optional[int]:
     """Validate an explicit special id against the token list, or find it by name (None if absent)."""
     if given is None:
         found = [i for i, t in enumerate(token_list) if t in names]
-        if not found and required:
-            raise ValueError(f"{what}: no token named {' or '.join(names)} in the token list; pass {what} explicitly")
         return found[0] if found else None
     if not 0 <= int(given) < len(token_list):
         raise ValueError(f"{what}={given} is outside the token list (0 .. {len(token_list) - 1})")
@@ -243,7 +240,6 @@ class WordNgramScorer:
                         edges[(src, tok + 1)] = node_of[w[:j]]
         start_node = [node_of.get(s, SINK) if k == START else ROOT for k, s in zip(kinds, letters)]
         dev = lm.device
-        self.n_nodes = n_nodes
         self.dense = n_nodes * width <= dense_max
         col_kind = np.array([SKIP] + kinds, dtype=np.int64)  # column 0: the search's -1 (no change)
         if self.dense:

@@ -6,8 +6,10 @@ import warnings
 import pytest
 import torch
 
+import asrkit.lm.word_ngram as word_ngram_module
 from asrkit.lm import DEFAULT_UNK_OFFSET, NgramScorer, WordNgramScorer, load_ngram, ngram_scorer
-from test_ngram import CHAR_TOKENS, FIXTURES, OOV_WORDS, SP_TOKENS, TOL, WORDS, RefLM, spell, write_random_arpa
+from test_ngram import (CHAR_TOKENS, FIXTURES, OOV_WORDS, SP_TOKENS, TOL, WORDS, RefLM, RefWordSearch, spell,
+                        write_random_arpa)
 from test_word_ngram import walk
 
 MARK = "\u2581"
@@ -137,3 +139,85 @@ def test_lexicon_needs_a_word_lm():
         ngram_scorer(FIXTURES / "chars_2gram.arpa", ["<blank>", "<unk>", "<sos/eos>", MARK, "A"], lexicon=["A"])
     with pytest.raises(ValueError, match="the lexicon is empty"):
         quiet(ngram_scorer, FIXTURES / "words_3gram.arpa", CHAR_TOKENS, units="word", lexicon=[" "])
+
+
+PIECES_ONLY = ["<blank>", "<unk>", "<sos/eos>", MARK + "THE", MARK + "CAT", MARK + "A", MARK + "ZZZ", MARK]
+
+
+@pytest.mark.parametrize("tokens,lookahead,unk_offset", [
+    (CHAR_TOKENS + [""], True, -4.0), (CHAR_TOKENS, False, 0.0), (CHAR_TOKENS, False, -3.0),
+    (PIECES_ONLY, True, -2.0), (SP_TOKENS, True, 0.0)])
+@pytest.mark.parametrize("dense_max", [None, 1])
+def test_every_token_scores_as_the_reference_step(tmp_path, tokens, lookahead, unk_offset, dense_max):
+    """Each token's score after random prefixes, against RefWordSearch.step_score: the look-ahead of every
+    prefix (the best unigram of the LM words it starts, or <unk> + offset), letters scoring 0 without
+    look-ahead, the blank and an empty token scoring 0 and changing nothing, word-initial pieces with no
+    letter token in the set (no trie edges) and one that starts no LM word, </s> at every point."""
+    path = write_random_arpa(tmp_path / "w.arpa", WORDS, 3, seed=5, closed=False)
+    kw = {} if dense_max is None else {"dense_max_entries": dense_max}
+    scorer = quiet(WordNgramScorer, load_ngram(path), tokens, lookahead=lookahead, unk_offset=unk_offset, **kw)
+    assert scorer.dense == (dense_max is None)
+    ref = RefWordSearch(RefLM(path), tokens, lookahead, unk_offset)
+    rng = random.Random(len(tokens) + int(lookahead))
+    n, steps = 12, 9
+    seqs = [[rng.randrange(-1, len(tokens)) for _ in range(steps)] for _ in range(n)]
+    state = scorer.init_state(n, 1, torch.device("cpu"))
+    refs = [(["<s>"], "")] * n
+    every = torch.arange(len(tokens)).expand(n, -1)
+    for t in range(steps):
+        got = scorer.score(state, every)
+        for r in range(n):
+            want = [ref.step_score(refs[r], tok) for tok in range(len(tokens))]
+            assert got[r].tolist() == pytest.approx(want, abs=1e-4), (seqs[r][:t], tokens)
+        toks = torch.tensor([s[t] for s in seqs])
+        state = scorer.select_state(state, torch.arange(n), toks)
+        refs = [ref.advance(refs[r], seqs[r][t]) for r in range(n)]
+    assert scorer.final_score(state).tolist() == pytest.approx([ref.step_score(s, 2) for s in refs], abs=1e-4)
+
+
+def test_messages_name_ids_marks_and_tokens_exactly(word_lm):
+    full = CHAR_TOKENS  # <blank>, <unk>, <sos/eos>, ▁, 15 letters
+    last = len(full) - 1
+    for what in ("blank_id", "unk_id", "sos_eos_id"):
+        with pytest.raises(ValueError, match=f"^{what}={last + 1} is outside the token list \\(0 \\.\\. {last}\\)$"):
+            WordNgramScorer(word_lm, full, **{what: last + 1})
+    for what, name in (("unk_id", "<unk>"), ("sos_eos_id", "<sos/eos>")):
+        with pytest.raises(ValueError, match=f"^{what}=3 is token '▁', a word boundary: pass the id of the "
+                                             f"tokenizer's {name} token \\(or None\\)$"):
+            WordNgramScorer(word_lm, full, **{what: 3})
+    twelve = ["<blank>"] + [chr(0x61 + i) for i in range(12)]
+    with pytest.raises(ValueError) as err:
+        WordNgramScorer(word_lm, twelve)
+    shown = ", ".join(repr(t) for t in twelve[1:])
+    assert str(err.value) == ("the word LM needs a word-boundary token: no token starts with any of '▁', '|', ' '; "
+                              f"tokens: [{shown}] (12 in all). Pass word_boundary=... naming the mark, or use a "
+                              "token-unit LM (units='token')")
+    with pytest.raises(ValueError, match=f"^word_boundary '#': no token starts with it; tokens: \\[{shown}, \\.\\.\\.\\]"
+                                         " \\(13 in all\\)$"):
+        WordNgramScorer(word_lm, twelve + ["m"], word_boundary="#")
+    with pytest.raises(ValueError, match="^tokens start with several word-boundary marks \\('▁', '\\|'\\): pass "):
+        WordNgramScorer(word_lm, full + ["|"])
+    with pytest.raises(ValueError, match="^WordNgramScorer: the lexicon is empty$"):
+        quiet(WordNgramScorer, word_lm, full, lexicon=["<s>", " "])
+    # with word_boundary given, only that mark makes a special token a boundary: '|eos|' is a fine </s>
+    odd = ["<blank>", "<unk>", "|eos|", "#"] + full[4:]
+    assert quiet(WordNgramScorer, word_lm, odd, word_boundary="#", sos_eos_id=2).sos_eos_id == 2
+
+
+def test_missing_letters_warning_lists_them_exactly(tmp_path):
+    """The count, the first 8 tokens, the LM's letters (60 at most), and the caller's line; none when every
+    token letter is in the LM (also a token spelling the LM's whole alphabet)."""
+    letters = [chr(0x100 + i) for i in range(70)]
+    lm = load_ngram(write_random_arpa(tmp_path / "w.arpa", letters + ["AB"], 2, seed=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        WordNgramScorer(lm, ["<blank>", "<unk>", "<sos/eos>", MARK, "A", "B", MARK + "AB", "".join(letters) + "AB"])
+    extra = [f"X{i}" for i in range(10)]
+    with pytest.warns(UserWarning) as rec:
+        WordNgramScorer(lm, ["<blank>", "<unk>", "<sos/eos>", MARK, "A"] + extra)
+    alphabet = "".join(sorted(set("".join(letters) + "AB")))
+    shown = ", ".join(repr(t) for t in extra[:8])
+    assert str(rec[0].message) == (f"10 of 15 tokens have letters that no word of the LM contains, so words spelled "
+                                   f"with them score as <unk>: [{shown}, ...] (10 in all); LM letters: "
+                                   f"{alphabet[:60]!r}")
+    assert rec[0].filename != word_ngram_module.__file__  # stacklevel: not the library's own line
