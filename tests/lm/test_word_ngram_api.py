@@ -221,3 +221,14 @@ def test_missing_letters_warning_lists_them_exactly(tmp_path):
                                    f"with them score as <unk>: [{shown}, ...] (10 in all); LM letters: "
                                    f"{alphabet[:60]!r}")
     assert rec[0].filename != word_ngram_module.__file__  # stacklevel: not the library's own line
+
+
+def test_lookahead_is_on_by_default(word_lm):
+    # Catches: a changed default (the docstring's "default on"): the first letter of a word scores its look-ahead.
+    tokens = CHAR_TOKENS
+    on, off = (quiet(WordNgramScorer, word_lm, tokens, lookahead=la) for la in (True, False))
+    default = quiet(WordNgramScorer, word_lm, tokens)
+    every = torch.arange(len(tokens))[None]
+    state = default.init_state(1, 1, torch.device("cpu"))
+    assert torch.equal(default.score(state, every), on.score(on.init_state(1, 1, torch.device("cpu")), every))
+    assert not torch.equal(default.score(state, every), off.score(off.init_state(1, 1, torch.device("cpu")), every))
