@@ -45,21 +45,6 @@ DENSE_MAX_ENTRIES = 2 ** 26
 _KEY_SENTINEL = torch.iinfo(torch.int64).max  # appended to every key table: no clamp needed
 
 
-def _backoff_log10(ngrams: List[dict], context: Tuple[str, ...], word: str) -> float:
-    """Dictionary back-off over the given tables (log10); used only to fill inserted suffixes."""
-    total = 0.0
-    while True:
-        entry = ngrams[len(context)].get(context + (word,))
-        if entry is not None and entry[0] is not None:
-            return total + entry[0]
-        if not context:
-            raise KeyError(word)
-        ctx_entry = ngrams[len(context) - 1].get(context)
-        if ctx_entry is not None:
-            total += ctx_entry[1]
-        context = context[1:]
-
-
 def _close_contexts(lm: ArpaLM) -> List[Dict[Tuple[str, ...], Tuple[float, float]]]:
     """Copy the tables, inserting every missing suffix (w2..wk) and prefix (w1..w(k-1)) of a listed k-gram.
 
@@ -85,9 +70,8 @@ def _close_contexts(lm: ArpaLM) -> List[Dict[Tuple[str, ...], Tuple[float, float
         table = tables[k - 1]
         for words, (prob, bo) in table.items():
             if prob is None:
-                ctx = tables[k - 2].get(words[:-1])
-                ctx_bo = ctx[1] if ctx is not None else 0.0
-                table[words] = (ctx_bo + _backoff_log10(tables[:k - 1], words[1:-1], words[-1]), bo)
+                # back-off: bo(prefix) + log10 P of the suffix, which is in the model (inserted ones filled already)
+                table[words] = (tables[k - 2][words[:-1]][1] + tables[k - 2][words[1:]][0], bo)
     return tables
 
 

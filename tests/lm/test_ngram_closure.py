@@ -40,6 +40,9 @@ ngram 3=3
 
 \\end\\
 """
+# An order-4 model whose 4-gram lacks its prefix "B C A", itself filled from the inserted "C A".
+ARPA4 = ARPA3.replace("ngram 3=3\n", "ngram 3=3\nngram 4=1\n").replace(
+    "\\end\\", "\\4-grams:\n-0.15\tB C A B\n\n\\end\\")
 ARPA1 = """\\data\\
 ngram 1=5
 
@@ -55,7 +58,7 @@ ngram 1=5
 WORDS = ["A", "B", "C", "Z"]  # Z: not in the LM (<unk>)
 
 
-@pytest.fixture(params=[ARPA3, ARPA1], ids=["trigram", "unigram"])
+@pytest.fixture(params=[ARPA3, ARPA4, ARPA1], ids=["trigram", "4-gram", "unigram"])
 def arpa(request, tmp_path):
     path = tmp_path / "lm.arpa"
     path.write_text(request.param, encoding="utf-8")
@@ -63,7 +66,7 @@ def arpa(request, tmp_path):
 
 
 def sentences():
-    return [list(s) for n in range(4) for s in itertools.product(WORDS, repeat=n)]
+    return [list(s) for n in range(5) for s in itertools.product(WORDS, repeat=n)]
 
 
 def test_every_path_equals_the_dictionary_reference(arpa):
@@ -95,7 +98,7 @@ def test_every_path_equals_the_dictionary_reference(arpa):
         state = scorer.init_state(n, 1, torch.device("cpu"))
         totals = torch.zeros(n, dtype=torch.float64)
         every = torch.arange(len(tokens)).expand(n, -1)
-        for t in range(3):
+        for t in range(4):
             scores = scorer.score(state, every)
             toks = torch.tensor([tokens.index(s[t]) if t < len(s) else -1 for s in seqs])
             for r, s in enumerate(seqs):
@@ -126,10 +129,13 @@ def test_tables_are_exact_ln_values_and_never_saved(arpa):
     assert lm.state_dict() == {}
 
 
-def test_an_arpa_without_sentence_marks_is_refused(tmp_path):
+def test_an_arpa_without_sentence_marks_or_with_unknown_words_is_refused(tmp_path):
     path = tmp_path / "lm.arpa"
     path.write_text(ARPA1.replace("-0.8\t</s>\n", "").replace("ngram 1=5", "ngram 1=4"), encoding="utf-8")
     with pytest.raises(ValueError, match="^ARPA model has no </s> in its 1-grams$"):
+        load_ngram(path)
+    path.write_text(ARPA3.replace("-0.7\tB C", "-0.7\tB X"), encoding="utf-8")
+    with pytest.raises(ValueError, match="^word 'X' occurs in the 2-gram 'B X' but not in the 1-grams$"):
         load_ngram(path)
 
 
