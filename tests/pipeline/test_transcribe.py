@@ -1,8 +1,8 @@
 """Transcription of recordings of any length: word times and confidences, voice-activity segments, overlapping
 windows stitched at the seams, loader workers, safe file names, failures named and the rest transcribed.
 
-The model is a small CTC model overfitted to six utterances of eight espeak-ng words separated by silences,
-so every word's true start and end are known (the synthesized word, trimmed of its own silence).
+The model is a small Conformer CTC model overfitted to utterances of eight espeak-ng words separated by
+silences, so every word's true start and end are known (the synthesized word, trimmed of its own silence).
 """
 from __future__ import annotations
 
@@ -43,11 +43,12 @@ def _synthesize(word: str, path: Path) -> np.ndarray:
     return audio[loud[0]: loud[-1] + 1]  # the word alone: its first and last audible samples are the truth
 
 
-def _utterance(ids, word_audio, lead=0.45, tail=0.4):
-    """Waveform, text, [(word, start, end)] of words separated by silence."""
+def _utterance(ids, word_audio, lead=0.45, tail=0.4, phase=0):
+    """Waveform, text, [(word, start, end)] of words separated by silence (the gaps cycle through GAPS
+    from index ``phase``)."""
     parts, truth, t = [], [], 0.0
     for k, i in enumerate(ids):
-        gap = lead if k == 0 else GAPS[(k - 1) % len(GAPS)]
+        gap = lead if k == 0 else GAPS[(k - 1 + phase) % len(GAPS)]
         parts += [np.zeros(int(gap * SR), np.float32), word_audio[i]]
         t += int(gap * SR) / SR
         truth.append((WORDS[i], t, t + len(word_audio[i]) / SR))
@@ -64,49 +65,86 @@ def _batch(wavs, texts, tok):
             "token_lens": torch.tensor([len(i) for i in ids])}
 
 
+def _crops(word_audio, rng, count):
+    """``count`` (waveform, word ids) stretches of 1.5-4 s of random 12-word streams (any phase of the gaps).
+    Half are cut at random points of the silences before their first and after their last word; half anywhere,
+    as the fixed segmenter's windows are, labelled with the words whose middle is inside."""
+    out = []
+    while len(out) < count:
+        wav, _, truth = _utterance(tuple(rng.integers(0, len(WORDS), 12)), word_audio, 0.3, 0.3,
+                                   phase=int(rng.integers(len(GAPS))))
+        duration = rng.uniform(1.5, 4.0)
+        if len(out) % 2:
+            a = rng.uniform(0.0, len(wav) / SR - duration)
+            b = a + duration
+            inside = [w for w, s, e in truth if a <= (s + e) / 2 < b]
+        else:
+            ends = [0.0] + [e for _, _, e in truth]
+            starts = [s for _, s, _ in truth] + [len(wav) / SR]
+            first = int(rng.integers(len(truth)))
+            a = rng.uniform(ends[first], starts[first])  # in the silence before word `first`
+            last = max(k for k in range(first, len(truth)) if truth[k][2] <= a + duration or k == first)
+            b = rng.uniform(ends[last + 1], starts[last + 1])  # in the silence after word `last`
+            inside = [w for w, _, _ in truth[first:last + 1]]
+        if inside:
+            out.append((wav[int(a * SR): int(b * SR)], tuple(WORDS.index(w) for w in inside)))
+    return out
+
+
 @pytest.fixture(scope="module")
 def words_model(tmp_path_factory):
-    """(exp dir, waveforms, texts, truths): a CTC model whose greedy output is exact on six utterances,
-    trained with random silence before and after each utterance so that where a segment starts does not
-    matter."""
+    """(exp dir, waveforms, texts, truths, word audio): a CTC model whose greedy output is exact on the
+    training utterances and on held-out stretches of word streams, trained with random silence around each
+    utterance and on crops of word streams cut anywhere, so that where a segment or window starts does
+    not matter."""
     if shutil.which("espeak-ng") is None:
         pytest.skip("espeak-ng is not installed (make test installs it)")
     tmp = tmp_path_factory.mktemp("words")
     word_audio = [_synthesize(w, tmp / f"{w}.wav") for w in WORDS]
     wavs, texts, truths = zip(*[_utterance(o, word_audio) for o in ORDERS])
     train_ids = ORDERS + EXTRA
-    train_texts = [" ".join(WORDS[i] for i in o) for o in train_ids]
-    check_wavs = [_utterance(o, word_audio, lead, tail)[0] for o in train_ids for lead, tail in ((0.1, 0.2), (0.5, 0.5))]
-    check_texts = [t for t in train_texts for _ in range(2)]
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
+    # Held out: the training utterances with other silences, and stretches of word streams as long as a
+    # window (3-5 words: the model, trained on up to 4 s, does not generalise to much longer inputs).
+    check = [(_utterance(o, word_audio, lead, tail)[0], o)
+             for o in train_ids for lead, tail in ((0.1, 0.2), (0.5, 0.5))]
+    check += [(_utterance(o, word_audio, 0.1, 0.1, phase=k % len(GAPS))[0], o)
+              for k, o in enumerate(tuple(rng.integers(0, len(WORDS), rng.integers(3, 6))) for _ in range(6))]
+    check_texts = [" ".join(WORDS[i] for i in o) for _, o in check]
     cfg = load_config(REPO / "conf" / "tiny_ctc.yaml", [
-        "specaug.enabled=false", "model.encoder.dropout=0.0", "model.encoder.d_model=64",
-        "model.encoder.num_layers=2", "model.encoder.ffn_dim=128", "frontend.n_mels=40",
+        "specaug.enabled=false", "model.encoder.kind=conformer", "model.encoder.dropout=0.0",
+        "model.encoder.d_model=64", "model.encoder.num_layers=2", "model.encoder.ffn_dim=128", "frontend.n_mels=40",
         "tokenizer.path=tokenizer.json", "cmvn=null"])
     tok = CharTokenizer.train(texts)
     model = build_model(cfg, tok.vocab_size)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    exact_at = None
-    for step in range(1000):
+    # A constant rate left the model's errors on word streams swinging between 0 and 30% from check to
+    # check; decayed to a tenth over 600 steps they settle at 0. A 2-layer Transformer (absolute positions)
+    # still ran the last two words of some windows together for 1 seed in 4; the Conformer's convolutions
+    # make the space between two words a local decision (4 seeds of 4 exact).
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.1, 1.0 - s / 600))
+    for step in range(1500):
         model.train()
-        # Half the batch: the fixed utterances; half: random word sequences, so that a space is emitted
-        # between any two words, wherever a segment starts.
-        orders = train_ids + [tuple(rng.integers(0, len(WORDS), rng.integers(1, 5))) for _ in range(12)]
-        batch = _batch([_utterance(o, word_audio, *rng.uniform([0.05, 0.1], [0.6, 0.6]))[0] for o in orders],
-                       [" ".join(WORDS[i] for i in o) for o in orders], tok)
+        # Half the batch: the fixed utterances; half: random word sequences with long silences around them,
+        # and crops of word streams cut anywhere, so that a space is emitted between any two words, wherever
+        # a segment or a window starts.
+        short = [tuple(rng.integers(0, len(WORDS), rng.integers(1, 5))) for _ in range(6)]
+        crops = _crops(word_audio, rng, 6)
+        orders = train_ids + short + [o for _, o in crops]
+        audio = [_utterance(o, word_audio, *rng.uniform([0.05, 0.1], [0.6, 0.6]))[0] for o in train_ids + short]
+        batch = _batch(audio + [w for w, _ in crops], [" ".join(WORDS[i] for i in o) for o in orders], tok)
         loss = model(batch)["loss"]
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
         opt.step()
-        if step % 25 == 24 and step >= 100 and exact_at is None:
+        sched.step()
+        if step % 25 == 24 and step >= 600:
             model.eval()
-            out = Transcriber(model, cfg, tok, segmenter="none").transcribe(check_wavs)
+            out = Transcriber(model, cfg, tok, segmenter="none").transcribe([w for w, _ in check])
             if [r.text for r in out] == check_texts:
-                exact_at = step
-        if exact_at is not None and step >= exact_at + 150:  # some margin beyond the first exact pass
-            break
+                break
     print(f"words_model: {step + 1} steps")
     exp = tmp / "exp"
     exp.mkdir()
