@@ -1,7 +1,6 @@
 """tools/bench_decode.py: runs tiny with asrkit's decoders only (no peers, no KenLM binaries)."""
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import math
 import sys
@@ -14,20 +13,15 @@ import torch
 from asrkit.search.ctc_prefix import ctc_prefix_beam_search
 from asrkit.search.greedy import greedy_search
 from asrkit.text.tokenizer import CharTokenizer
+from tool_loader import load_tool
 
-REPO = Path(__file__).resolve().parents[2]
-TOOL = REPO / "tools" / "bench_decode.py"
 SENTENCES = ["THE CAT SAT ON THE MAT", "A DOG RAN IN THE PARK", "SHE READ A GOOD BOOK",
              "WE WALKED HOME TOGETHER", "THE SUN IS VERY WARM", "HE DRANK A CUP OF TEA"]
 
 
 @pytest.fixture(scope="module")
 def tool():
-    spec = importlib.util.spec_from_file_location("bench_decode", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("bench_decode")
 
 
 def _write_bigram_arpa(path: Path, sentences, split) -> None:
