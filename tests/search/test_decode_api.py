@@ -94,6 +94,14 @@ def test_an_lm_scorer_is_fused_with_its_weight() -> None:
 LP = torch.zeros(1, 6, 7).log_softmax(-1)
 
 
+def _decode_fails(kwargs: dict, error: type, match: str) -> None:
+    """decode_ctc on the 6-frame example with ``kwargs`` replacing its arguments raises ``error``."""
+    args = dict(log_probs=LP, lengths=[6], tokens=CHARS)
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        decode_ctc(args.pop("log_probs"), args.pop("lengths"), args.pop("tokens"), **args)
+
+
 @pytest.mark.parametrize("kwargs,error,match", [
     (dict(tokens=CHARS[:-1]), ValueError, "token list has 6 entries but log_probs has 7 classes"),
     (dict(tokens=None), ValueError, "tokens .* is required"),
@@ -120,10 +128,7 @@ LP = torch.zeros(1, 6, 7).log_softmax(-1)
     (dict(lm=object()), TypeError, "BatchScorer protocol"),
 ])
 def test_bad_inputs_are_named(kwargs: dict, error: type, match: str) -> None:
-    args = dict(log_probs=LP, lengths=[6], tokens=CHARS)
-    args.update(kwargs)
-    with pytest.raises(error, match=match):
-        decode_ctc(args.pop("log_probs"), args.pop("lengths"), args.pop("tokens"), **args)
+    _decode_fails(kwargs, error, match)
 
 
 def test_positive_values_are_found_on_valid_frames_only() -> None:
@@ -273,10 +278,7 @@ def test_normalisation_is_checked_on_the_first_middle_and_last_frame(frame: int)
      "^blank_id and unk_id are both 0 \\('<blank>'\\)$"),
 ])
 def test_more_bad_inputs_are_named(kwargs: dict, error: type, match: str) -> None:
-    args = dict(log_probs=LP, lengths=[6], tokens=CHARS)
-    args.update(kwargs)
-    with pytest.raises(error, match=match):
-        decode_ctc(args.pop("log_probs"), args.pop("lengths"), args.pop("tokens"), **args)
+    _decode_fails(kwargs, error, match)
 
 
 def test_an_lm_is_checked_for_each_special_id_and_the_blank_position() -> None:
