@@ -17,7 +17,8 @@ from typing import List, Tuple
 import torch
 
 NEG_INF = float("-inf")
-_CHUNK = 1 << 18  # numbers per chunk of rows (1 MB of float32: stays in cache)
+_CHUNK = 1 << 21  # numbers per chunk of rows (8 MB of float32: stays in L3)
+_CHUNK_ROWS = 512  # rows per chunk at most: enough to amortise the ~10 ops per chunk (measured, CPU)
 _MIN_VOCAB = 320  # below this a plain topk per row is as fast (measured, CPU)
 
 
@@ -62,7 +63,9 @@ def top_tokens(flat: torch.Tensor, rows: torch.Tensor, count: int, blank: int = 
     """
     vocab = flat.shape[1]
     total = flat.shape[0] if rows is None else rows.shape[0]
-    step = max(1, _CHUNK // vocab)
+    # Per-chunk op dispatch dominates small chunks: V = 5000 ran 1.2x faster with 419-row chunks
+    # than with 52-row (1 MB) ones, V = 500 is best at ~512 rows, V = 20000 at ~100 rows (8 MB).
+    step = max(1, min(_CHUNK_ROWS, _CHUNK // vocab))
     vals: List[torch.Tensor] = []
     ids: List[torch.Tensor] = []
     buf = flat.new_empty((min(step, total), vocab)) if rows is not None else None
