@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from asrkit.config import load_decode_config
 from asrkit.data.table import read_table
@@ -66,6 +67,23 @@ def test_mini_recipe_runs_every_stage(tmp_path):
     # a stage re-runs on its own (restartable), in the same work dir
     again = subprocess.run(cmd + ["--stage", "7"], env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "[stage 6]" not in again.stdout and "decode_test_lm: %WER" in again.stdout
+
+    # Deja-vu at depth (recipes/mini/compare_dejavu.sh) in the same work dir, at toy size: the small run stands in
+    # for plain seed 1 (kept, not retrained), Deja-vu trains, is tuned and scored; one table of both.
+    cmp = subprocess.run(
+        ["bash", str(REPO / "recipes" / "mini" / "compare_dejavu.sh"), "--workdir", str(tmp_path), "--methods",
+         "plain dejavu", "--layer", "1", "--plain-seed1-exp", "exp/small", "--train-opts",
+         TINY_TRAIN + " --set model.encoder.num_layers=2", "--run-opts", "--nproc 1 --lm-weights 0.5 --length-bonuses 0"],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert cmp.returncode == 0, cmp.stderr[-3000:]
+    assert "exp/dejavu/plain_seed1: scored already, kept" in cmp.stdout
+    assert (tmp_path / "exp/dejavu/plain_seed1").resolve() == exp.resolve()
+    dejavu = yaml.safe_load((tmp_path / "exp/dejavu/dejavu_seed1/config.yaml").read_text())
+    assert dejavu["model"]["encoder"]["dejavu_layer"] == 1 and dejavu["model"]["intermediate_loss"] == "iterated"
+    assert dejavu["model"]["interctc_weight"] == 0.3 and dejavu["model"]["encoder"]["num_layers"] == 2
+    rows = [line for line in cmp.stdout.splitlines() if line.startswith("| ")]
+    assert rows[0].startswith("| method | runs | test greedy | test LM | test_unseen greedy | test_unseen LM |")
+    assert rows[2].startswith("| plain | 1 | ") and rows[3].startswith("| dejavu | 1 | ") and len(rows) == 4
 
     # The neural-LM variant of stages 4-5 in the same work dir: a character LSTM on the LM text
     # (a small corpus here, to keep the test short).

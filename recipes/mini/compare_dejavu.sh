@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Deja-vu at depth: the --size medium model (12-layer Conformer, conf/mini_medium.yaml) trained plain, with
+# InterCTC and with Deja-vu (Tjandra et al.: the iterated loss and re-presentation of the input features),
+# the same epochs and seeds, each decoded greedily and with the tuned word LM on test and test_unseen.
+# Needs stages 0-2 and 4 of `run.sh --size medium` in --workdir (data, tokenizer, CMVN, the LM). Each run is
+# `run.sh --stage 3` then `--stage 5` into exp/dejavu/<method>_seed<N>; a run whose scores exist is kept
+# (restartable), so the medium recipe's own exp/medium can stand in for plain seed 1 (--plain-seed1-exp).
+# Prints one table: WER mean and spread over the seeds per method and test set (tools/seed_table.py).
+#
+#   bash recipes/mini/compare_dejavu.sh --workdir DIR [--methods "plain interctc dejavu"] [--seeds "1 2 3"]
+#        [--layer 6] [--weight 0.3] [--plain-seed1-exp exp/medium] [--train-opts "--set ..."]
+#        [--run-opts "--nproc 1 ..."]
+#   --run-opts  more run.sh options for every run (the same for all methods)
+#   --layer   the intermediate layer: InterCTC's loss and Deja-vu's auxiliary loss + re-presentation after it
+#             (the paper: the middle layer, 12 of 24; here 6 of 12)
+#   --weight  lambda of the intermediate loss (the paper's 0.3)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+
+workdir="$here"
+methods="plain interctc dejavu"
+seeds="1"
+layer=6
+weight=0.3
+plain_seed1_exp=""
+train_opts=""
+run_opts=""
+. "$root/tools/parse_options.sh"
+cd "$workdir"
+
+declare -A method_opts=(
+  [plain]=""
+  [interctc]="--set model.encoder.interctc_layers=[$layer] --set model.interctc_weight=$weight"
+  [dejavu]="--set model.encoder.dejavu_layer=$layer --set model.intermediate_loss=iterated --set model.interctc_weight=$weight"
+)
+exps=()
+for method in $methods; do
+  [ -n "${method_opts[$method]+set}" ] || { echo "$0: unknown method '$method' (plain, interctc, dejavu)" >&2; exit 1; }
+  for seed in $seeds; do
+    exp="exp/dejavu/${method}_seed$seed"
+    exps+=("$method=$exp")
+    if [ "$method" = plain ] && [ "$seed" = 1 ] && [ -n "$plain_seed1_exp" ] && [ ! -e "$exp" ]; then
+      mkdir -p exp/dejavu && ln -s "$(cd "$plain_seed1_exp" && pwd)" "$exp"
+    fi
+    if [ -s "$exp/decode_test_unseen_lm/scoring.log" ] || [ -s "$exp/decode_test_lm/scoring.log" ]; then
+      echo "$exp: scored already, kept"
+      continue
+    fi
+    # shellcheck disable=SC2086  # the options are meant to split
+    bash "$here/run.sh" --size medium --workdir "$workdir" --exp "$exp" --stage 3 --stop-stage 3 $run_opts \
+      --train-opts "--set train.seed=$seed ${method_opts[$method]} $train_opts"
+    # shellcheck disable=SC2086
+    bash "$here/run.sh" --size medium --workdir "$workdir" --exp "$exp" --stage 5 --stop-stage 7 $run_opts \
+      > "$exp.log" 2>&1
+  done
+done
+python "$root/tools/seed_table.py" "${exps[@]}"
