@@ -20,6 +20,7 @@ import argparse
 import sys
 from typing import List, Optional
 
+from asrkit.cli.run_options import add_run_options, resume_mode
 from asrkit.config import ConfigError, load_config
 
 
@@ -39,12 +40,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--cmvn", help="global CMVN stats from 'asrkit compute-cmvn' (default: the config's cmvn)")
     p.add_argument("--device", help="torch device (default: cuda if available, else cpu; under torchrun: "
                                     "cuda:LOCAL_RANK)")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--resume", action="store_true", help="require resuming from the latest checkpoint in --out")
-    mode.add_argument("--overwrite", action="store_true",
-                      help="delete the checkpoints, weights and logs of the experiment in --out and start again")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config value, e.g. --set train.epochs=5 (repeatable)")
+    add_run_options(p, "checkpoints, weights and logs of the experiment")
     args = p.parse_args(argv)
     try:
         cfg = load_config(args.config, args.overrides)
@@ -54,7 +50,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from asrkit.data.datadir import DataDirError
     from asrkit.train.trainer import TrainingError, train
 
-    resume = "require" if args.resume else "overwrite" if args.overwrite else "auto"
+    resume = resume_mode(args)
     try:
         train(cfg, args.out, args.train_data or args.train_shards, args.valid_data, args.tokenizer, args.cmvn, args.device, resume)
     except (FileNotFoundError, ValueError, ConfigError, DataDirError) as exc:

@@ -16,6 +16,7 @@ import os
 import sys
 from typing import List, Optional
 
+from asrkit.cli.run_options import add_run_options, resume_mode
 from asrkit.config import ConfigError, load_lm_config
 
 
@@ -31,12 +32,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--tokenizer", help="tokenizer JSON (default: the config's tokenizer.path)")
     p.add_argument("--out", required=True, help="LM dir (created; resumed if it holds checkpoints)")
     p.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--resume", action="store_true", help="require resuming from the latest checkpoint in --out")
-    mode.add_argument("--overwrite", action="store_true",
-                      help="delete the checkpoints and weights in --out and start again")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config value, e.g. --set train.epochs=5 (repeatable)")
+    add_run_options(p, "checkpoints and weights")
     args = p.parse_args(argv)
     try:
         cfg = load_lm_config(args.config, args.overrides)
@@ -46,7 +42,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from asrkit.train.lm_task import train_lm
     from asrkit.train.trainer import TrainingError
 
-    resume = "require" if args.resume else "overwrite" if args.overwrite else "auto"
+    resume = resume_mode(args)
     try:
         summary = train_lm(cfg, args.out, args.text, args.dev_text, args.tokenizer, args.plain_text, args.device,
                            resume)
