@@ -8,7 +8,8 @@ Usage: tools/bench_decode.py [--vocabs 29 500 5000 | char bpe500] [--batch 32] [
            [--lm-weight 0.5] [--token-topk 8] [--token-min-logp -12] [--blank-skip 0.999]
            [--fl-token-beam N] [--markdown FILE] [--profile N]
 
-Inputs (every decoder sees the same log-probs; one utterance = 10 s = 250 frames of 40 ms):
+Inputs (every decoder sees the same log-probs; one utterance = 10 s = 250 frames of 40 ms; the
+log-probs come from tools/bench_decode_inputs.py):
   * an integer vocab (default 29 500 5000): random "peaky" log-probs, one random dominant class per
     frame (:func:`peaky_log_probs`); tokens are meaningless, so no LM runs on them.
   * a name (char, bpe500): log-probs made from real text. Sentences of LM_DIR/heldout.txt
@@ -20,7 +21,7 @@ Inputs (every decoder sees the same log-probs; one utterance = 10 s = 250 frames
     for 3-grams run tools/make_bench_lm.py --order 3 and pass --order 3).
 
 Decoders ("prefix" etc. need only asrkit; the peers come with `pip install -e '.[bench]'`, best in
-a separate venv made by tools/setup_bench_env.sh):
+a separate venv made by tools/setup_bench_env.sh; their builders are in tools/bench_decode_peers.py):
   prefix        asrkit.search.ctc_prefix_beam_search with the pruning flags
   prefix-exact  the same search with no token pruning and no blank-frame skipping
   api           asrkit.search.decode_ctc (the checked entry point) with the prefix settings
@@ -56,176 +57,34 @@ equal and those are likelier.
 from __future__ import annotations
 
 import argparse
-import importlib
-import logging
 import math
 import multiprocessing
 import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_TOOLS = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(_TOOLS))
+if _TOOLS not in sys.path:  # the bench_decode_* siblings; appended, so tools/kenlm & co. shadow nothing
+    sys.path.append(_TOOLS)
 import asrkit.search.ctc_prefix as ctc_prefix  # noqa: E402
 from asrkit.search.api import decode_ctc  # noqa: E402
 from asrkit.search.ctc_prefix import ctc_prefix_beam_search  # noqa: E402
 from asrkit.search.greedy import greedy_search  # noqa: E402
+from bench_decode_inputs import (AUDIO_SECONDS, FRAME_SECONDS, Hyp, Setup, pick_texts,  # noqa: E402
+                                 peaky_log_probs, text_log_probs)
+from bench_decode_peers import (Unsupported, check_peers, flashlight_decoder,  # noqa: E402
+                                flashlight_lexicon_decoder, pyctcdecode_decoder)
 
-AUDIO_SECONDS = 10.0
-FRAME_SECONDS = AUDIO_SECONDS / 250  # 40 ms after subsampling
 LM_KINDS = ("none", "token", "word")
-Hyp = Any  # a decoder's raw top hypothesis: token ids (List[int]) or text (str)
-
-
-class PeerMissing(RuntimeError):
-    """An optional peer decoder is not installed."""
-
-
-class Unsupported(ValueError):
-    """A decoder cannot be set up for this input (the run skips its row and says why)."""
 
 
 # ----------------------------------------------------------------------------- inputs
-
-def peaky_log_probs(batch: int, frames: int, vocab: int, seed: int, nonblank: float = 0.35) -> torch.Tensor:
-    """(B, T, V) CTC-like log-probs. Each frame has one dominant class: blank, or (with probability
-    `nonblank`) a random token that often lasts two frames. The dominant class gets 1 - eps with
-    eps log-uniform in [1e-5, 1e-1]; eps is spread over the other classes by a softmax of N(0, 2)
-    logits, so peakiness does not depend on the vocabulary size."""
-    g = torch.Generator().manual_seed(seed)
-    is_token = torch.rand(batch, frames, generator=g) < nonblank
-    token = torch.randint(1, vocab, (batch, frames), generator=g)
-    repeat = torch.rand(batch, frames, generator=g) < 0.3
-    token[:, 1:] = torch.where(repeat[:, 1:] & is_token[:, :-1], token[:, :-1], token[:, 1:])
-    dominant = torch.where(is_token, token, 0)[..., None]
-    eps = 10 ** (torch.rand(batch, frames, 1, generator=g) * 4 - 5)
-    rest = (torch.randn(batch, frames, vocab, generator=g) * 2).scatter_(2, dominant, float("-inf"))
-    lp = rest.log_softmax(-1) + eps.log()
-    return lp.scatter_(2, dominant, torch.log1p(-eps))
-
-
-def _align(n_tokens: int, repeats: Sequence[bool], frames: int, g: torch.Generator) -> List[Tuple[int, int]]:
-    """Random CTC alignment: (start, length) frames of each token, a blank between equal neighbours."""
-    dur = torch.multinomial(torch.tensor([0.6, 0.3, 0.1]), n_tokens, True, generator=g) + 1 if n_tokens else \
-        torch.zeros(0, dtype=torch.long)
-    need = int(sum(repeats))
-    while int(dur.sum()) + need > frames and int(dur.max()) > 1:  # too long: shorten the longest
-        dur[int(dur.argmax())] -= 1
-    free = frames - int(dur.sum()) - need
-    if free < 0:
-        raise ValueError(f"{n_tokens} tokens do not fit in {frames} frames")
-    # Spread the free blank frames over the n+1 gaps (a uniformly random composition).
-    cuts = torch.sort(torch.randint(0, free + 1, (n_tokens,), generator=g)).values
-    gaps = torch.diff(torch.cat([torch.tensor([0]), cuts, torch.tensor([free])]))
-    spans, t = [], 0
-    for i in range(n_tokens):
-        t += int(gaps[i]) + int(repeats[i])
-        spans.append((t, int(dur[i])))
-        t += int(dur[i])
-    return spans
-
-
-def text_log_probs(token_seqs: Sequence[Sequence[int]], frames: int, vocab: int, seed: int,
-                   confusion: float = 0.1, competitors: Optional[Sequence[int]] = None) -> torch.Tensor:
-    """(B, T, V) log-probs that spell the given token sequences (blank id 0).
-
-    Each token covers 1-3 frames (60/30/10%) with blanks between (always between equal tokens).
-    A fraction `confusion` of the tokens share their frames' mass with a competitor: a random
-    token of `competitors` (80%) or blank (20%) gets a uniform 25-65% of it, so the best path is
-    sometimes wrong and an LM can help. Every frame's dominant mass is 1 - eps as in
-    :func:`peaky_log_probs`, eps spread over all classes."""
-    g = torch.Generator().manual_seed(seed)
-    batch = len(token_seqs)
-    comp = torch.tensor(list(competitors) if competitors is not None else range(1, vocab))
-    main = torch.zeros(batch, frames, dtype=torch.long)  # dominant class per frame (blank default)
-    other = torch.zeros(batch, frames, dtype=torch.long)  # competitor class
-    share = torch.zeros(batch, frames, dtype=torch.float64)  # competitor's share of the mass
-    for b, seq in enumerate(token_seqs):
-        repeats = [i > 0 and seq[i] == seq[i - 1] for i in range(len(seq))]
-        for i, (start, length) in enumerate(_align(len(seq), repeats, frames, g)):
-            main[b, start:start + length] = seq[i]
-            if float(torch.rand((), generator=g)) < confusion:
-                blank = float(torch.rand((), generator=g)) < 0.2
-                rival = 0 if blank else int(comp[torch.randint(len(comp), (), generator=g)])
-                if rival != seq[i]:
-                    other[b, start:start + length] = rival
-                    share[b, start:start + length] = 0.25 + 0.4 * float(torch.rand((), generator=g))
-    eps = 10 ** (torch.rand(batch, frames, 1, generator=g, dtype=torch.float64) * 4 - 5)
-    probs = eps * (torch.randn(batch, frames, vocab, generator=g, dtype=torch.float64) * 2).softmax(-1)
-    mass = 1 - eps[..., 0]
-    probs.scatter_add_(2, main[..., None], (mass * (1 - share))[..., None])
-    probs.scatter_add_(2, other[..., None], (mass * share)[..., None])
-    return probs.log().float()
-
-
-def pick_texts(sentences: Sequence[str], batch: int, chars: int, seed: int) -> List[str]:
-    """`batch` texts of about `chars` characters: consecutive sentences from a seeded start, cut
-    at the first word end past `chars`."""
-    g = torch.Generator().manual_seed(seed + 1)
-    words = " ".join(sentences).split()
-    texts = []
-    for _ in range(batch):
-        i = int(torch.randint(len(words), (), generator=g))
-        out: List[str] = []
-        while len(" ".join(out)) < chars:
-            out.append(words[i % len(words)])
-            i += 1
-        texts.append(" ".join(out))
-    return texts
-
-
-@dataclass
-class Setup:
-    """One vocabulary's inputs and what the decoders need to read them."""
-
-    name: str
-    lp: torch.Tensor  # (B, T, V) float32, contiguous
-    lens: torch.Tensor  # (B,)
-    token_list: List[str]
-    tokenizer: Any = None  # text mode: asrkit tokenizer
-    truth: Optional[List[str]] = None  # text mode: the true texts
-    lm_paths: Dict[str, str] = field(default_factory=dict)  # "token"/"word" -> ARPA path
-    lms: Dict[str, Any] = field(default_factory=dict)  # loaded asrkit NgramLMs, by kind
-
-    @property
-    def vocab(self) -> int:
-        return self.lp.shape[2]
-
-    def text(self, ids: Sequence[int]) -> str:
-        if self.tokenizer is not None:
-            return " ".join(self.tokenizer.decode(list(ids)).split())
-        return "".join(self.token_list[i] for i in ids)
-
-    def ids(self, text: str) -> List[int]:
-        if self.tokenizer is not None:
-            return self.tokenizer.encode(text)
-        index = {t: i for i, t in enumerate(self.token_list)}
-        return [index[c] for c in text if c in index]
-
-    def asrkit_lm(self, kind: str, unk_offset: float = 0.0, lexicon: bool = False) -> Any:
-        """The asrkit scorer for LM `kind` (the ARPA is loaded once); ``lexicon``: the word scorer
-        constrained to the word LM's own words (:meth:`lexicon_words`)."""
-        from asrkit.lm import ngram_scorer
-
-        words = self.lexicon_words() if lexicon else None
-        return ngram_scorer(self.ngram(kind), self.token_list, units=kind, unk_offset=unk_offset, lexicon=words)
-
-    def ngram(self, kind: str) -> Any:
-        """The loaded asrkit NgramLM of kind `kind`."""
-        from asrkit.lm import load_ngram
-
-        if kind not in self.lms:
-            self.lms[kind] = load_ngram(self.lm_paths[kind])
-        return self.lms[kind]
-
-    def lexicon_words(self) -> List[str]:
-        """The word LM's vocabulary without <s>, </s>, <unk>: the lexicon of the lexicon rows."""
-        return [w for w in self.ngram("word").vocab if w not in ("<s>", "</s>", "<unk>")]
-
 
 def random_setup(vocab: int, args: argparse.Namespace) -> Setup:
     lp = peaky_log_probs(args.batch, args.frames, vocab, args.seed).contiguous()
@@ -371,157 +230,6 @@ def profile_asrkit(name: str, setup: Setup, beam: int, lm: str, args: argparse.N
               f"{e.self_cpu_time_total / max(1, e.count):7.1f} us/call")
 
 
-def _pyctcdecode_decoder(setup: Setup, beam: int, lm: str, args: argparse.Namespace
-                         ) -> Callable[[range], List[Hyp]]:
-    try:
-        from pyctcdecode import build_ctcdecoder
-    except ImportError as exc:
-        raise PeerMissing(f"pyctcdecode is not installed ({exc})") from exc
-    logging.getLogger("pyctcdecode").setLevel(logging.ERROR)  # alphabet notes, unigram warnings
-    # pyctcdecode: blank is ""; it renames <unk> itself. Known quirk (0.5.0, BPE mode): a piece
-    # ending in "▁" (its "▁⁇▁" for <unk>, the lone "▁") sets a word-break flag shared by all
-    # beams, so another beam's next piece can start a new word ("ANOTHER W AY"); kept as is.
-    labels = [""] + setup.token_list[1:]
-    if setup.tokenizer is not None and "\u2581" in labels and not any(len(t) > 1 and t[0] == "\u2581" for t in labels):
-        labels = [" " if t == "\u2581" else t for t in labels]  # char tokenizer: its space
-    kw: Dict[str, Any] = {}
-    if lm == "word":
-        kw = dict(kenlm_model_path=setup.lm_paths["word"], alpha=args.lm_weight, beta=0.0)
-    decoder = build_ctcdecoder(labels, **kw)
-    arrays = [setup.lp[b, :int(setup.lens[b])].numpy() for b in range(setup.lp.shape[0])]
-
-    def run(rows: range) -> List[Hyp]:
-        return [decoder.decode_beams(arrays[b], beam_width=beam)[0][0] for b in rows]
-
-    return run
-
-
-def _flashlight_decoder(setup: Setup, beam: int, lm: str, args: argparse.Namespace,
-                        tmpdir: str) -> Callable[[range], List[Hyp]]:
-    vocab = setup.vocab
-    token_beam = args.fl_token_beam or min(vocab, (args.token_topk or vocab) + 1)
-    lm_path, lm_dict = None, None
-    if lm == "token":
-        # Lexicon-free: the LM is queried with token indices; lm_dict maps them to LM words.
-        lm_path = setup.lm_paths["token"]
-        lm_dict = os.path.join(tmpdir, f"lm_dict_{vocab}.txt")
-        with open(lm_dict, "w", encoding="utf-8") as fh:
-            fh.write("\n".join(setup.token_list) + "\n")
-    opts = dict(beam_size=beam, beam_size_token=token_beam, lm_weight=args.lm_weight * math.log(10),
-                sil_score=0.0, log_add=True)
-    blank = setup.token_list[0]
-    try:
-        from torchaudio.models.decoder import ctc_decoder
-
-        decoder = ctc_decoder(lexicon=None, tokens=setup.token_list, lm=lm_path, lm_dict=lm_dict, nbest=1,
-                              blank_token=blank, sil_token=blank, **opts).decoder
-    except (ImportError, RuntimeError, AttributeError):
-        decoder = _flashlight_text_decoder(setup.token_list, lm_path, opts)
-    return _flashlight_runner(setup, decoder)
-
-
-def write_flashlight_lexicon(setup: Setup, path: str, sil: str) -> int:
-    """Write flashlight's lexicon file for the word LM's words (``WORD t1 t2 ... sil`` a line, spelled by
-    the setup's tokenizer; words it can spell only with ``<unk>`` are left out). Returns the words written."""
-    unk, count = setup.tokenizer.unk_id, 0
-    with open(path, "w", encoding="utf-8") as fh:
-        for word in setup.lexicon_words():
-            ids = setup.tokenizer.encode(word)
-            if ids and unk not in ids:
-                fh.write(f"{word} {' '.join(setup.token_list[i] for i in ids)} {sil}\n")
-                count += 1
-    return count
-
-
-def _flashlight_lexicon_decoder(setup: Setup, beam: int, lm: str, args: argparse.Namespace,
-                                tmpdir: str) -> Callable[[range], List[Hyp]]:
-    """torchaudio's ctc_decoder with a lexicon (flashlight-text's LexiconDecoder) and the word LM.
-
-    The lexicon is the word LM's vocabulary (:meth:`Setup.lexicon_words`), each word spelled with the
-    setup's tokenizer (words it cannot spell without ``<unk>`` are left out) and, as flashlight's
-    lexicons are written, ending in the silence token, here the lone word-boundary token "▁". A word
-    is only complete after its separator, and the inputs have none after the last word (flashlight
-    then drops it: 1 error per utterance), so this decoder's inputs get one more frame, "▁" with
-    probability 1 - 1e-5. Same beam, token beam, LM weight (w ln 10 on KenLM's log10) and log_add as
-    the lexicon-free row; word score 0, unk score -inf (only listed words). Hypotheses: the words."""
-    try:
-        from torchaudio.models.decoder import ctc_decoder
-    except ImportError as exc:
-        raise PeerMissing(f"torchaudio's ctc_decoder is not usable ({exc})") from exc
-    if setup.tokenizer is None or lm != "word":
-        raise Unsupported("flashlight-lexicon needs a text setup and the word LM")
-    sil = "\u2581"
-    if sil not in setup.token_list or any(t.startswith(sil) and t != sil for t in setup.token_list):
-        # Sentencepiece pieces carry the separator at the start of the next word, so no word of these inputs
-        # ends in it (measured: 92% WER with these spellings, 52% spelled without the separator).
-        raise Unsupported(f"set up for tokens with a lone {sil!r} between words (char), not word pieces")
-    sil_id = setup.token_list.index(sil)
-    lexicon = os.path.join(tmpdir, f"lexicon_{setup.vocab}.txt")
-    write_flashlight_lexicon(setup, lexicon, sil)
-    token_beam = args.fl_token_beam or min(setup.vocab, (args.token_topk or setup.vocab) + 1)
-    wrapper = ctc_decoder(lexicon=lexicon, tokens=setup.token_list, lm=setup.lm_paths["word"], nbest=1,
-                          beam_size=beam, beam_size_token=token_beam, beam_threshold=50.0,
-                          lm_weight=args.lm_weight * math.log(10), word_score=0.0, unk_score=float("-inf"),
-                          sil_score=0.0, log_add=True, blank_token=setup.token_list[0], sil_token=sil)
-    decoder, word_dict = wrapper.decoder, wrapper.word_dict
-    batch, frames, vocab = setup.lp.shape
-    lp = torch.full((batch, frames + 1, vocab), math.log(1e-5 / (vocab - 1)))
-    lp[:, :frames] = setup.lp
-    lp[torch.arange(batch), setup.lens, sil_id] = math.log1p(-1e-5)  # the separator after the last word
-    lens = (setup.lens + 1).tolist()
-    base, stride = lp.data_ptr(), lp.stride(0) * lp.element_size()
-
-    def run(rows: range, _keep: torch.Tensor = lp) -> List[Hyp]:  # _keep: decode reads lp's memory
-        out = []
-        for b in rows:  # word ids -> text (-1: no word)
-            words = decoder.decode(base + b * stride, lens[b], vocab)[0].words
-            out.append(" ".join(word_dict.get_entry(w) for w in words if w >= 0))
-        return out
-
-    return run
-
-
-def _flashlight_runner(setup: Setup, decoder: Any) -> Callable[[range], List[Hyp]]:
-    """Decode batch rows with a flashlight decoder straight from the input's memory: token ids of the
-    CTC collapse of the best hypothesis's path."""
-    vocab = setup.vocab
-    lp, lens = setup.lp, setup.lens.tolist()
-    base, stride = lp.data_ptr(), lp.stride(0) * lp.element_size()
-
-    def run(rows: range) -> List[Hyp]:
-        out = []
-        for b in rows:
-            path = decoder.decode(base + b * stride, lens[b], vocab)[0].tokens[1:-1]  # drop begin/end states
-            ids, prev = [], 0
-            for tok in path:  # CTC collapse of the best path of the best prefix
-                if tok != prev and tok != 0:
-                    ids.append(tok)
-                prev = tok
-            out.append(ids)
-        return out
-
-    return run
-
-
-def _flashlight_text_decoder(tokens: List[str], lm_path: Optional[str], opts: Dict[str, Any]) -> Any:
-    """flashlight-text's LexiconFreeDecoder without torchaudio (blank = silence = id 0)."""
-    try:
-        from flashlight.lib.text.decoder import (CriterionType, LexiconFreeDecoder, LexiconFreeDecoderOptions,
-                                                 ZeroLM)
-        from flashlight.lib.text.dictionary import Dictionary
-    except ImportError as exc:
-        raise PeerMissing(f"neither torchaudio's ctc_decoder nor flashlight-text is usable ({exc})") from exc
-    options = LexiconFreeDecoderOptions(beam_size=opts["beam_size"], beam_size_token=opts["beam_size_token"],
-                                        beam_threshold=50.0, lm_weight=opts["lm_weight"], sil_score=0.0,
-                                        log_add=True, criterion_type=CriterionType.CTC)
-    if lm_path is None:
-        lm = ZeroLM()
-    else:
-        from flashlight.lib.text.decoder import KenLM
-
-        lm = KenLM(lm_path, Dictionary(tokens))
-    return LexiconFreeDecoder(options, lm, 0, 0, [])
-
 
 @dataclass(frozen=True)
 class Decoder:
@@ -545,27 +253,12 @@ DECODERS: Dict[str, Decoder] = {
     "prefix-exact": Decoder(_asrkit("prefix-exact"), LM_KINDS),
     "api": Decoder(_asrkit("api"), ("none", "token", "word")),
     "greedy": Decoder(_asrkit("greedy"), ("none",), beamless=True),
-    "pyctcdecode": Decoder(lambda setup, beam, lm, args, tmpdir: _pyctcdecode_decoder(setup, beam, lm, args),
+    "pyctcdecode": Decoder(lambda setup, beam, lm, args, tmpdir: pyctcdecode_decoder(setup, beam, lm, args),
                            ("none", "word"), peer="pyctcdecode"),
-    "flashlight": Decoder(_flashlight_decoder, ("none", "token"), peer="flashlight.lib.text.decoder"),
+    "flashlight": Decoder(flashlight_decoder, ("none", "token"), peer="flashlight.lib.text.decoder"),
     "prefix-lexicon": Decoder(_asrkit("prefix-lexicon"), ("word",)),
-    "flashlight-lexicon": Decoder(_flashlight_lexicon_decoder, ("word",), peer="torchaudio.models.decoder"),
+    "flashlight-lexicon": Decoder(flashlight_lexicon_decoder, ("word",), peer="torchaudio.models.decoder"),
 }
-
-
-def check_peers(names: Sequence[str]) -> Optional[str]:
-    """A message naming the missing peers and how to install them, or None."""
-    missing = []
-    for name in names:
-        try:
-            importlib.import_module(DECODERS[name].peer or "")
-        except ImportError as exc:
-            missing.append(f"{name} ({exc})")
-    if not missing:
-        return None
-    return (f"peer decoder(s) not installed: {', '.join(missing)}. They are optional benchmark "
-            f"dependencies: run tools/setup_bench_env.sh and use .venv-bench/bin/python "
-            f"(or pip install -e '.[bench]' where numpy<2 is acceptable).")
 
 
 # ----------------------------------------------------------------------------- running
@@ -723,7 +416,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if unknown:
         print(f"bench_decode.py: unknown decoder(s) {unknown}; choose from {list(known)}", file=sys.stderr)
         return 2
-    message = check_peers([d for d in args.decoders if DECODERS[d].peer])
+    message = check_peers([(d, DECODERS[d].peer) for d in args.decoders if DECODERS[d].peer])
     if message:
         print(f"bench_decode.py: {message}", file=sys.stderr)
         return 2

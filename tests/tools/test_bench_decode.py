@@ -1,4 +1,5 @@
-"""tools/bench_decode.py: runs tiny with asrkit's decoders only (no peers, no KenLM binaries)."""
+"""tools/bench_decode.py and its siblings bench_decode_inputs.py (log-probs, Setup) and bench_decode_peers.py
+(pyctcdecode, flashlight): runs tiny with asrkit's decoders only (no peers, no KenLM binaries)."""
 from __future__ import annotations
 
 import itertools
@@ -20,7 +21,19 @@ SENTENCES = ["THE CAT SAT ON THE MAT", "A DOG RAN IN THE PARK", "SHE READ A GOOD
 
 
 @pytest.fixture(scope="module")
-def tool():
+def inputs():
+    return load_tool("bench_decode_inputs")
+
+
+@pytest.fixture(scope="module")
+def peers(inputs):
+    return load_tool("bench_decode_peers")
+
+
+@pytest.fixture(scope="module")
+def tool(inputs, peers):
+    # After its siblings: bench_decode imports the modules load_tool registered, so
+    # peers.Unsupported is the class bench_decode catches.
     return load_tool("bench_decode")
 
 
@@ -57,9 +70,9 @@ def lm_dir(tmp_path_factory) -> Path:
     return root
 
 
-def test_text_log_probs_spell_the_tokens(tool):
+def test_text_log_probs_spell_the_tokens(inputs):
     seqs = [[5, 5, 7, 3, 9], [4], [], [6, 8, 8, 8]]
-    lp = tool.text_log_probs(seqs, frames=20, vocab=12, seed=1, confusion=0.0)
+    lp = inputs.text_log_probs(seqs, frames=20, vocab=12, seed=1, confusion=0.0)
     assert lp.shape == (4, 20, 12)
     assert torch.allclose(lp.double().logsumexp(-1), torch.zeros(4, 20, dtype=torch.float64), atol=1e-5)
     best = greedy_search(lp, torch.full((4,), 20)).best()
@@ -118,6 +131,14 @@ def test_missing_peer_is_a_clear_error(tool, monkeypatch, capsys):
     assert "pyctcdecode" in err and "setup_bench_env.sh" in err
 
 
+def test_check_peers_names_only_the_missing_modules(peers, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyctcdecode", None)  # import fails as if not installed
+    assert peers.check_peers([("prefix-ish", "math")]) is None and peers.check_peers([]) is None
+    message = peers.check_peers([("pyctcdecode", "pyctcdecode"), ("fine", "math")])
+    assert message is not None and message.startswith("peer decoder(s) not installed: pyctcdecode (")
+    assert "fine" not in message and "setup_bench_env.sh" in message
+
+
 def test_missing_lm_files_name_the_builder(tool, tmp_path, capsys):
     rc = tool.main(["--vocabs", "char", "--lm-dir", str(tmp_path), "--batch", "2", "--frames", "10"])
     assert rc == 1
@@ -173,20 +194,20 @@ def test_lexicon_rows(tool, lm_dir, tmp_path, capsys):
     assert all(w in words for h in hyps for w in setup.text(h).split())
 
 
-def test_flashlight_lexicon_file(tool, lm_dir, tmp_path):
+def test_flashlight_lexicon_file(tool, peers, lm_dir, tmp_path):
     args = tool.parse_args(["--vocabs", "char", "--order", "2", "--lm-dir", str(lm_dir)])
     setup = tool.text_setup("char", args)
     path = tmp_path / "lexicon.txt"
-    assert tool.write_flashlight_lexicon(setup, str(path), "\u2581") == len(setup.lexicon_words())
+    assert peers.write_flashlight_lexicon(setup, str(path), "\u2581") == len(setup.lexicon_words())
     for line in path.read_text(encoding="utf-8").splitlines():
         word, *spelling = line.split(" ")
         assert spelling[-1] == "\u2581"  # flashlight's words end at their separator
         assert "".join(spelling[:-1]) == word  # char tokens spell the word letter by letter
 
 
-def test_a_decoder_that_cannot_take_the_input_is_skipped_with_the_reason(tool, monkeypatch, capsys):
+def test_a_decoder_that_cannot_take_the_input_is_skipped_with_the_reason(tool, peers, monkeypatch, capsys):
     def build(setup, beam, lm, args, tmpdir):
-        raise tool.Unsupported("no such input here")
+        raise peers.Unsupported("no such input here")
 
     monkeypatch.setitem(tool.DECODERS, "picky", tool.Decoder(build, ("none",)))
     rc = tool.main(["--vocabs", "5", "--batch", "2", "--frames", "10", "--beams", "2", "--threads", "1",
