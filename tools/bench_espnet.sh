@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark against ESPnet2 (issue 12): train both toolkits on the same Kaldi data dirs with the
-# same model, features, SpecAugment, optimizer, schedule and epochs; decode greedy CTC; print one table of
-# WER/CER (asrkit's scorer on the same references) and training throughput (audio seconds per second).
+# same model, features, SpecAugment, optimizer, schedule and epochs; decode CTC without an LM (both by best
+# path, and ESPnet also by its own beam-1 prefix search); print one table of WER/CER (asrkit's scorer on the
+# same references) and training throughput (audio seconds per second). tools/bench_espnet_audit.md: what
+# differs between the two at tiny_ctc.yaml.
 #
 # Usage: tools/bench_espnet.sh --asrkit-config conf/tiny_ctc.yaml --data DIR --epochs N --out DIR
 #                              [--threads 1] [--stage 0] [--stop-stage 100]
@@ -11,12 +13,18 @@
 #   stage 0: ESPnet asr.yaml from the asrkit config, asrkit's --set overrides, ESPnet's token list
 #   stage 1: ESPnet collect_stats (--normalize none): shapes and global_mvn stats; text_shape.char
 #   stage 2: ESPnet training (timed)                   stage 3: asrkit training (timed), right after it
-#   stage 4: ESPnet greedy CTC decoding of test/       stage 5: asrkit greedy CTC decoding of test/
+#   stage 4: ESPnet decoding of test/, twice: its asr_inference (beam 1, ctc_weight 1.0: a label-synchronous
+#            CTC prefix search) into OUT/espnet/decode_test/, and best path (frame argmax, collapse, drop blank;
+#            tools/espnet_bench.py greedy) into OUT/espnet/decode_test_greedy/
+#   stage 5: asrkit greedy (best-path) CTC decoding of test/ into OUT/asrkit/decode_test/
 #   stage 6: per-step time of both on identical batches (tools/espnet_step_time.py, interleaved, 2 rounds)
-#   stage 7: score both, print the table and write it to OUT/results.md
+#   stage 7: score all three decodings, print the table and write it to OUT/results.md; the asrkit / ESPnet
+#            WER ratio is taken against ESPnet's best path (the same rule as asrkit's) and also printed
+#            against its prefix search
 # Needs .venv (make install) and .venv-espnet (tools/setup_espnet_env.sh). Both toolkits run with
 # OMP_NUM_THREADS=--threads and one data-loader worker (data.num_workers of the config, for both).
-# Stages are idempotent: a timed training that finished is not run again (OUT/timings.json).
+# Stages are idempotent: a timed training that finished is not run again (OUT/timings.json); decoding and
+# scoring stages rewrite their outputs.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
@@ -111,12 +119,18 @@ if run_stage 3; then
 fi
 
 if run_stage 4; then
-  log 4 "ESPnet greedy CTC decoding of $data/test (ctc_weight 1.0, beam 1, no LM)"
+  # Two decodings of the same model: ESPnet's own beam-1 search (label-synchronous CTC prefix search, not best
+  # path) and best path, the rule asrkit's greedy decode uses, which the WER ratio is taken against.
+  log 4 "ESPnet beam-1 CTC prefix search of $data/test (asr_inference, ctc_weight 1.0, no LM) into decode_test"
   "$esp" -m espnet2.bin.asr_inference --ngpu 0 --batch_size 1 --nbest 1 --beam_size 1 --ctc_weight 1.0 \
     --lm_weight 0.0 --penalty 0.0 --data_path_and_name_and_type "$data/test/wav.scp,speech,sound" \
     --key_file "$data/test/wav.scp" --asr_train_config "$out/espnet/exp/config.yaml" \
     --asr_model_file "$out/espnet/exp/${epochs}epoch.pth" --output_dir "$out/espnet/decode_test" \
     > "$out/espnet/decode_test.log" 2>&1 || { tail -n 30 "$out/espnet/decode_test.log" >&2; exit 1; }
+  log 4 "ESPnet best-path CTC decoding of $data/test into decode_test_greedy"
+  "$esp" "$helper" greedy --config "$out/espnet/exp/config.yaml" --model "$out/espnet/exp/${epochs}epoch.pth" \
+    --data "$data/test" --out "$out/espnet/decode_test_greedy" 2> "$out/espnet/decode_test_greedy.log" \
+    || { tail -n 30 "$out/espnet/decode_test_greedy.log" >&2; exit 1; }
 fi
 
 if run_stage 5; then

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import itertools
 import json
 import math
+import random
 import sys
 from pathlib import Path
 
@@ -168,10 +170,16 @@ def test_results_table_ratios(bench):
     rows = {"asrkit": {"wer": 0.18, "cer": 0.05, "train_s": 100.0},
             "espnet": {"wer": 0.20, "cer": 0.06, "train_s": 150.0}}
     table = bench.results_table(rows, 1000.0, 2, 1)
-    assert "| asrkit | 18.00 | 5.00 | 100 | 20.0 | - | - |" in table  # 1000 s x 2 epochs / 100 s
-    assert "| espnet | 20.00 | 6.00 | 150 | 13.3 | - | - |" in table
-    assert "WER: 0.90" in table and "throughput: 1.50" in table
-    assert math.isfinite(float(table.split("WER: ")[1].split()[0]))
+    assert "| asrkit, best path | 18.00 | 5.00 | 100 | 20.0 | - | - |" in table  # 1000 s x 2 epochs / 100 s
+    assert "| ESPnet2, best path | 20.00 | 6.00 | 150 | 13.3 | - | - |" in table
+    assert "both best path: 0.90" in table and "throughput: 1.50" in table
+    assert "prefix search:" not in table.split("\n\n")[1]  # no ESPnet search row, no ratio against it
+    # ESPnet decoded its own way too: its own labelled row, and the WER ratio is still against best path
+    rows["espnet_search"] = {"wer": 0.16, "cer": 0.055, "train_s": 150.0}
+    table = bench.results_table(rows, 1000.0, 2, 1)
+    assert "| ESPnet2, its beam-1 CTC prefix search | 16.00 | 5.50 | 150 | 13.3 | - | - |" in table
+    assert "both best path: 0.90 (target <= 0.9); against ESPnet's beam-1 prefix search: 1.12;" in table
+    assert math.isfinite(float(table.split("both best path: ")[1].split()[0]))
 
 
 def test_espnet_batch_count_and_matching(bench):
@@ -218,5 +226,102 @@ def test_epoch_train_seconds_from_both_logs(bench, tmp_path):
     rows = {"asrkit": {"wer": 0.1, "cer": 0.05, "train_s": 100.0, "train_only_s": 80.0},
             "espnet": {"wer": 0.2, "cer": 0.1, "train_s": 150.0, "train_only_s": 120.0}}
     table = bench.results_table(rows, 1000.0, 2, 1)
-    assert "| asrkit | 10.00 | 5.00 | 100 | 20.0 | 80 | 25.0 |" in table
+    assert "| asrkit, best path | 10.00 | 5.00 | 100 | 20.0 | 80 | 25.0 |" in table
     assert "in the epochs' training parts: 1.50" in table
+
+
+# ------------------------------------------------------------------ best-path decoding of ESPnet's model
+TOKENS = ["<blank>", "<unk>", "<space>", "'", *"ABCDEFGHIJKLMNOPQRSTUVWXYZ", "<sos/eos>"]
+
+
+def reference_best_path(ids, tokens):
+    """Collapse runs with groupby, drop blanks, spell <space> as " ", split on whitespace."""
+    kept = [tokens[i] for i, _ in itertools.groupby(ids) if i != 0]
+    return "".join(" " if t == "<space>" else t for t in kept).split()
+
+
+def ids_of(text):
+    """Frame ids for a text with a blank between letters and doubled frames, as a CTC argmax could be."""
+    index = {t: i for i, t in enumerate(TOKENS)}
+    out = []
+    for c in text:
+        i = index["<space>" if c == " " else c]
+        out += [i, i, 0]
+    return out
+
+
+@pytest.mark.parametrize("ids", [
+    [],
+    [0, 0, 0],
+    ids_of("HELLO WORLD"),  # LL split by a blank stays two L's
+    [2, 2, 0, 2] + ids_of("AB") + [2, 0, 2, 2],  # <space> runs at the start and the end
+    ids_of("A") + [2, 0, 2, 2, 0, 2] + ids_of("B"),  # several spaces between words: one break
+    [4, 4, 4, 5, 5, 4],  # repeats without a blank collapse: A B A
+    [4, 0, 4, 0, 0, 4],  # repeats split by blanks do not: A A A
+    [1, 3, 30, 2, 4],  # <unk>, the apostrophe and <sos/eos> are kept as spelled
+])
+def test_best_path_words_matches_groupby_reference(bench, ids):
+    assert bench.best_path_words(ids, TOKENS, "u1") == reference_best_path(ids, TOKENS)
+
+
+def test_best_path_words_random_against_reference(bench):
+    rng = random.Random(0)
+    for _ in range(300):
+        # blank, <space> and A..C are frequent, so runs, repeats and space runs all occur
+        ids = [rng.choice([0, 0, 0, 2, 2, 4, 5, 6, rng.randrange(len(TOKENS))]) for _ in range(rng.randrange(40))]
+        assert bench.best_path_words(ids, TOKENS, "u") == reference_best_path(ids, TOKENS)
+
+
+def test_best_path_words_concrete(bench):
+    a, b, space = 4, 5, 2
+    assert bench.best_path_words([space, a, a, 0, a, b, space, space, b, 0, space], TOKENS, "u") == ["AAB", "B"]
+
+
+@pytest.mark.parametrize("bad", [len(TOKENS), -1])
+def test_best_path_words_id_outside_token_list(bench, bad):
+    with pytest.raises(bench.BenchError, match=rf"utterance spk1-utt7: token id {bad} is outside"):
+        bench.best_path_words([4, 0, bad, 5], TOKENS, "spk1-utt7")
+
+
+def test_read_wav_scp_errors_name_file_and_line(bench, tmp_path):
+    (tmp_path / "wav.scp").write_text("a /x/a.wav\n\nb /x/b.flac\n")
+    assert bench.read_wav_scp(str(tmp_path)) == [("a", "/x/a.wav"), ("b", "/x/b.flac")]
+    (tmp_path / "wav.scp").write_text("a /x/a.wav\nb\n")
+    with pytest.raises(bench.BenchError, match=r"wav.scp:2: expected 'utt path'"):
+        bench.read_wav_scp(str(tmp_path))
+    (tmp_path / "wav.scp").write_text("a /x/a.wav\nb sox b.wav -t wav - |\n")
+    with pytest.raises(bench.BenchError, match=r"wav.scp:2: a command pipe"):
+        bench.read_wav_scp(str(tmp_path))
+    (tmp_path / "segments").write_text("s a 0 1\n")
+    with pytest.raises(bench.BenchError, match="segments"):
+        bench.read_wav_scp(str(tmp_path))
+
+
+def test_greedy_needs_no_espnet_to_parse_and_names_missing_files(bench, tmp_path):
+    """The module imports without espnet; a missing wav.scp is reported before espnet2 is imported."""
+    assert "espnet2" not in sys.modules
+    rc = bench.main(["greedy", "--config", "c.yaml", "--model", "m.pth", "--data", str(tmp_path),
+                     "--out", str(tmp_path / "o")])
+    assert rc == 1 and "espnet2" not in sys.modules
+
+
+def test_report_reads_both_espnet_decodings(bench, tmp_path, capsys):
+    """Stage 7's files: asrkit's hypotheses, ESPnet's best path (decode_test_greedy) and its own search
+    (decode_test/1best_recog); the WERs are counted by hand (4 reference words)."""
+    data, out = tmp_path / "data", tmp_path / "out"
+    for d in (data / "test", data / "train", out / "asrkit" / "decode_test", out / "espnet" / "decode_test_greedy",
+              out / "espnet" / "decode_test" / "1best_recog"):
+        d.mkdir(parents=True)
+    (data / "test" / "text").write_text("u1 A B\nu2 C D\n")
+    (data / "train" / "utt2dur").write_text("t1 50.0\nt2 50.0\n")
+    (out / "timings.json").write_text(json.dumps({"asrkit": 0, "asrkit_train": 10.0, "espnet_train": 20.0}))
+    (out / "asrkit" / "decode_test" / "text").write_text("u1 A X\nu2 C D\n")  # 1 sub: 25%
+    (out / "espnet" / "decode_test_greedy" / "text").write_text("u1 A X\nu2 C\n")  # 1 sub + 1 del: 50%
+    (out / "espnet" / "decode_test" / "1best_recog" / "text").write_text("u1 A B\nu2 C D\n")  # 0%
+    assert bench.main(["report", "--out", str(out), "--data", str(data), "--epochs", "2"]) == 0
+    table = (out / "results.md").read_text()
+    assert table == capsys.readouterr().out
+    assert "| asrkit, best path | 25.00 |" in table and "| ESPnet2, best path | 50.00 |" in table
+    assert "| ESPnet2, its beam-1 CTC prefix search | 0.00 |" in table
+    assert "both best path: 0.50 (target <= 0.9); against ESPnet's beam-1 prefix search: inf" in table
+    assert "throughput: 2.00" in table
