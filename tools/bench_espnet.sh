@@ -18,9 +18,9 @@
 #            tools/espnet_bench.py greedy) into OUT/espnet/decode_test_greedy/
 #   stage 5: asrkit greedy (best-path) CTC decoding of test/ into OUT/asrkit/decode_test/
 #   stage 6: per-step time of both on identical batches (tools/espnet_step_time.py, interleaved, 2 rounds)
-#   stage 7: score all three decodings, print the table and write it to OUT/results.md; the asrkit / ESPnet
-#            WER ratio is taken against ESPnet's best path (the same rule as asrkit's) and also printed
-#            against its prefix search
+#   stage 7: score all three decodings, print the table and write it to OUT/results.md
+#            (tools/espnet_report.py); the asrkit / ESPnet WER ratio is taken against ESPnet's best path (the
+#            same rule as asrkit's) and also printed against its prefix search
 # Needs .venv (make install) and .venv-espnet (tools/setup_espnet_env.sh). Both toolkits run with
 # OMP_NUM_THREADS=--threads and one data-loader worker (data.num_workers of the config, for both).
 # Stages are idempotent: a timed training that finished is not run again (OUT/timings.json); decoding and
@@ -149,5 +149,5 @@ fi
 
 if run_stage 7; then
   log 7 "scoring; table in $out/results.md"
-  "$py" "$helper" report --out "$out" --data "$data" --epochs "$epochs" --threads "$threads"
+  "$py" "$root/tools/espnet_report.py" --out "$out" --data "$data" --epochs "$epochs" --threads "$threads"
 fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The logic of tools/bench_espnet.sh: asrkit config -> ESPnet2 asr.yaml, ESPnet inputs, timing, the table.
+"""The logic of tools/bench_espnet.sh: asrkit config -> ESPnet2 asr.yaml, ESPnet inputs, timing, best path.
 
 usage:
   espnet_bench.py config --asrkit-config C [--set K=V ...] --epochs N --train DIR --out DIR
@@ -14,21 +14,16 @@ usage:
       decode a Kaldi data dir (wav.scp of audio files) with an ESPnet2 CTC model by best path, the rule of
       asrkit's greedy mode (frame argmax, collapse repeats, drop blank); write DIR/text. Run it with
       .venv-espnet's Python.
-  espnet_bench.py report --out DIR --data DIR --epochs N --threads T
-      score asrkit's and ESPnet's hypotheses (ESPnet: best path and its beam-1 prefix search) on
-      DATA/test/text (asrkit's scorer), write DIR/results.md, print it
 
-Runs with the toolkit's .venv (config, tokens, report import asrkit), .venv-espnet (greedy imports espnet2,
-inside the function only) or any Python (text-shapes, timed). Per-step times on identical batches:
-tools/espnet_step_time.py.
+Runs with the toolkit's .venv (config, tokens import asrkit), .venv-espnet (greedy imports espnet2, inside the
+function only) or any Python (text-shapes, timed). Per-step times on identical batches:
+tools/espnet_step_time.py; the table (stage 7): tools/espnet_report.py.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -409,7 +404,8 @@ def cmd_text_shapes(args: argparse.Namespace) -> None:
     text_shapes(args.stats, vocab)
 
 
-def load_record(path: str) -> Dict[str, float]:
+def load_record(path: str) -> Dict[str, Any]:
+    """A JSON record of the benchmark (timings.json, step_time.json); {} while the file does not exist."""
     if not os.path.isfile(path):
         return {}
     with open(path, encoding="utf-8") as fh:
@@ -434,118 +430,6 @@ def cmd_timed(args: argparse.Namespace) -> int:
         json.dump(record, fh, indent=1)
     os.replace(args.record + ".tmp", args.record)
     return 0
-
-
-def audio_seconds(data_dir: str) -> float:
-    with open(os.path.join(data_dir, "utt2dur"), encoding="utf-8") as fh:
-        return sum(float(line.split()[1]) for line in fh if line.strip())
-
-
-_DURATION = re.compile(r"([0-9.]+) (hour|minute|second)s?")
-_UNIT = {"hour": 3600.0, "minute": 60.0, "second": 1.0}
-
-
-def epoch_train_seconds(log_path: str, toolkit: str) -> Optional[float]:
-    """The training part of every epoch (no start-up, validation or checkpoints), summed from a training log:
-    asrkit's "epoch N: train loss ... (K updates ..., 22.8s, ...)", ESPnet's "Nepoch results: [train] ...
-    time=1 minute and 3.41 seconds, ... [valid] ..."; None when the log has no epoch line."""
-    total, found = 0.0, False
-    with open(log_path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            if toolkit == "asrkit":
-                m = re.search(r"asrkit\.train: epoch \d+: train loss \S+ \(\d+ updates to step \d+, ([0-9.]+)s", line)
-                if m:
-                    total, found = total + float(m.group(1)), True
-            elif "epoch results: [train]" in line:
-                train = line.split("[train]", 1)[1].split("[valid]", 1)[0]
-                m = re.search(r"\btime=([^,]+)", train)
-                if m:
-                    total += sum(float(n) * _UNIT[u] for n, u in _DURATION.findall(m.group(1)))
-                    found = True
-    return total if found else None
-
-
-# Row labels of the table; "espnet" (best path, asrkit's decoding rule) is what the WER ratio is taken against.
-ROW_LABELS = {"asrkit": "asrkit, best path", "espnet": "ESPnet2, best path",
-              "espnet_search": "ESPnet2, its beam-1 CTC prefix search"}
-
-
-def results_table(rows: Dict[str, Dict[str, float]], train_seconds: float, epochs: int, threads: int) -> str:
-    """The markdown table: per row WER, CER, training wall seconds and audio seconds per second (the whole
-    command; and the epochs' training parts alone, when ``train_only_s`` is known); then the ratios the issue's
-    targets are stated in (on the whole command). Rows are keyed as :data:`ROW_LABELS`: the WER ratio compares
-    asrkit with ESPnet decoded by the same rule (best path), and is also given against ESPnet's own search."""
-    audio = train_seconds * epochs
-    lines = [f"| toolkit, decoding | WER % | CER % | train wall s ({epochs} epochs) | train audio s / s | "
-             "epochs' training parts s | audio s / s in them |", "|---|---|---|---|---|---|---|"]
-    for name, r in rows.items():
-        only = r.get("train_only_s")
-        extra = f"{only:.0f} | {audio / only:.1f}" if only else "- | -"
-        lines.append(f"| {ROW_LABELS.get(name, name)} | {100 * r['wer']:.2f} | {100 * r['cer']:.2f} | "
-                     f"{r['train_s']:.0f} | {audio / r['train_s']:.1f} | {extra} |")
-    if "asrkit" in rows and "espnet" in rows:
-        a, e = rows["asrkit"], rows["espnet"]
-        wer_ratio = a["wer"] / e["wer"] if e["wer"] > 0 else math.inf
-        lines += ["", f"asrkit / ESPnet WER, both best path: {wer_ratio:.2f} (target <= 0.9)"]
-        if "espnet_search" in rows:
-            es = rows["espnet_search"]["wer"]
-            lines[-1] += f"; against ESPnet's beam-1 prefix search: {a['wer'] / es if es > 0 else math.inf:.2f}"
-        lines[-1] += f"; asrkit / ESPnet training throughput: {e['train_s'] / a['train_s']:.2f} (target >= 1.3)"
-        if a.get("train_only_s") and e.get("train_only_s"):
-            lines[-1] += f"; in the epochs' training parts: {e['train_only_s'] / a['train_only_s']:.2f}"
-    lines += ["", f"Training data {train_seconds:.0f} s of audio x {epochs} epochs; OMP_NUM_THREADS={threads}. "
-                  "Train wall time: the whole training command (start-up, model building, data loading, "
-                  "per-epoch validation on dev, checkpoints); not CMVN/collect_stats nor decoding. The epochs' "
-                  "training parts: the times both trainers log per epoch for the training pass alone. "
-                  "No LM; all rows scored by asrkit's scorer on the same test/text. Best path: frame argmax, "
-                  "repeats collapsed, blanks dropped (asrkit decode's greedy mode; espnet_bench.py greedy for "
-                  "ESPnet). ESPnet's asr_inference with beam 1 and ctc_weight 1.0 is a label-synchronous CTC "
-                  "prefix search, not best path: the same ESPnet model as the row above, decoded its way."]
-    return "\n".join(lines) + "\n"
-
-
-def cmd_report(args: argparse.Namespace) -> None:
-    from asrkit.score.wer import score_files
-
-    record = load_record(os.path.join(args.out, "timings.json"))
-    ref = os.path.join(args.data, "test", "text")
-    # row -> (toolkit, hypotheses); both ESPnet rows decode the same model (stage 4)
-    hyps = {"asrkit": ("asrkit", os.path.join(args.out, "asrkit", "decode_test", "text")),
-            "espnet": ("espnet", os.path.join(args.out, "espnet", "decode_test_greedy", "text")),
-            "espnet_search": ("espnet", os.path.join(args.out, "espnet", "decode_test", "1best_recog", "text"))}
-    rows: Dict[str, Dict[str, float]] = {}
-    for name, (toolkit, hyp) in hyps.items():
-        if not os.path.isfile(hyp) or f"{toolkit}_train" not in record:
-            print(f"report: {ROW_LABELS[name]}: no hypotheses at {hyp} or no training time; left out",
-                  file=sys.stderr)
-            continue
-        rows[name] = {"wer": score_files(ref, hyp).wer, "cer": score_files(ref, hyp, cer=True).wer,
-                      "train_s": record[f"{toolkit}_train"]}
-        log = os.path.join(args.out, toolkit, "exp/train.log" if toolkit == "asrkit" else "train.log")
-        only = epoch_train_seconds(log, toolkit) if os.path.isfile(log) else None
-        if only:
-            rows[name]["train_only_s"] = only
-    if not rows:
-        raise BenchError(f"{args.out}: nothing to report yet")
-    table = results_table(rows, audio_seconds(os.path.join(args.data, "train")), args.epochs, args.threads)
-    steps = load_record(os.path.join(args.out, "step_time.json"))
-    if steps:
-        table += "\nPer step on identical batches (forward, backward, clipping, update; best of the runs):\n"
-        for name, runs in steps.items():
-            ms = min(r[0] for r in runs)
-            table += f"- {name}: {ms:.0f} ms/step ({max(r[1] for r in runs):.1f} audio s/s)\n"
-        if {"asrkit", "espnet"} <= set(steps):
-            ratio = min(r[0] for r in steps["espnet"]) / min(r[0] for r in steps["asrkit"])
-            table += f"- ESPnet / asrkit step time: {ratio:.2f}\n"
-    batches = os.path.join(args.out, "espnet", "batches.json")
-    if os.path.isfile(batches):
-        with open(batches, encoding="utf-8") as fh:
-            b = json.load(fh)
-        table += (f"Batches per epoch: asrkit {b['asrkit']}, ESPnet {b['espnet']} (ESPnet batch_bins "
-                  f"{b['espnet_batch_bins']}, chosen for the same count).\n")
-    with open(os.path.join(args.out, "results.md"), "w", encoding="utf-8") as fh:
-        fh.write(table)
-    print(table, end="")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -578,12 +462,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     c.add_argument("--data", required=True, help="a Kaldi data dir (its wav.scp)")
     c.add_argument("--out", required=True, help="writes OUT/text")
     c.set_defaults(func=cmd_greedy)
-    c = sub.add_parser("report")
-    c.add_argument("--out", required=True)
-    c.add_argument("--data", required=True)
-    c.add_argument("--epochs", type=int, required=True)
-    c.add_argument("--threads", type=int, default=1)
-    c.set_defaults(func=cmd_report)
     args = p.parse_args(argv)
     try:
         return args.func(args) or 0

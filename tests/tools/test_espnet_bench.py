@@ -1,4 +1,5 @@
-"""tools/espnet_bench.py: asrkit config -> ESPnet2 asr.yaml dict, token list, text shapes, timing, table.
+"""tools/espnet_bench.py (asrkit config -> ESPnet2 asr.yaml dict, token list, text shapes, timing, best path)
+and tools/espnet_report.py (the table of stage 7).
 
 ESPnet is never imported: its formulas (WarmupLR, randint's exclusive bound, the char tokenizer's
 <space>) are written out here as the references.
@@ -29,6 +30,12 @@ TOOL = ROOT / "tools" / "espnet_bench.py"
 @pytest.fixture(scope="module")
 def bench():
     return load_tool("espnet_bench")
+
+
+@pytest.fixture(scope="module")
+def report(bench):
+    """Loaded after espnet_bench, so its ``from espnet_bench import`` binds the module the tests hold."""
+    return load_tool("espnet_report")
 
 
 @pytest.fixture(scope="module")
@@ -166,17 +173,17 @@ def test_timed_records_once_and_reports_failures(bench, tmp_path):
     assert "y" not in json.loads(record.read_text())
 
 
-def test_results_table_ratios(bench):
+def test_results_table_ratios(report):
     rows = {"asrkit": {"wer": 0.18, "cer": 0.05, "train_s": 100.0},
             "espnet": {"wer": 0.20, "cer": 0.06, "train_s": 150.0}}
-    table = bench.results_table(rows, 1000.0, 2, 1)
+    table = report.results_table(rows, 1000.0, 2, 1)
     assert "| asrkit, best path | 18.00 | 5.00 | 100 | 20.0 | - | - |" in table  # 1000 s x 2 epochs / 100 s
     assert "| ESPnet2, best path | 20.00 | 6.00 | 150 | 13.3 | - | - |" in table
     assert "both best path: 0.90" in table and "throughput: 1.50" in table
     assert "prefix search:" not in table.split("\n\n")[1]  # no ESPnet search row, no ratio against it
     # ESPnet decoded its own way too: its own labelled row, and the WER ratio is still against best path
     rows["espnet_search"] = {"wer": 0.16, "cer": 0.055, "train_s": 150.0}
-    table = bench.results_table(rows, 1000.0, 2, 1)
+    table = report.results_table(rows, 1000.0, 2, 1)
     assert "| ESPnet2, its beam-1 CTC prefix search | 16.00 | 5.50 | 150 | 13.3 | - | - |" in table
     assert "both best path: 0.90 (target <= 0.9); against ESPnet's beam-1 prefix search: 1.12;" in table
     assert math.isfinite(float(table.split("both best path: ")[1].split()[0]))
@@ -203,7 +210,7 @@ def test_asrkit_batch_count_is_the_samplers(bench, tiny):
     assert bench.asrkit_batch_count(tiny, durs) == len(list(iter(ref)))
 
 
-def test_epoch_train_seconds_from_both_logs(bench, tmp_path):
+def test_epoch_train_seconds_from_both_logs(report, tmp_path):
     asrkit = tmp_path / "asrkit.log"
     asrkit.write_text(
         "2026-11-25 06:11:29,453 INFO asrkit.train: model transformer+none: 1.59M parameters\n"
@@ -212,20 +219,20 @@ def test_epoch_train_seconds_from_both_logs(bench, tmp_path):
         "2026-11-25 06:11:55,000 INFO asrkit.train: epoch 1 step 40: loss 263.4945 lr 0.0003 grad_norm 243\n"
         "2026-11-25 06:12:30,274 INFO asrkit.train: epoch 1: train loss 190.1 (23 updates to step 46, 30.2s, "
         "27.0 audio_s/s, 0 non-finite updates skipped), valid loss 180.0 (best)\n")
-    assert bench.epoch_train_seconds(str(asrkit), "asrkit") == pytest.approx(53.0)
+    assert report.epoch_train_seconds(str(asrkit), "asrkit") == pytest.approx(53.0)
     espnet = tmp_path / "espnet.log"
     espnet.write_text(
         "[vm] 2026 (trainer:394) INFO: 1epoch results: [train] iter_time=0.008, forward_time=0.303, loss=197.9, "
         "train_time=0.738, time=18.18 seconds, total_count=23, [valid] loss=184.1, time=3.1 seconds, total_count=6\n"
         "[vm] 2026 (trainer:394) INFO: 2epoch results: [train] iter_time=0.010, loss=180.0, "
         "time=1 minute and 3.5 seconds, total_count=46, [valid] loss=170.0, time=3.24 seconds, total_count=12\n")
-    assert bench.epoch_train_seconds(str(espnet), "espnet") == pytest.approx(18.18 + 63.5)
+    assert report.epoch_train_seconds(str(espnet), "espnet") == pytest.approx(18.18 + 63.5)
     empty = tmp_path / "empty.log"
     empty.write_text("nothing\n")
-    assert bench.epoch_train_seconds(str(empty), "espnet") is None
+    assert report.epoch_train_seconds(str(empty), "espnet") is None
     rows = {"asrkit": {"wer": 0.1, "cer": 0.05, "train_s": 100.0, "train_only_s": 80.0},
             "espnet": {"wer": 0.2, "cer": 0.1, "train_s": 150.0, "train_only_s": 120.0}}
-    table = bench.results_table(rows, 1000.0, 2, 1)
+    table = report.results_table(rows, 1000.0, 2, 1)
     assert "| asrkit, best path | 10.00 | 5.00 | 100 | 20.0 | 80 | 25.0 |" in table
     assert "in the epochs' training parts: 1.50" in table
 
@@ -305,7 +312,7 @@ def test_greedy_needs_no_espnet_to_parse_and_names_missing_files(bench, tmp_path
     assert rc == 1 and "espnet2" not in sys.modules
 
 
-def test_report_reads_both_espnet_decodings(bench, tmp_path, capsys):
+def test_report_reads_both_espnet_decodings(report, tmp_path, capsys):
     """Stage 7's files: asrkit's hypotheses, ESPnet's best path (decode_test_greedy) and its own search
     (decode_test/1best_recog); the WERs are counted by hand (4 reference words)."""
     data, out = tmp_path / "data", tmp_path / "out"
@@ -318,10 +325,68 @@ def test_report_reads_both_espnet_decodings(bench, tmp_path, capsys):
     (out / "asrkit" / "decode_test" / "text").write_text("u1 A X\nu2 C D\n")  # 1 sub: 25%
     (out / "espnet" / "decode_test_greedy" / "text").write_text("u1 A X\nu2 C\n")  # 1 sub + 1 del: 50%
     (out / "espnet" / "decode_test" / "1best_recog" / "text").write_text("u1 A B\nu2 C D\n")  # 0%
-    assert bench.main(["report", "--out", str(out), "--data", str(data), "--epochs", "2"]) == 0
+    assert report.main(["--out", str(out), "--data", str(data), "--epochs", "2"]) == 0
     table = (out / "results.md").read_text()
     assert table == capsys.readouterr().out
     assert "| asrkit, best path | 25.00 |" in table and "| ESPnet2, best path | 50.00 |" in table
     assert "| ESPnet2, its beam-1 CTC prefix search | 0.00 |" in table
     assert "both best path: 0.50 (target <= 0.9); against ESPnet's beam-1 prefix search: inf" in table
     assert "throughput: 2.00" in table
+
+
+def _bench_out(tmp_path):
+    """OUT and DATA of a finished run: asrkit's hypotheses and training time only (ESPnet's rows missing)."""
+    data, out = tmp_path / "data", tmp_path / "out"
+    for d in (data / "test", data / "train", out / "asrkit" / "decode_test", out / "asrkit" / "exp"):
+        d.mkdir(parents=True)
+    (data / "test" / "text").write_text("u1 A B\nu2 C D\n")
+    (data / "train" / "utt2dur").write_text("t1 50.0\nt2 50.0\n")
+    (out / "timings.json").write_text(json.dumps({"asrkit_train": 10.0}))
+    (out / "asrkit" / "decode_test" / "text").write_text("u1 A B\nu2 C D\n")
+    return data, out
+
+
+def test_report_step_times_batches_and_training_log(report, tmp_path, capsys):
+    """The sections after the table, from step_time.json and batches.json, and the epochs' training parts
+    from asrkit's exp/train.log; the missing ESPnet rows are left out with a line naming their files."""
+    data, out = _bench_out(tmp_path)
+    (out / "asrkit" / "exp" / "train.log").write_text(
+        "x INFO asrkit.train: epoch 0: train loss 2.0 (3 updates to step 3, 2.5s, 1 audio_s/s)\n"
+        "x INFO asrkit.train: epoch 1: train loss 1.0 (3 updates to step 6, 2.5s, 1 audio_s/s)\n")
+    (out / "step_time.json").write_text(json.dumps({"asrkit": [[800.0, 40.0], [780.4, 41.5]],
+                                                    "espnet": [[1600.0, 20.04], [1561.0, 19.0]]}))
+    (out / "espnet").mkdir()
+    (out / "espnet" / "batches.json").write_text(json.dumps({"asrkit": 7, "espnet": 7, "espnet_batch_bins": 123}))
+    assert report.main(["--out", str(out), "--data", str(data), "--epochs", "2", "--threads", "3"]) == 0
+    captured = capsys.readouterr()
+    table = (out / "results.md").read_text()
+    assert table == captured.out
+    # 100 s x 2 epochs: 200 / 10 s = 20.0 on the whole command, 200 / (2.5 + 2.5) s = 40.0 in the epochs
+    assert "| asrkit, best path | 0.00 | 0.00 | 10 | 20.0 | 5 | 40.0 |" in table
+    assert "ESPnet2" not in table.split("\n\n")[0] and "both best path" not in table
+    assert "OMP_NUM_THREADS=3" in table
+    assert table.endswith("\n- asrkit: 780 ms/step (41.5 audio s/s)\n- espnet: 1561 ms/step (20.0 audio s/s)\n"
+                          "- ESPnet / asrkit step time: 2.00\n"  # 1561 / 780.4, the best of each
+                          "Batches per epoch: asrkit 7, ESPnet 7 (ESPnet batch_bins 123, chosen for the same count).\n")
+    assert f"ESPnet2, best path: no hypotheses at {out / 'espnet' / 'decode_test_greedy' / 'text'}" in captured.err
+
+
+def test_report_with_nothing_to_score_names_the_dir(report, tmp_path, capsys):
+    data, out = _bench_out(tmp_path)
+    (out / "timings.json").write_text("{}")  # hypotheses but no training time: no row
+    assert report.main(["--out", str(out), "--data", str(data), "--epochs", "2"]) == 1
+    assert f"espnet_report.py: {out}: nothing to report yet" in capsys.readouterr().err
+    assert not (out / "results.md").exists()
+    with pytest.raises(report.BenchError, match="nothing to report"):
+        report.write_report(str(out), str(data), 2)
+
+
+def test_report_imports_from_bench_never_the_reverse(bench, report):
+    """One direction: the report takes BenchError and load_record from espnet_bench (the same objects), and
+    espnet_bench neither imports the report nor offers its subcommand any more."""
+    assert report.BenchError is bench.BenchError and report.load_record is bench.load_record
+    source = TOOL.read_text()
+    assert "import espnet_report" not in source and "from espnet_report" not in source
+    assert not hasattr(bench, "results_table") and not hasattr(bench, "cmd_report")
+    with pytest.raises(SystemExit):
+        bench.main(["report", "--out", "o", "--data", "d", "--epochs", "1"])
