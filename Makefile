@@ -15,6 +15,7 @@ $(STAMP): setup.py
 	@touch $(STAMP)
 
 install: $(STAMP) system-deps kenlm
+	@$(PY) -c "from asrkit.search import native_build; native_build.build()" || echo "asrkit: the native CTC prefix search did not build (a C++ compiler?); searches use the torch loop"
 
 # espeak-ng, festival and flite voices (speech synthesis for the demo and tests), sox, flac.
 system-deps:

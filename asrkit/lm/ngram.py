@@ -490,3 +490,11 @@ class NgramScorer:
         eos = torch.full((state.bo_sums.shape[0], 1), self.lm.eos_id, dtype=torch.long,
                          device=state.bo_sums.device)
         return self.lm.logprob(state.hist, state.bo_sums, eos)[:, 0]
+
+    def native_form(self) -> Optional[Tuple[str, Dict[str, torch.Tensor]]]:
+        """The dense tables for the native CPU search (asrkit.search.interfaces.NativeScorer): kind
+        "token_ngram"; None for the lookup path (no native form)."""
+        if not self.dense:
+            return None
+        return "token_ngram", dict(logp=self.logp, next_state=self.next_state, eos=self.eos_logp,
+                                   vocab=torch.tensor(self.vocab), start_state=torch.tensor(self.start_id))

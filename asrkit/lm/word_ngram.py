@@ -363,3 +363,15 @@ class WordNgramScorer:
     def final_score(self, state: WordNgramState) -> torch.Tensor:
         """(N,) score of ending here: the partial word (minus its lookahead) and then </s>."""
         return state.floats[:, 2]
+
+    def native_form(self) -> Tuple[str, Dict[str, torch.Tensor]]:
+        """The tables the native CPU search reads (asrkit.search.interfaces.NativeScorer): kind "word_ngram"."""
+        t = self.tables
+        out = {name: getattr(self, name) for name in ("trans", "la_next", "edge_keys", "edge_dst", "col_stay",
+                                                       "col_start", "col_is_end") if hasattr(self, name)}
+        out.update(la=self.la, col_is_start=self.col_is_start, token_slot=self.token_slot, node_word=self.node_word,
+                   node_floats=self.node_floats, chain_keys=t.chain_keys, keys=t.keys, next_state=t.next_state,
+                   row_floats=self.row_floats, backoff=self.backoff_flat, dense=torch.tensor(int(self.dense)),
+                   width=torch.tensor(self.width), order=torch.tensor(self.order),
+                   start_state=torch.tensor(self.lm.start_state))
+        return "word_ngram", out

@@ -52,6 +52,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import torch
 
+from asrkit.search import native_loop
 from asrkit.search.candidates import top_tokens
 from asrkit.search.greedy import check_ctc_inputs
 from asrkit.search.hypotheses import NBest, backtrack, pack_emissions
@@ -446,6 +447,7 @@ def ctc_prefix_beam_search(
     token_min_logp: Optional[float] = -12.0,
     blank_skip_threshold: Optional[float] = 0.999,
     cuda_graph: bool = False,
+    native: Optional[bool] = None,
 ) -> NBest:
     """CTC prefix beam search over a padded batch, with optional shallow fusion.
 
@@ -460,16 +462,19 @@ def ctc_prefix_beam_search(
     Its token_frames are the input frame at which each token was emitted on the hypothesis's own
     surviving path. On CPU the call runs with ``torch.set_num_threads(1)`` and restores the setting.
     For checked inputs (token list, special ids, numpy) use :func:`asrkit.search.decode_ctc`.
+    ``native``: run the C++ frame loop (:mod:`asrkit.search.native_loop`; same results to rounding). None
+    (auto): when the inputs are on the CPU, every active scorer has a native form and the library builds;
+    True: that loop or a ValueError saying why not; False: the torch loop.
     """
     check_ctc_inputs(log_probs, lengths)
     return _checked_search(log_probs, lengths, beam, nbest, scorers, weights, token_topk, token_min_logp,
-                           blank_skip_threshold, cuda_graph)
+                           blank_skip_threshold, cuda_graph, native)
 
 
 def _checked_search(log_probs: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: Optional[int],
                     scorers: Optional[Mapping[str, BatchScorer]], weights: Optional[Mapping[str, float]],
                     token_topk: Optional[int], token_min_logp: Optional[float],
-                    blank_skip_threshold: Optional[float], cuda_graph: bool) -> NBest:
+                    blank_skip_threshold: Optional[float], cuda_graph: bool, native: Optional[bool] = None) -> NBest:
     """ctc_prefix_beam_search after its input checks (decode_ctc makes its own, in one pass)."""
     if beam < 1:
         raise ValueError(f"beam must be >= 1, got {beam}")
@@ -483,6 +488,14 @@ def _checked_search(log_probs: torch.Tensor, lengths: torch.Tensor, beam: int, n
     active, active_weights, bonus = active_scorers(scorers or {}, weights or {})
     dtype = torch.float64 if log_probs.dtype == torch.float64 else torch.float32
     lp = log_probs.to(dtype)
-    return _search_split(lp, lengths.to(lp.device, torch.long), beam=beam, nbest=nbest, scorers=active,
+    lengths = lengths.to(lp.device, torch.long)
+    if native is not False:
+        why = native_loop.unavailable(lp, lengths, active)
+        if why is None:
+            return native_loop.search(lp, lengths, beam, nbest, active, active_weights, bonus, token_topk,
+                                      token_min_logp, blank_skip_threshold)
+        if native:
+            raise ValueError(f"native=True, but the native search cannot run: {why}")
+    return _search_split(lp, lengths, beam=beam, nbest=nbest, scorers=active,
                          weights=active_weights, bonus=bonus, topk=token_topk,
                          min_logp=token_min_logp, skip=blank_skip_threshold, cuda_graph=bool(cuda_graph))

@@ -8,7 +8,7 @@ values), so a search can call scorers inside its per-frame loop.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Protocol, Tuple, runtime_checkable
+from typing import Any, Dict, Mapping, Optional, Protocol, Tuple, runtime_checkable
 
 import torch
 
@@ -50,6 +50,26 @@ class BatchScorer(Protocol):
     def final_score(self, state: Any) -> torch.Tensor:
         """(N,) log-score of ending the hypothesis here (e.g. log P(</s> | history)); zeros if not
         applicable."""
+        ...
+
+
+# (kind, named tables) of a scorer that the native CPU search evaluates itself; see NativeScorer.
+NativeForm = Tuple[str, Dict[str, torch.Tensor]]
+
+
+@runtime_checkable
+class NativeScorer(Protocol):
+    """A scorer whose scores the native (C++) CPU prefix search computes from the scorer's own tables.
+
+    :func:`asrkit.search.ctc_prefix_beam_search` runs its native loop only when every active scorer meets
+    this protocol and ``native_form()`` returns a form (None: this configuration has none, e.g. a token
+    n-gram too large for dense tables). The kinds and the tables each needs are listed in
+    :mod:`asrkit.search.native_loop`; tables are plain tensors on the scorer's device (the search moves the
+    scorer to the CPU first, through ``init_state``), 0-d tensors for integer parameters.
+    """
+
+    def native_form(self) -> Optional[NativeForm]:
+        """(kind, tables) for the native search, or None."""
         ...
 
 

@@ -169,6 +169,12 @@ class LexiconScorer:
         node = torch.div(state, self.width, rounding_mode="floor")
         return torch.where(self.is_word.take(node), 0.0, NEG_INF)
 
+    def native_form(self) -> Tuple[str, Dict[str, torch.Tensor]]:
+        """The tables the native CPU search reads (asrkit.search.interfaces.NativeScorer): kind "lexicon"."""
+        out = {name: getattr(self, name) for name in self._TENSORS if hasattr(self, name)}
+        out.update(dense=torch.tensor(int(self.dense)), width=torch.tensor(self.width))
+        return "lexicon", out
+
 
 def read_word_list(path: str | os.PathLike) -> List[str]:
     """Words of a word-list file: the first field of each non-empty line, so a plain list (one word a line)

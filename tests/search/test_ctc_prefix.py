@@ -233,7 +233,7 @@ def test_out_of_memory_splits_the_batch_and_retries(monkeypatch: pytest.MonkeyPa
     gen = torch.Generator().manual_seed(11)
     lp = peaky_log_probs(5, 30, 10, gen, dtype=torch.float32)
     lengths = torch.tensor([30, 12, 28, 30, 7])
-    expected = ctc_prefix_beam_search(lp, lengths, beam=4)
+    expected = ctc_prefix_beam_search(lp, lengths, beam=4, native=False)  # the torch loop splits batches
     real = ctc_prefix._search_batch
     sizes = []
 
@@ -244,7 +244,7 @@ def test_out_of_memory_splits_the_batch_and_retries(monkeypatch: pytest.MonkeyPa
         return real(lp_, *args, **kwargs)
 
     monkeypatch.setattr(ctc_prefix, "_search_batch", flaky)
-    got = ctc_prefix_beam_search(lp, lengths, beam=4)
+    got = ctc_prefix_beam_search(lp, lengths, beam=4, native=False)
     assert sizes == [5, 2, 3, 1, 2]
     assert [[h.tokens for h in u] for u in got.to_lists()] == [[h.tokens for h in u] for u in expected.to_lists()]
     assert torch.allclose(got.scores, expected.scores)
@@ -254,7 +254,7 @@ def test_out_of_memory_splits_the_batch_and_retries(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(ctc_prefix, "_search_batch", always)
     with pytest.raises(torch.cuda.OutOfMemoryError):
-        ctc_prefix_beam_search(lp[:1], lengths[:1], beam=4)
+        ctc_prefix_beam_search(lp[:1], lengths[:1], beam=4, native=False)
 
 
 def test_token_frames_and_nbest_shape() -> None:
@@ -497,7 +497,8 @@ def test_large_vocab_reads_own_tokens_from_the_right_input_frames(lengths: list,
         return made[-1]
 
     monkeypatch.setattr(ctc_prefix, "_Frames", spy)
-    got = ctc_prefix_beam_search(lp, lengths_t, beam=4, token_topk=4, token_min_logp=None, blank_skip_threshold=skip)
+    got = ctc_prefix_beam_search(lp, lengths_t, beam=4, token_topk=4, token_min_logp=None, blank_skip_threshold=skip,
+                                 native=False)
     assert (made[0].lp_rows is not None) == (skip is None)  # frame views (+ padding bias) or flat offsets
     for b in (1, 2):  # the python reference is slow on 2000 tokens: two utterances
         ref = ref_nbest(lp[b].double(), int(lengths_t[b]), 4, candidates=topk_candidates(lp[b].double(), 4),
@@ -523,7 +524,7 @@ def test_cpu_search_runs_on_one_thread_and_restores_the_setting(monkeypatch: pyt
     try:
         torch.set_num_threads(2)
         monkeypatch.setattr(ctc_prefix, "_frame_loop", spy)
-        ctc_prefix_beam_search(lp, torch.tensor([10, 7]), beam=3)
+        ctc_prefix_beam_search(lp, torch.tensor([10, 7]), beam=3, native=False)
         assert seen == [1] and torch.get_num_threads() == 2
 
         def boom(*args, **kwargs):
@@ -531,7 +532,7 @@ def test_cpu_search_runs_on_one_thread_and_restores_the_setting(monkeypatch: pyt
 
         monkeypatch.setattr(ctc_prefix, "_frame_loop", boom)
         with pytest.raises(RuntimeError, match="boom"):
-            ctc_prefix_beam_search(lp, torch.tensor([10, 7]), beam=3)
+            ctc_prefix_beam_search(lp, torch.tensor([10, 7]), beam=3, native=False)
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(old)
@@ -543,7 +544,7 @@ def test_out_of_memory_splits_down_to_single_utterances(monkeypatch: pytest.Monk
     gen = torch.Generator().manual_seed(27)
     lp = peaky_log_probs(3, 20, 6, gen)
     lengths = torch.tensor([20, 9, 14])
-    expected = ctc_prefix_beam_search(lp, lengths, beam=3)
+    expected = ctc_prefix_beam_search(lp, lengths, beam=3, native=False)  # the torch loop splits batches
     real = ctc_prefix._search_batch
     sizes = []
 
@@ -554,7 +555,7 @@ def test_out_of_memory_splits_down_to_single_utterances(monkeypatch: pytest.Monk
         return real(lp_, *args, **kwargs)
 
     monkeypatch.setattr(ctc_prefix, "_search_batch", only_single)
-    got = ctc_prefix_beam_search(lp, lengths, beam=3)
+    got = ctc_prefix_beam_search(lp, lengths, beam=3, native=False)
     assert sizes == [3, 1, 2, 1, 1]
     assert torch.equal(got.tokens, expected.tokens) and torch.allclose(got.scores, expected.scores)
 
@@ -565,7 +566,7 @@ def test_out_of_memory_splits_down_to_single_utterances(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(ctc_prefix, "_search_batch", any_rows)
     with pytest.raises(torch.cuda.OutOfMemoryError):
-        ctc_prefix_beam_search(lp, lengths, beam=3)
+        ctc_prefix_beam_search(lp, lengths, beam=3, native=False)
 
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -1,0 +1,582 @@
+// CTC prefix beam search with shallow fusion, one fused frame loop per utterance on the CPU.
+//
+// The same algorithm as asrkit/search/ctc_prefix.py (read its module docstring first): per kept frame each
+// live hypothesis offers C extension candidates (the frame's pre-selected tokens, chosen in Python) and one
+// stay; an extension that duplicates a hypothesis in the beam (found through the prefix hashes) folds into
+// that hypothesis's stay; the best K candidates form the next beam. Scorers (word n-gram with look-ahead and
+// lexicon, lexicon alone, dense token n-gram) are evaluated here from the tables their Python objects export
+// (native_form); every float operation follows the torch path's order and dtype, so the two paths agree to
+// rounding. Plain C++ with an extern "C" API over raw pointers: no torch headers, builds in about 2 s.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr uint64_t kHashMul = 0x9E3779B97F4A7C15ULL;  // as ctc_prefix._HASH_MUL
+constexpr uint64_t kSentParent = 0x5BE0CD19137E2179ULL;  // parent hash of the empty prefix and empty slots
+constexpr uint64_t kSentHash = 0xC3910C8D016B07D5ULL;    // hash of an empty slot (-0x3C6EF372FE94F82B)
+constexpr int kMaxTables = 20;
+enum Kind { kWord = 1, kLexicon = 2, kTokenNgram = 3 };
+
+}  // namespace
+
+extern "C" {
+
+// One scorer's exported tables (see asrkit/search/native_loop.py for the order of each kind).
+struct ScorerDesc {
+  int64_t kind;
+  double weight;
+  const void* tables[kMaxTables];
+  int64_t sizes[kMaxTables];  // element counts
+  int64_t iparams[8];
+};
+
+struct SearchDesc {
+  int64_t is_double;  // 0: float32 search, 1: float64
+  int64_t batch, frames, vocab, steps, n_cand, beam, nbest, n_scorers, threads;
+  double bonus;           // added per emitted token
+  double min_logp;        // token_min_logp (-inf: none)
+  const void* lp;         // (B, T, V) log-probabilities
+  const int64_t* frame;   // (B, T') input frame of each kept step, -1 after the last
+  const void* cval;       // (B, T', C) candidate log-probabilities; null: every token 1 .. V-1 (C = V-1)
+  const int64_t* ctok;    // (B, T', C) candidate token ids; null with cval
+  const void* offset;     // (B,) log P(blank) summed over the skipped frames
+  const ScorerDesc* scorers;
+  void* total;            // out (B, N) fused score, -inf for an empty slot
+  void* ctc;              // out (B, N) CTC score
+  int64_t* tokens;        // out (B, N, T') padded with -1
+  int64_t* token_frames;  // out (B, N, T') padded with -1
+  int64_t* lengths;       // out (B, N)
+};
+
+int64_t asrkit_native_abi(void) { return 3; }  // native_build.ABI
+
+}  // extern "C"
+
+namespace {
+
+// A scorer's state for one hypothesis: ints and floats whose meaning depends on the kind.
+struct SState {
+  int64_t i[3];  // word: trie node, LM history state, state once the word closes; lexicon: node*(V+1); token: state
+  float f[3];    // word: what a letter / a boundary / </s> adds beside the look-ahead
+};
+
+struct Scorer {
+  int kind = 0;
+  double weight = 0.0;
+  // word n-gram
+  bool dense = true;
+  int64_t width = 0, order = 0, n_keys = 0, n_edges = 0, start_state = 0;
+  const int32_t* trans = nullptr;      // (nodes * W) next node (dense)
+  const float* la_next = nullptr;      // (nodes * W - 1) look-ahead of the next node at node * W + token (dense)
+  const int64_t* edge_keys = nullptr;  // (E+1,) sorted node * W + col, then a sentinel (sparse)
+  const int64_t* edge_dst = nullptr;   // (E+1,)
+  const uint8_t* col_stay = nullptr;   // (W,)
+  const int64_t* col_start = nullptr;  // (W,)
+  const uint8_t* col_is_end = nullptr; // (W,)
+  const float* la = nullptr;           // (nodes,)
+  const uint8_t* col_is_start = nullptr;  // (W,)
+  const int64_t* token_slot = nullptr;    // (V,)
+  const int64_t* node_word = nullptr;     // (nodes,)
+  const float* node_floats = nullptr;     // (nodes, 3)
+  const int64_t* chain_keys = nullptr;    // (S, order)
+  const int64_t* keys = nullptr;          // (G+1,)
+  const int64_t* next_state = nullptr;    // (G+1,)
+  const float* row_floats = nullptr;      // (G+1, 3)
+  const float* backoff = nullptr;         // (S * order,)
+  // lexicon
+  const int64_t* next_base = nullptr;     // (nodes * W) next node * W (dense)
+  const float* score_table = nullptr;     // (nodes * W) 0 or -inf (dense)
+  const uint8_t* col_closes = nullptr;    // (W,)
+  const int64_t* lex_col_start = nullptr; // (W,) -1: keep the node
+  const uint8_t* is_word = nullptr;       // (nodes,)
+  // token n-gram (dense)
+  const float* logp = nullptr;            // (S, V)
+  const int32_t* tok_next = nullptr;      // (S, V)
+  const float* eos = nullptr;             // (S,)
+  int64_t vocab = 0;
+};
+
+const float kNegInfF = -std::numeric_limits<float>::infinity();
+
+Scorer make_scorer(const ScorerDesc& d) {
+  Scorer s;
+  s.kind = static_cast<int>(d.kind);
+  s.weight = d.weight;
+  auto i64 = [&](int j) { return static_cast<const int64_t*>(d.tables[j]); };
+  auto f32 = [&](int j) { return static_cast<const float*>(d.tables[j]); };
+  auto u8 = [&](int j) { return static_cast<const uint8_t*>(d.tables[j]); };
+  if (s.kind == kWord) {
+    s.dense = d.iparams[0] != 0;
+    s.width = d.iparams[1];
+    s.order = d.iparams[2];
+    s.start_state = d.iparams[3];
+    s.trans = static_cast<const int32_t*>(d.tables[0]);
+    s.la_next = f32(1);
+    s.edge_keys = i64(2);
+    s.n_edges = d.sizes[2];
+    s.edge_dst = i64(3);
+    s.col_stay = u8(4);
+    s.col_start = i64(5);
+    s.col_is_end = u8(6);
+    s.la = f32(7);
+    s.col_is_start = u8(8);
+    s.token_slot = i64(9);
+    s.node_word = i64(10);
+    s.node_floats = f32(11);
+    s.chain_keys = i64(12);
+    s.keys = i64(13);
+    s.n_keys = d.sizes[13];
+    s.next_state = i64(14);
+    s.row_floats = f32(15);
+    s.backoff = f32(16);
+  } else if (s.kind == kLexicon) {
+    s.dense = d.iparams[0] != 0;
+    s.width = d.iparams[1];
+    s.next_base = i64(0);
+    s.score_table = f32(1);
+    s.edge_keys = i64(2);
+    s.n_edges = d.sizes[2];
+    s.edge_dst = i64(3);
+    s.col_stay = u8(4);
+    s.col_closes = u8(5);
+    s.lex_col_start = i64(6);
+    s.is_word = u8(7);
+  } else if (s.kind == kTokenNgram) {
+    s.logp = f32(0);
+    s.tok_next = static_cast<const int32_t*>(d.tables[1]);
+    s.eos = f32(2);
+    s.vocab = d.iparams[0];
+    s.start_state = d.iparams[1];
+  }
+  return s;
+}
+
+// Position of `key` in a sorted table ending with a sentinel larger than any key (torch.searchsorted, left).
+inline int64_t lower(const int64_t* table, int64_t n, int64_t key) {
+  return std::lower_bound(table, table + n, key) - table;
+}
+
+// ---- word n-gram (asrkit.lm.word_ngram.WordNgramScorer) ----
+
+inline int64_t word_next_node(const Scorer& s, int64_t node, int64_t col) {
+  if (s.dense) return s.trans[node * s.width + col];
+  const int64_t key = node * s.width + col;
+  const int64_t pos = lower(s.edge_keys, s.n_edges, key);
+  if (s.edge_keys[pos] == key) return s.edge_dst[pos];
+  if (s.col_is_start[col]) return s.col_start[col];
+  return s.col_stay[col] ? node : 1;  // 1: SINK
+}
+
+// WordNgramScorer._state: trie node `node` after LM state `hist`, one n-gram lookup.
+void word_state(const Scorer& s, int64_t node, int64_t hist, SState& out) {
+  const int64_t order = s.order;
+  const int64_t* chain = s.chain_keys + hist * order;
+  const int64_t word = s.node_word[node];
+  int64_t col = 0, row = -1;
+  for (int64_t j = 0; j < order; ++j) {  // the first match is the longest suffix (closure under suffixes)
+    const int64_t q = chain[j] + word;
+    const int64_t pos = lower(s.keys, s.n_keys, q);
+    if (row < 0 && j == 0) row = pos;  // torch: no match at all gives column 0
+    if (s.keys[pos] == q) {
+      col = j;
+      row = pos;
+      break;
+    }
+  }
+  const float bo = s.backoff[hist * order + col];
+  const float* rf = s.row_floats + row * 3;
+  const float* nf = s.node_floats + node * 3;
+  out.f[0] = (rf[0] + bo * 0.0f) + nf[0];
+  out.f[1] = (rf[1] + bo) + nf[1];
+  out.f[2] = (rf[2] + bo) + nf[2];
+  out.i[0] = node;
+  out.i[1] = hist;
+  out.i[2] = s.next_state[row];
+}
+
+inline float word_score(const Scorer& s, const SState& st, int64_t tok) {
+  const int64_t node = st.i[0];
+  float la_next;
+  if (s.dense) {
+    la_next = s.la_next[node * s.width + tok];
+  } else {
+    const int64_t col = tok + 1;
+    la_next = s.col_is_end[col] ? 0.0f : s.la[word_next_node(s, node, col)];
+  }
+  return la_next + st.f[s.token_slot[tok]];
+}
+
+void word_select(const Scorer& s, const SState& old, int64_t tok, SState& out) {
+  const int64_t col = tok + 1;
+  const int64_t node = word_next_node(s, old.i[0], col);
+  const int64_t hist = s.col_is_start[col] ? old.i[2] : old.i[1];
+  word_state(s, node, hist, out);
+}
+
+// ---- lexicon (asrkit.search.lexicon.LexiconScorer) ----
+
+inline int64_t lex_next_node(const Scorer& s, int64_t base, int64_t col) {
+  const int64_t key = base + col;
+  const int64_t pos = lower(s.edge_keys, s.n_edges, key);
+  if (s.edge_keys[pos] == key) return s.edge_dst[pos];
+  const int64_t node = base / s.width;
+  if (s.col_stay[col]) return node;
+  if (s.col_closes[col] && s.is_word[node]) return s.lex_col_start[col] >= 0 ? s.lex_col_start[col] : node;
+  return 1;  // DEAD
+}
+
+inline float lex_score(const Scorer& s, const SState& st, int64_t tok) {
+  if (s.dense) return s.score_table[st.i[0] + tok + 1];
+  return lex_next_node(s, st.i[0], tok + 1) == 1 ? kNegInfF : 0.0f;
+}
+
+// ---- dispatch over kinds ----
+
+void scorer_init(const Scorer& s, SState& st) {
+  st = SState{{0, 0, 0}, {0.0f, 0.0f, 0.0f}};
+  if (s.kind == kWord) word_state(s, 0, s.start_state, st);
+  else if (s.kind == kTokenNgram) st.i[0] = s.start_state;
+}
+
+inline float scorer_score(const Scorer& s, const SState& st, int64_t tok) {
+  if (s.kind == kWord) return word_score(s, st, tok);
+  if (s.kind == kLexicon) return lex_score(s, st, tok);
+  return s.logp[st.i[0] * s.vocab + tok];
+}
+
+// The state after appending `tok` (>= 0); a stay copies the state instead (the torch path recomputes the same).
+void scorer_select(const Scorer& s, const SState& old, int64_t tok, SState& out) {
+  if (s.kind == kWord) {
+    word_select(s, old, tok, out);
+  } else if (s.kind == kLexicon) {
+    out = old;
+    out.i[0] = s.dense ? s.next_base[old.i[0] + tok + 1] : lex_next_node(s, old.i[0], tok + 1) * s.width;
+  } else {
+    out = old;
+    out.i[0] = s.tok_next[old.i[0] * s.vocab + tok];
+  }
+}
+
+inline float scorer_final(const Scorer& s, const SState& st) {
+  if (s.kind == kWord) return st.f[2];
+  if (s.kind == kLexicon) return s.is_word[st.i[0] / s.width] ? 0.0f : kNegInfF;
+  return s.eos[st.i[0]];
+}
+
+template <typename T>
+inline T logaddexp(T a, T b) {  // as torch.logaddexp
+  if (std::isinf(a) && a == b) return a;
+  const T m = std::max(a, b);
+  return m + std::log1p(std::exp(-std::abs(a - b)));
+}
+
+struct Hyp {
+  uint64_t hash, parent;
+  int64_t last;
+  bool single;
+};
+
+using QueueItem = std::pair<double, int64_t>;  // (value, index), as torch.topk's CPU kernel
+
+// torch.topk(values, k) on the CPU, reproduced so that ties and the order of an unsorted result come out
+// as in the torch loop (the beam's order decides later ties): the same element type, comparator and
+// partial-sort / nth_element choice, applied to the same layout of candidates.
+void topk_like_torch(std::vector<QueueItem>& queue, int64_t k, bool sorted) {
+  auto greater = [](const QueueItem& x, const QueueItem& y) {
+    return (std::isnan(x.first) && !std::isnan(y.first)) || (x.first > y.first);
+  };
+  const int64_t n = static_cast<int64_t>(queue.size());
+  if (k * 64 <= n) {
+    std::partial_sort(queue.begin(), queue.begin() + k, queue.end(), greater);
+  } else {
+    std::nth_element(queue.begin(), queue.begin() + k - 1, queue.end(), greater);
+    if (sorted) std::sort(queue.begin(), queue.begin() + k - 1, greater);
+  }
+}
+
+// Everything one utterance needs, allocated once per thread and reused.
+template <typename T>
+struct Work {
+  std::vector<T> pnb, pb, tot, fused, npnb, npb, ntot, nfused;  // (K,) per beam slot
+  std::vector<uint8_t> dead, ndead;      // (K,) slot holds no hypothesis (fewer than K candidates lived)
+  std::vector<Hyp> hyp, nhyp;
+  std::vector<SState> st, nst;           // (K, n_scorers)
+  std::vector<T> cnb, cb, ctot, cfus;    // (K, C+1) candidate tables; column C is the stay
+  std::vector<QueueItem> queue;          // (K * (C+1),) candidate scores
+  std::vector<int32_t> par;              // (K,) parent in the beam, -1 none
+  std::vector<int64_t> table_keys;       // open addressing: prefix hash -> beam slot
+  std::vector<int32_t> table_vals;
+  std::vector<int32_t> back_parent, back_col;  // (T', K) back-pointers
+  std::vector<int64_t> iota;             // 1 .. V-1: the candidate ids when every token is one
+};
+
+// A padding step of the torch loop (the batch's longer utterances go on): P(blank) = 1, every stay keeps its
+// total and moves pnb's mass into pb, and topk reorders the beam (which later ties depend on).
+template <typename T>
+void pad_step(Work<T>& w, int64_t i, int64_t K, int64_t cols, bool fusion) {
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  const int64_t C = cols - 1;
+  for (int64_t at = 0; at < K * cols; ++at) {
+    const int64_t k = at / cols;
+    T score = neg_inf;
+    if (at % cols == C && !w.dead[k]) score = fusion ? w.tot[k] + w.fused[k] : w.tot[k];
+    w.queue[at] = QueueItem(static_cast<double>(score), at);
+  }
+  topk_like_torch(w.queue, K, false);
+  const int64_t ns = K ? static_cast<int64_t>(w.st.size()) / K : 0;
+  for (int64_t m = 0; m < K; ++m) {
+    const int64_t at = w.queue[m].second, k = at / cols;
+    w.back_parent[i * K + m] = static_cast<int32_t>(k);
+    w.back_col[i * K + m] = static_cast<int32_t>(C);
+    const bool is_dead = w.queue[m].first == -std::numeric_limits<double>::infinity();
+    w.ndead[m] = is_dead;
+    w.npnb[m] = neg_inf;
+    w.npb[m] = w.ntot[m] = is_dead ? neg_inf : w.tot[k];
+    w.nfused[m] = is_dead ? 0 : w.fused[k];
+    w.nhyp[m] = is_dead ? Hyp{kSentHash, kSentParent, 0, false} : w.hyp[k];
+    for (int64_t j = 0; j < ns; ++j) w.nst[m * ns + j] = w.st[k * ns + j];
+  }
+  std::swap(w.pnb, w.npnb); std::swap(w.pb, w.npb); std::swap(w.tot, w.ntot); std::swap(w.fused, w.nfused);
+  std::swap(w.hyp, w.nhyp); std::swap(w.st, w.nst); std::swap(w.dead, w.ndead);
+}
+
+template <typename T>
+void search_utterance(const SearchDesc& d, const std::vector<Scorer>& scorers, int64_t b, Work<T>& w) {
+  const int64_t K = d.beam, C = d.n_cand, cols = C + 1, V = d.vocab, steps = d.steps;
+  const int64_t ns = static_cast<int64_t>(scorers.size());
+  const bool fusion = ns > 0 || d.bonus != 0.0;
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  const T* lp = static_cast<const T*>(d.lp) + b * d.frames * V;
+  const int64_t* frame = d.frame + b * steps;
+  // null tables: every non-blank token is a candidate, token c + 1 in column c, its value read from the input
+  const T* cval_all = d.cval ? static_cast<const T*>(d.cval) + b * steps * C : nullptr;
+  const int64_t* ctok_all = d.ctok ? d.ctok + b * steps * C : nullptr;
+  const T min_logp = static_cast<T>(d.min_logp);  // compared in the search's dtype, as torch does
+  const Hyp none{kSentHash, kSentParent, 0, false};
+  w.pnb.assign(K, neg_inf); w.pb.assign(K, neg_inf); w.tot.assign(K, neg_inf); w.fused.assign(K, 0);
+  w.npnb.resize(K); w.npb.resize(K); w.ntot.resize(K); w.nfused.resize(K);
+  w.dead.assign(K, 1); w.ndead.resize(K);
+  w.hyp.assign(K, none); w.nhyp.resize(K);
+  w.st.resize(K * ns); w.nst.resize(K * ns);
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t j = 0; j < ns; ++j) scorer_init(scorers[j], w.st[k * ns + j]);
+  w.cnb.resize(K * cols); w.cb.resize(K * cols); w.ctot.resize(K * cols); w.cfus.resize(K * cols);
+  w.queue.resize(K * cols); w.par.resize(K);
+  w.back_parent.resize(std::max<int64_t>(steps, 1) * K); w.back_col.resize(std::max<int64_t>(steps, 1) * K);
+  if (!ctok_all && static_cast<int64_t>(w.iota.size()) != C) {
+    w.iota.resize(C);
+    for (int64_t c = 0; c < C; ++c) w.iota[c] = c + 1;
+  }
+  int64_t size = 1;
+  while (size < 2 * K) size <<= 1;
+  w.table_keys.resize(size); w.table_vals.resize(size);
+  // slot 0: the empty prefix (hash 0, last token the blank)
+  w.pb[0] = 0; w.tot[0] = 0; w.dead[0] = 0; w.hyp[0] = Hyp{0, kSentParent, 0, false};
+  for (int64_t i = 0; i < steps; ++i) {
+    if (frame[i] < 0) {  // padding after the utterance's last frame: stays only, to keep torch's beam order
+      pad_step(w, i, K, cols, fusion);
+      continue;
+    }
+    const T* row = lp + frame[i] * V;
+    const T* cval = cval_all ? cval_all + i * C : row + 1;
+    const int64_t* ctok = ctok_all ? ctok_all + i * C : w.iota.data();
+    const T lpb = row[0];
+    // a run of skipped blank frames follows: pnb's mass moves into pb (their log P is added at the end)
+    const bool run = i + 1 < steps && frame[i + 1] >= 0 && frame[i + 1] - frame[i] > 1;
+    // parents: the live hypothesis whose prefix is this one's minus its last token
+    std::fill(w.table_vals.begin(), w.table_vals.end(), -1);
+    for (int64_t k = 0; k < K; ++k) {
+      if (w.dead[k]) continue;
+      int64_t at = static_cast<int64_t>((w.hyp[k].hash * kHashMul) >> 40) & (size - 1);
+      while (w.table_vals[at] >= 0) at = (at + 1) & (size - 1);
+      w.table_keys[at] = static_cast<int64_t>(w.hyp[k].hash);
+      w.table_vals[at] = static_cast<int32_t>(k);
+    }
+    for (int64_t k = 0; k < K; ++k) {
+      w.par[k] = -1;
+      if (w.dead[k]) continue;
+      const uint64_t ph = w.hyp[k].parent;
+      int64_t at = static_cast<int64_t>((ph * kHashMul) >> 40) & (size - 1);
+      while (w.table_vals[at] >= 0) {
+        if (static_cast<uint64_t>(w.table_keys[at]) == ph) { w.par[k] = w.table_vals[at]; break; }
+        at = (at + 1) & (size - 1);
+      }
+    }
+    // extensions: from pb and pnb, a repeat of the own last token only from pb
+    for (int64_t k = 0; k < K; ++k) {
+      T* nb = &w.cnb[k * cols];
+      if (w.dead[k]) {
+        std::fill(nb, nb + cols, neg_inf);
+        continue;
+      }
+      const int64_t last = w.hyp[k].last;
+      for (int64_t c = 0; c < C; ++c) {
+        const T v = cval[c] < min_logp ? neg_inf : cval[c];  // token_min_logp: no new prefix from this token
+        nb[c] = (ctok[c] == last ? w.pb[k] : w.tot[k]) + v;
+      }
+    }
+    // merges: extension (parent, own last token) is this hypothesis's prefix: it folds into the stay
+    for (int64_t k = 0; k < K; ++k) {
+      if (w.dead[k]) continue;
+      const int32_t p = w.par[k];
+      const T lp_last = row[w.hyp[k].last];
+      T src = neg_inf;
+      if (p >= 0) {
+        src = w.hyp[k].single ? w.tot[p] : w.pb[p];
+        const int64_t last = w.hyp[k].last;
+        for (int64_t c = 0; c < C; ++c)
+          if (ctok[c] == last) w.cnb[p * cols + c] = neg_inf;
+      }
+      w.cnb[k * cols + C] = logaddexp(w.pnb[k], src) + lp_last;
+      w.cb[k * cols + C] = w.tot[k] + lpb;
+      w.ctot[k * cols + C] = logaddexp(w.cnb[k * cols + C], w.cb[k * cols + C]);
+    }
+    for (int64_t k = 0; k < K; ++k) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t at = k * cols + c;
+        T score = neg_inf;
+        if (!w.dead[k]) {
+          if (c < C) {
+            w.ctot[at] = w.cnb[at];  // pb is -inf for an extension
+            if (w.cnb[at] != neg_inf) {
+              if (fusion) {
+                T f = static_cast<T>(d.bonus);
+                for (int64_t j = 0; j < ns; ++j) {
+                  const T sc = static_cast<T>(scorer_score(scorers[j], w.st[k * ns + j], ctok[c]));
+                  f = (j == 0 ? static_cast<T>(d.bonus) : f) + static_cast<T>(scorers[j].weight) * sc;
+                }
+                w.cfus[at] = f + w.fused[k];
+                score = w.ctot[at] + w.cfus[at];
+              } else {
+                score = w.ctot[at];
+              }
+            }
+          } else {
+            w.cfus[at] = w.fused[k];
+            score = fusion ? w.ctot[at] + w.cfus[at] : w.ctot[at];
+          }
+        }
+        w.queue[at] = QueueItem(static_cast<double>(score), at);
+      }
+    }
+    topk_like_torch(w.queue, K, false);
+    for (int64_t m = 0; m < K; ++m) {
+      const int64_t at = w.queue[m].second, k = at / cols, c = at % cols;
+      w.back_parent[i * K + m] = static_cast<int32_t>(k);
+      w.back_col[i * K + m] = static_cast<int32_t>(c);
+      const bool is_dead = w.queue[m].first == -std::numeric_limits<double>::infinity();
+      w.ndead[m] = is_dead;
+      if (is_dead) {  // fewer live candidates than K: an empty slot
+        w.npnb[m] = w.npb[m] = w.ntot[m] = neg_inf;
+        w.nfused[m] = 0;
+        w.nhyp[m] = none;
+        for (int64_t j = 0; j < ns; ++j) w.nst[m * ns + j] = w.st[k * ns + j];
+        continue;
+      }
+      if (run) {
+        w.npnb[m] = neg_inf;
+        w.npb[m] = w.ctot[at];
+      } else {
+        w.npnb[m] = w.cnb[at];
+        w.npb[m] = c < C ? neg_inf : w.cb[at];
+      }
+      w.ntot[m] = w.ctot[at];
+      w.nfused[m] = fusion ? w.cfus[at] : w.fused[k];
+      const Hyp& old = w.hyp[k];
+      if (c < C) {
+        const int64_t tok = ctok[c];
+        w.nhyp[m] = Hyp{static_cast<uint64_t>(tok) + old.hash * kHashMul, old.hash, tok, tok != old.last};
+        for (int64_t j = 0; j < ns; ++j) scorer_select(scorers[j], w.st[k * ns + j], tok, w.nst[m * ns + j]);
+      } else {
+        w.nhyp[m] = old;
+        for (int64_t j = 0; j < ns; ++j) w.nst[m * ns + j] = w.st[k * ns + j];
+      }
+    }
+    std::swap(w.pnb, w.npnb); std::swap(w.pb, w.npb); std::swap(w.tot, w.ntot); std::swap(w.fused, w.nfused);
+    std::swap(w.hyp, w.nhyp); std::swap(w.st, w.nst); std::swap(w.dead, w.ndead);
+  }
+  // end: + skipped blank frames, + the scorers' final scores; best first (torch.topk's order again)
+  const T offset = static_cast<const T*>(d.offset)[b];
+  std::vector<T> ctc(K), total(K);
+  std::vector<QueueItem> rank(K);
+  for (int64_t k = 0; k < K; ++k) {
+    ctc[k] = w.tot[k] + offset;
+    T t = ctc[k] + w.fused[k];
+    for (int64_t j = 0; j < ns && !w.dead[k]; ++j)
+      t = t + static_cast<T>(scorers[j].weight) * static_cast<T>(scorer_final(scorers[j], w.st[k * ns + j]));
+    total[k] = w.dead[k] ? neg_inf : t;
+    rank[k] = QueueItem(static_cast<double>(total[k]), k);
+  }
+  const int64_t N = d.nbest;
+  topk_like_torch(rank, N, true);
+  T* out_total = static_cast<T*>(d.total) + b * N;
+  T* out_ctc = static_cast<T*>(d.ctc) + b * N;
+  for (int64_t r = 0; r < N; ++r) {
+    int64_t* toks = d.tokens + (b * N + r) * steps;
+    int64_t* frs = d.token_frames + (b * N + r) * steps;
+    std::fill(toks, toks + steps, -1);
+    std::fill(frs, frs + steps, -1);
+    d.lengths[b * N + r] = 0;
+    int64_t k = rank[r].second;
+    if (!(total[k] > neg_inf)) {  // an empty slot, or a hypothesis a scorer refuses to end
+      out_total[r] = total[k];
+      out_ctc[r] = neg_inf;
+      continue;
+    }
+    out_total[r] = total[k];
+    out_ctc[r] = ctc[k];
+    int64_t len = 0;
+    for (int64_t i = steps - 1; i >= 0; --i) {  // back-pointers: tokens in reverse order
+      const int64_t c = w.back_col[i * K + k];
+      if (c < C) {  // an extension (padding steps only stay)
+        toks[len] = ctok_all ? ctok_all[i * C + c] : c + 1;
+        frs[len] = frame[i];
+        ++len;
+      }
+      k = w.back_parent[i * K + k];
+    }
+    std::reverse(toks, toks + len);
+    std::reverse(frs, frs + len);
+    d.lengths[b * N + r] = len;
+  }
+}
+
+template <typename T>
+void search_all(const SearchDesc& d, const std::vector<Scorer>& scorers) {
+  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(d.threads, d.batch));
+  if (threads == 1) {
+    Work<T> w;
+    for (int64_t b = 0; b < d.batch; ++b) search_utterance<T>(d, scorers, b, w);
+    return;
+  }
+  // utterances are independent: interleaved over threads (lengths vary, so no contiguous blocks)
+  std::vector<std::thread> pool;
+  for (int64_t t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t]() {
+      Work<T> w;
+      for (int64_t b = t; b < d.batch; b += threads) search_utterance<T>(d, scorers, b, w);
+    });
+  }
+  for (auto& th : pool) th.join();
+}
+
+}  // namespace
+
+extern "C" int64_t asrkit_prefix_search(const SearchDesc* d) {
+  if (d == nullptr || d->beam < 1 || d->nbest < 1 || d->nbest > d->beam || d->n_cand < 1) return 1;
+  std::vector<Scorer> scorers;
+  for (int64_t j = 0; j < d->n_scorers; ++j) {
+    Scorer s = make_scorer(d->scorers[j]);
+    if (s.kind != kWord && s.kind != kLexicon && s.kind != kTokenNgram) return 2;
+    scorers.push_back(s);
+  }
+  if (d->is_double) search_all<double>(*d, scorers);
+  else search_all<float>(*d, scorers);
+  return 0;
+}
