@@ -6,7 +6,7 @@ Usage: tools/bench_decode.py [--vocabs 29 500 5000 | char bpe500] [--batch 32] [
            [--decoders prefix prefix-exact prefix-lexicon api greedy pyctcdecode flashlight flashlight-lexicon]
            [--lm-dir exp/bench_decode] [--order 4]
            [--lm-weight 0.5] [--token-topk 8] [--token-min-logp -12] [--blank-skip 0.999]
-           [--fl-token-beam N] [--markdown FILE] [--profile N]
+           [--fl-token-beam N] [--native auto|on|off] [--markdown FILE] [--profile N]
 
 Inputs (every decoder sees the same log-probs; one utterance = 10 s = 250 frames of 40 ms; the
 log-probs come from tools/bench_decode_inputs.py):
@@ -37,6 +37,8 @@ a separate venv made by tools/setup_bench_env.sh; their builders are in tools/be
                 tokens, "▁" as its silence token: flashlight-text's LexiconDecoder), the same
                 beam_size_token and log_add; LM: word. Its inputs get one "▁" frame after the last
                 word (flashlight completes a word at its separator). Its hypotheses are its words.
+--native: asrkit's prefix search with its C++ frame loop (on), its torch loop (off; rows are labelled
+"/torch"), or whichever the search picks (auto, the default: the C++ loop on the CPU when it builds).
 LM fusion is the same everywhere: score = log P_ctc + w ln P_lm (w = --lm-weight; flashlight's
 KenLM gives log10, so it gets lm_weight = w ln 10; pyctcdecode's alpha = w, beta = 0), no bonus.
 asrkit runs a token LM with asrkit.lm.ngram_scorer(units="token"), the word LM with units="word".
@@ -144,7 +146,8 @@ def _asrkit_decoder(name: str, setup: Setup, beam: int, lm: str, args: argparse.
                                lm_weight=args.lm_weight, **prune)
             return [h[0].tokens for h in found]
         else:
-            nbest = ctc_prefix_beam_search(lp, lens, beam=beam, nbest=1, scorers=scorers, weights=weights, **prune)
+            nbest = ctc_prefix_beam_search(lp, lens, beam=beam, nbest=1, scorers=scorers, weights=weights,
+                                           native=NATIVE[args.native], **prune)
         return [h.tokens for h in nbest.best()]
 
     return run
@@ -363,6 +366,14 @@ def compare(q: Quality, ref: Quality, truth: Optional[List[str]]) -> Dict[str, f
     return out
 
 
+NATIVE = {"auto": None, "on": True, "off": False}  # --native -> ctc_prefix_beam_search(native=...)
+
+
+def row_name(name: str, args: argparse.Namespace) -> str:
+    """The decoder's label in the output: asrkit's prefix rows forced onto the torch loop say so."""
+    return f"{name}/torch" if args.native == "off" and name.startswith("prefix") else name
+
+
 MD_HEADER = ("| vocab | LM | beam | workers | decoder | utt/s | RTF | ms/batch (CPU ms) | agree | dll | WER |\n"
              "|---|---|---|---|---|---|---|---|---|---|---|\n")
 
@@ -405,6 +416,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--no-reference", action="store_true", help="skip the exact-search reference and quality")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="after timing an asrkit beam search (1 worker), profile one batch: top N ops")
+    p.add_argument("--native", choices=sorted(NATIVE), default="auto",
+                   help="asrkit prefix rows: the C++ frame loop (on), the torch loop (off), or auto")
     p.add_argument("--markdown", help="append one table row per setting to this file")
     return p.parse_args(argv)
 
@@ -467,7 +480,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                             finally:
                                 runner.close()
                             b = 1 if spec.beamless else beam
-                            line = (f"{name:12s} {setup.name:13s} lm={lm:5s} beam={b:3d} workers={workers}: "
+                            line = (f"{row_name(name, args):12s} {setup.name:13s} lm={lm:5s} beam={b:3d} workers={workers}: "
                                     f"{args.batch / sec:8.1f} utt/s  RTF {sec / audio:.5f}  "
                                     f"({sec * 1000:.1f} ms/batch wall, {cpu * 1000:.1f} ms CPU)")
                             cells = ["-", "-", "-"]
@@ -486,7 +499,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                                     and workers == 1:
                                 profile_asrkit(name, setup, beam, lm, args)
                             if md is not None:
-                                md.write(f"| {setup.name} | {lm} | {b} | {workers} | {name} | "
+                                md.write(f"| {setup.name} | {lm} | {b} | {workers} | {row_name(name, args)} | "
                                          f"{args.batch / sec:.1f} | {sec / audio:.5f} | "
                                          f"{sec * 1000:.1f} ({cpu * 1000:.0f}) | {' | '.join(cells)} |\n")
                                 md.flush()

@@ -276,3 +276,18 @@ def test_build_goes_to_the_cache_once_keyed_by_source_and_flags(fresh_build, mon
     (fresh_build / "copy.cpp").write_text(native_build.SOURCE.read_text() + "\n// changed\n")
     monkeypatch.setattr(native_build, "SOURCE", fresh_build / "copy.cpp")
     assert native_build.library_path().name != path.name
+
+
+@needs_library
+@pytest.mark.parametrize("beam,nbest", [(3, 3), (8, 5)])
+def test_exact_ties_come_out_in_the_torch_loops_order(beam: int, nbest: int) -> None:
+    # one-hot frames: every non-dominant token has the same log-prob, so candidates tie at the beam's cut
+    # and in the final n-best; the native loop then re-runs the utterance replaying torch.topk's order
+    gen = torch.Generator().manual_seed(8)
+    ids = torch.where(torch.rand(3, 24, generator=gen) < 0.5, 0, torch.randint(1, 6, (3, 24), generator=gen))
+    lp = torch.nn.functional.one_hot(ids, 6).double().mul(4).log_softmax(-1)
+    lengths = torch.tensor([24, 17, 24])
+    want = ctc_prefix_beam_search(lp, lengths, beam=beam, nbest=nbest, native=False)
+    got = ctc_prefix_beam_search(lp, lengths, beam=beam, nbest=nbest, native=True)
+    assert torch.equal(got.tokens, want.tokens) and torch.equal(got.token_frames, want.token_frames)
+    torch.testing.assert_close(got.scores, want.scores, rtol=0, atol=1e-12)

@@ -173,21 +173,39 @@ inline int64_t word_next_node(const Scorer& s, int64_t node, int64_t col) {
   return s.col_stay[col] ? node : 1;  // 1: SINK
 }
 
+// Recent (LM state, word) -> (n-gram row, chain column) lookups of one word scorer, direct-mapped: a
+// hypothesis spelling a word looks up the same (history, <unk>) pair letter after letter.
+struct LookupCache {
+  static constexpr int64_t kSize = 1 << 12;
+  std::vector<int64_t> key, row, col;
+  LookupCache() : key(kSize, -1), row(kSize), col(kSize) {}
+};
+
 // WordNgramScorer._state: trie node `node` after LM state `hist`, one n-gram lookup.
-void word_state(const Scorer& s, int64_t node, int64_t hist, SState& out) {
+void word_state(const Scorer& s, int64_t node, int64_t hist, SState& out, LookupCache& cache) {
   const int64_t order = s.order;
-  const int64_t* chain = s.chain_keys + hist * order;
   const int64_t word = s.node_word[node];
+  const int64_t key = (hist << 32) | word;  // states < 2**31, words < 2**32
+  const int64_t slot = static_cast<int64_t>((static_cast<uint64_t>(key) * kHashMul) >> 52);
   int64_t col = 0, row = -1;
-  for (int64_t j = 0; j < order; ++j) {  // the first match is the longest suffix (closure under suffixes)
-    const int64_t q = chain[j] + word;
-    const int64_t pos = lower(s.keys, s.n_keys, q);
-    if (row < 0 && j == 0) row = pos;  // torch: no match at all gives column 0
-    if (s.keys[pos] == q) {
-      col = j;
-      row = pos;
-      break;
+  if (cache.key[slot] == key) {
+    row = cache.row[slot];
+    col = cache.col[slot];
+  } else {
+    const int64_t* chain = s.chain_keys + hist * order;
+    for (int64_t j = 0; j < order; ++j) {  // the first match is the longest suffix (closure under suffixes)
+      const int64_t q = chain[j] + word;
+      const int64_t pos = lower(s.keys, s.n_keys, q);
+      if (row < 0 && j == 0) row = pos;  // torch: no match at all gives column 0
+      if (s.keys[pos] == q) {
+        col = j;
+        row = pos;
+        break;
+      }
     }
+    cache.key[slot] = key;
+    cache.row[slot] = row;
+    cache.col[slot] = col;
   }
   const float bo = s.backoff[hist * order + col];
   const float* rf = s.row_floats + row * 3;
@@ -212,11 +230,11 @@ inline float word_score(const Scorer& s, const SState& st, int64_t tok) {
   return la_next + st.f[s.token_slot[tok]];
 }
 
-void word_select(const Scorer& s, const SState& old, int64_t tok, SState& out) {
+void word_select(const Scorer& s, const SState& old, int64_t tok, SState& out, LookupCache& cache) {
   const int64_t col = tok + 1;
   const int64_t node = word_next_node(s, old.i[0], col);
   const int64_t hist = s.col_is_start[col] ? old.i[2] : old.i[1];
-  word_state(s, node, hist, out);
+  word_state(s, node, hist, out, cache);
 }
 
 // ---- lexicon (asrkit.search.lexicon.LexiconScorer) ----
@@ -238,9 +256,9 @@ inline float lex_score(const Scorer& s, const SState& st, int64_t tok) {
 
 // ---- dispatch over kinds ----
 
-void scorer_init(const Scorer& s, SState& st) {
+void scorer_init(const Scorer& s, SState& st, LookupCache& cache) {
   st = SState{{0, 0, 0}, {0.0f, 0.0f, 0.0f}};
-  if (s.kind == kWord) word_state(s, 0, s.start_state, st);
+  if (s.kind == kWord) word_state(s, 0, s.start_state, st, cache);
   else if (s.kind == kTokenNgram) st.i[0] = s.start_state;
 }
 
@@ -251,9 +269,9 @@ inline float scorer_score(const Scorer& s, const SState& st, int64_t tok) {
 }
 
 // The state after appending `tok` (>= 0); a stay copies the state instead (the torch path recomputes the same).
-void scorer_select(const Scorer& s, const SState& old, int64_t tok, SState& out) {
+void scorer_select(const Scorer& s, const SState& old, int64_t tok, SState& out, LookupCache& cache) {
   if (s.kind == kWord) {
-    word_select(s, old, tok, out);
+    word_select(s, old, tok, out, cache);
   } else if (s.kind == kLexicon) {
     out = old;
     out.i[0] = s.dense ? s.next_base[old.i[0] + tok + 1] : lex_next_node(s, old.i[0], tok + 1) * s.width;
@@ -271,6 +289,9 @@ inline float scorer_final(const Scorer& s, const SState& st) {
 
 template <typename T>
 inline T logaddexp(T a, T b) {  // as torch.logaddexp
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  if (b == neg_inf) return a;  // a + log1p(exp(-inf)) = a + 0 exactly: no exp/log1p for a missing term
+  if (a == neg_inf) return b;
   if (std::isinf(a) && a == b) return a;
   const T m = std::max(a, b);
   return m + std::log1p(std::exp(-std::abs(a - b)));
@@ -282,22 +303,58 @@ struct Hyp {
   bool single;
 };
 
-using QueueItem = std::pair<double, int64_t>;  // (value, index), as torch.topk's CPU kernel
-
 // torch.topk(values, k) on the CPU, reproduced so that ties and the order of an unsorted result come out
-// as in the torch loop (the beam's order decides later ties): the same element type, comparator and
-// partial-sort / nth_element choice, applied to the same layout of candidates.
-void topk_like_torch(std::vector<QueueItem>& queue, int64_t k, bool sorted) {
-  auto greater = [](const QueueItem& x, const QueueItem& y) {
-    return (std::isnan(x.first) && !std::isnan(y.first)) || (x.first > y.first);
+// as in the torch loop (the beam's order decides later ties): the same comparator and partial-sort /
+// nth_element choice, applied to the same layout of candidates. The permutation depends only on the
+// comparisons, so the narrower (value, index) pair and the NaN-free comparator give the same result.
+template <typename T>
+using QueueItem = std::pair<T, int32_t>;
+
+template <typename T>
+void topk_like_torch(std::vector<QueueItem<T>>& queue, int64_t k, bool sorted) {
+  bool nan = false;
+  for (const auto& q : queue) nan |= std::isnan(q.first);
+  auto run = [&](auto greater) {
+    const int64_t n = static_cast<int64_t>(queue.size());
+    if (k * 64 <= n) {
+      std::partial_sort(queue.begin(), queue.begin() + k, queue.end(), greater);
+    } else {
+      std::nth_element(queue.begin(), queue.begin() + k - 1, queue.end(), greater);
+      if (sorted) std::sort(queue.begin(), queue.begin() + k - 1, greater);
+    }
   };
-  const int64_t n = static_cast<int64_t>(queue.size());
-  if (k * 64 <= n) {
-    std::partial_sort(queue.begin(), queue.begin() + k, queue.end(), greater);
+  if (nan) {
+    run([](const QueueItem<T>& x, const QueueItem<T>& y) {
+      return (std::isnan(x.first) && !std::isnan(y.first)) || (x.first > y.first);
+    });
   } else {
-    std::nth_element(queue.begin(), queue.begin() + k - 1, queue.end(), greater);
-    if (sorted) std::sort(queue.begin(), queue.begin() + k - 1, greater);
+    run([](const QueueItem<T>& x, const QueueItem<T>& y) { return x.first > y.first; });
   }
+}
+
+// The live (finite) candidates of `queue` into its first slots, the best K of them if there are more, then
+// empty slots (-inf, pointing at slot 0's stay). Returns false on a tie at the cut (a K-th and a K+1-th
+// candidate of equal score: torch's order decides which stays) or a NaN.
+template <typename T>
+bool select_live(std::vector<QueueItem<T>>& queue, std::vector<QueueItem<T>>& sel, int64_t K, T neg_inf,
+                 int32_t stay0) {
+  sel.clear();
+  for (const auto& q : queue) {
+    if (q.first > neg_inf) sel.push_back(q);
+    else if (std::isnan(q.first)) return false;
+  }
+  int64_t n = static_cast<int64_t>(sel.size());
+  if (n > K) {
+    std::nth_element(sel.begin(), sel.begin() + (K - 1), sel.end(),
+                     [](const QueueItem<T>& x, const QueueItem<T>& y) { return x.first > y.first; });
+    const T cut = sel[K - 1].first;
+    for (int64_t j = K; j < n; ++j)
+      if (sel[j].first == cut) return false;
+    n = K;
+  }
+  std::copy(sel.begin(), sel.begin() + n, queue.begin());
+  for (int64_t m = n; m < K; ++m) queue[m] = QueueItem<T>(neg_inf, stay0);
+  return true;
 }
 
 // Everything one utterance needs, allocated once per thread and reused.
@@ -308,12 +365,15 @@ struct Work {
   std::vector<Hyp> hyp, nhyp;
   std::vector<SState> st, nst;           // (K, n_scorers)
   std::vector<T> cnb, cb, ctot, cfus;    // (K, C+1) candidate tables; column C is the stay
-  std::vector<QueueItem> queue;          // (K * (C+1),) candidate scores
+  std::vector<QueueItem<T>> queue;       // (K * (C+1),) candidate scores
+  std::vector<QueueItem<T>> sel;         // the live ones (select_live)
   std::vector<int32_t> par;              // (K,) parent in the beam, -1 none
   std::vector<int64_t> table_keys;       // open addressing: prefix hash -> beam slot
   std::vector<int32_t> table_vals;
   std::vector<int32_t> back_parent, back_col;  // (T', K) back-pointers
   std::vector<int64_t> iota;             // 1 .. V-1: the candidate ids when every token is one
+  std::vector<T> vals;                   // (C,) this step's candidate log-probs after token_min_logp
+  std::vector<LookupCache> cache;        // per scorer (word n-grams), kept across the thread's utterances
 };
 
 // A padding step of the torch loop (the batch's longer utterances go on): P(blank) = 1, every stay keeps its
@@ -326,7 +386,7 @@ void pad_step(Work<T>& w, int64_t i, int64_t K, int64_t cols, bool fusion) {
     const int64_t k = at / cols;
     T score = neg_inf;
     if (at % cols == C && !w.dead[k]) score = fusion ? w.tot[k] + w.fused[k] : w.tot[k];
-    w.queue[at] = QueueItem(static_cast<double>(score), at);
+    w.queue[at] = QueueItem<T>(score, static_cast<int32_t>(at));
   }
   topk_like_torch(w.queue, K, false);
   const int64_t ns = K ? static_cast<int64_t>(w.st.size()) / K : 0;
@@ -334,7 +394,7 @@ void pad_step(Work<T>& w, int64_t i, int64_t K, int64_t cols, bool fusion) {
     const int64_t at = w.queue[m].second, k = at / cols;
     w.back_parent[i * K + m] = static_cast<int32_t>(k);
     w.back_col[i * K + m] = static_cast<int32_t>(C);
-    const bool is_dead = w.queue[m].first == -std::numeric_limits<double>::infinity();
+    const bool is_dead = w.queue[m].first == neg_inf;
     w.ndead[m] = is_dead;
     w.npnb[m] = neg_inf;
     w.npb[m] = w.ntot[m] = is_dead ? neg_inf : w.tot[k];
@@ -346,8 +406,13 @@ void pad_step(Work<T>& w, int64_t i, int64_t K, int64_t cols, bool fusion) {
   std::swap(w.hyp, w.nhyp); std::swap(w.st, w.nst); std::swap(w.dead, w.ndead);
 }
 
+// One utterance. exact: select every beam with topk_like_torch (torch's slot order). Otherwise a cheaper
+// selection over the live candidates, which keeps the same hypotheses in a different slot order; as long as
+// no two live candidates tie, the slot order changes nothing. Returns false (and writes no output) when it
+// meets a tie that could make the result differ from torch's, so that the caller runs the exact mode.
 template <typename T>
-void search_utterance(const SearchDesc& d, const std::vector<Scorer>& scorers, int64_t b, Work<T>& w) {
+bool search_utterance(const SearchDesc& d, const std::vector<Scorer>& scorers, int64_t b, Work<T>& w,
+                      bool exact) {
   const int64_t K = d.beam, C = d.n_cand, cols = C + 1, V = d.vocab, steps = d.steps;
   const int64_t ns = static_cast<int64_t>(scorers.size());
   const bool fusion = ns > 0 || d.bonus != 0.0;
@@ -364,10 +429,11 @@ void search_utterance(const SearchDesc& d, const std::vector<Scorer>& scorers, i
   w.dead.assign(K, 1); w.ndead.resize(K);
   w.hyp.assign(K, none); w.nhyp.resize(K);
   w.st.resize(K * ns); w.nst.resize(K * ns);
+  if (static_cast<int64_t>(w.cache.size()) != ns) w.cache.resize(ns);
   for (int64_t k = 0; k < K; ++k)
-    for (int64_t j = 0; j < ns; ++j) scorer_init(scorers[j], w.st[k * ns + j]);
+    for (int64_t j = 0; j < ns; ++j) scorer_init(scorers[j], w.st[k * ns + j], w.cache[j]);
   w.cnb.resize(K * cols); w.cb.resize(K * cols); w.ctot.resize(K * cols); w.cfus.resize(K * cols);
-  w.queue.resize(K * cols); w.par.resize(K);
+  w.queue.resize(K * cols); w.par.resize(K); w.vals.resize(C);
   w.back_parent.resize(std::max<int64_t>(steps, 1) * K); w.back_col.resize(std::max<int64_t>(steps, 1) * K);
   if (!ctok_all && static_cast<int64_t>(w.iota.size()) != C) {
     w.iota.resize(C);
@@ -380,7 +446,15 @@ void search_utterance(const SearchDesc& d, const std::vector<Scorer>& scorers, i
   w.pb[0] = 0; w.tot[0] = 0; w.dead[0] = 0; w.hyp[0] = Hyp{0, kSentParent, 0, false};
   for (int64_t i = 0; i < steps; ++i) {
     if (frame[i] < 0) {  // padding after the utterance's last frame: stays only, to keep torch's beam order
-      pad_step(w, i, K, cols, fusion);
+      if (exact) {
+        pad_step(w, i, K, cols, fusion);
+      } else {  // the same stays in place: pnb's mass moves into pb, totals unchanged
+        for (int64_t k = 0; k < K; ++k) {
+          if (!w.dead[k]) { w.pb[k] = w.tot[k]; w.pnb[k] = neg_inf; }
+          w.back_parent[i * K + k] = static_cast<int32_t>(k);
+          w.back_col[i * K + k] = static_cast<int32_t>(C);
+        }
+      }
       continue;
     }
     const T* row = lp + frame[i] * V;
@@ -409,6 +483,8 @@ void search_utterance(const SearchDesc& d, const std::vector<Scorer>& scorers, i
       }
     }
     // extensions: from pb and pnb, a repeat of the own last token only from pb
+    T* vals = w.vals.data();
+    for (int64_t c = 0; c < C; ++c) vals[c] = cval[c] < min_logp ? neg_inf : cval[c];  // token_min_logp
     for (int64_t k = 0; k < K; ++k) {
       T* nb = &w.cnb[k * cols];
       if (w.dead[k]) {
@@ -416,10 +492,8 @@ void search_utterance(const SearchDesc& d, const std::vector<Scorer>& scorers, i
         continue;
       }
       const int64_t last = w.hyp[k].last;
-      for (int64_t c = 0; c < C; ++c) {
-        const T v = cval[c] < min_logp ? neg_inf : cval[c];  // token_min_logp: no new prefix from this token
-        nb[c] = (ctok[c] == last ? w.pb[k] : w.tot[k]) + v;
-      }
+      const T pb = w.pb[k], tot = w.tot[k];
+      for (int64_t c = 0; c < C; ++c) nb[c] = (ctok[c] == last ? pb : tot) + vals[c];
     }
     // merges: extension (parent, own last token) is this hypothesis's prefix: it folds into the stay
     for (int64_t k = 0; k < K; ++k) {
@@ -437,40 +511,65 @@ void search_utterance(const SearchDesc& d, const std::vector<Scorer>& scorers, i
       w.cb[k * cols + C] = w.tot[k] + lpb;
       w.ctot[k * cols + C] = logaddexp(w.cnb[k * cols + C], w.cb[k * cols + C]);
     }
+    // candidate scores in torch's layout: hypothesis k owns entries k*(C+1) .. k*(C+1)+C, the last its stay
+    const T bonus = static_cast<T>(d.bonus);
+    const T w0 = ns > 0 ? static_cast<T>(scorers[0].weight) : T(0);
     for (int64_t k = 0; k < K; ++k) {
-      for (int64_t c = 0; c < cols; ++c) {
-        const int64_t at = k * cols + c;
-        T score = neg_inf;
-        if (!w.dead[k]) {
-          if (c < C) {
-            w.ctot[at] = w.cnb[at];  // pb is -inf for an extension
-            if (w.cnb[at] != neg_inf) {
-              if (fusion) {
-                T f = static_cast<T>(d.bonus);
-                for (int64_t j = 0; j < ns; ++j) {
-                  const T sc = static_cast<T>(scorer_score(scorers[j], w.st[k * ns + j], ctok[c]));
-                  f = (j == 0 ? static_cast<T>(d.bonus) : f) + static_cast<T>(scorers[j].weight) * sc;
-                }
-                w.cfus[at] = f + w.fused[k];
-                score = w.ctot[at] + w.cfus[at];
-              } else {
-                score = w.ctot[at];
-              }
-            }
-          } else {
-            w.cfus[at] = w.fused[k];
-            score = fusion ? w.ctot[at] + w.cfus[at] : w.ctot[at];
-          }
-        }
-        w.queue[at] = QueueItem(static_cast<double>(score), at);
+      QueueItem<T>* q = &w.queue[k * cols];
+      const int32_t at0 = static_cast<int32_t>(k * cols);
+      if (w.dead[k]) {
+        for (int64_t c = 0; c < cols; ++c) q[c] = QueueItem<T>(neg_inf, at0 + static_cast<int32_t>(c));
+        continue;
       }
+      const T* nb = &w.cnb[k * cols];
+      T* ctot = &w.ctot[k * cols];
+      T* cfus = &w.cfus[k * cols];
+      const T fused = w.fused[k];
+      const SState* st = &w.st[k * ns];
+      if (ns == 1 && scorers[0].kind == kWord && scorers[0].dense) {  // the common case, its row hoisted
+        const Scorer& sc = scorers[0];
+        const float* la_row = sc.la_next + st[0].i[0] * sc.width;
+        for (int64_t c = 0; c < C; ++c) {
+          ctot[c] = nb[c];
+          T score = nb[c];
+          if (nb[c] != neg_inf) {
+            const int64_t tok = ctok[c];
+            const float lm = la_row[tok] + st[0].f[sc.token_slot[tok]];  // word_score
+            cfus[c] = (bonus + w0 * static_cast<T>(lm)) + fused;
+            score = ctot[c] + cfus[c];
+          }
+          q[c] = QueueItem<T>(score, at0 + static_cast<int32_t>(c));
+        }
+        cfus[C] = fused;
+        q[C] = QueueItem<T>(ctot[C] + fused, at0 + static_cast<int32_t>(C));
+        continue;
+      }
+      for (int64_t c = 0; c < C; ++c) {
+        ctot[c] = nb[c];  // pb is -inf for an extension
+        T score = nb[c];
+        if (fusion && nb[c] != neg_inf) {
+          T f = bonus;
+          if (ns > 0) f = bonus + w0 * static_cast<T>(scorer_score(scorers[0], st[0], ctok[c]));
+          for (int64_t j = 1; j < ns; ++j)
+            f = f + static_cast<T>(scorers[j].weight) * static_cast<T>(scorer_score(scorers[j], st[j], ctok[c]));
+          cfus[c] = f + fused;
+          score = ctot[c] + cfus[c];
+        }
+        q[c] = QueueItem<T>(score, at0 + static_cast<int32_t>(c));
+      }
+      cfus[C] = fused;  // a stay carries its fused score
+      q[C] = QueueItem<T>(fusion ? ctot[C] + fused : ctot[C], at0 + static_cast<int32_t>(C));
     }
-    topk_like_torch(w.queue, K, false);
+    if (exact) {
+      topk_like_torch(w.queue, K, false);
+    } else if (!select_live(w.queue, w.sel, K, neg_inf, static_cast<int32_t>(C))) {
+      return false;
+    }
     for (int64_t m = 0; m < K; ++m) {
       const int64_t at = w.queue[m].second, k = at / cols, c = at % cols;
       w.back_parent[i * K + m] = static_cast<int32_t>(k);
       w.back_col[i * K + m] = static_cast<int32_t>(c);
-      const bool is_dead = w.queue[m].first == -std::numeric_limits<double>::infinity();
+      const bool is_dead = w.queue[m].first == neg_inf;
       w.ndead[m] = is_dead;
       if (is_dead) {  // fewer live candidates than K: an empty slot
         w.npnb[m] = w.npb[m] = w.ntot[m] = neg_inf;
@@ -492,7 +591,7 @@ void search_utterance(const SearchDesc& d, const std::vector<Scorer>& scorers, i
       if (c < C) {
         const int64_t tok = ctok[c];
         w.nhyp[m] = Hyp{static_cast<uint64_t>(tok) + old.hash * kHashMul, old.hash, tok, tok != old.last};
-        for (int64_t j = 0; j < ns; ++j) scorer_select(scorers[j], w.st[k * ns + j], tok, w.nst[m * ns + j]);
+        for (int64_t j = 0; j < ns; ++j) scorer_select(scorers[j], w.st[k * ns + j], tok, w.nst[m * ns + j], w.cache[j]);
       } else {
         w.nhyp[m] = old;
         for (int64_t j = 0; j < ns; ++j) w.nst[m * ns + j] = w.st[k * ns + j];
@@ -504,17 +603,28 @@ void search_utterance(const SearchDesc& d, const std::vector<Scorer>& scorers, i
   // end: + skipped blank frames, + the scorers' final scores; best first (torch.topk's order again)
   const T offset = static_cast<const T*>(d.offset)[b];
   std::vector<T> ctc(K), total(K);
-  std::vector<QueueItem> rank(K);
+  std::vector<QueueItem<T>> rank(K);
   for (int64_t k = 0; k < K; ++k) {
     ctc[k] = w.tot[k] + offset;
     T t = ctc[k] + w.fused[k];
     for (int64_t j = 0; j < ns && !w.dead[k]; ++j)
       t = t + static_cast<T>(scorers[j].weight) * static_cast<T>(scorer_final(scorers[j], w.st[k * ns + j]));
     total[k] = w.dead[k] ? neg_inf : t;
-    rank[k] = QueueItem(static_cast<double>(total[k]), k);
+    rank[k] = QueueItem<T>(total[k], static_cast<int32_t>(k));
   }
   const int64_t N = d.nbest;
-  topk_like_torch(rank, N, true);
+  if (exact) {
+    topk_like_torch(rank, N, true);
+  } else {  // best first, by (total, slot); a tie among the first N + 1 needs torch's order
+    const int64_t n = std::min<int64_t>(N + 1, K);
+    std::partial_sort(rank.begin(), rank.begin() + n, rank.end(), [](const QueueItem<T>& x, const QueueItem<T>& y) {
+      return x.first > y.first || (x.first == y.first && x.second < y.second);
+    });
+    for (int64_t r = 0; r + 1 < n; ++r)
+      if (rank[r].first == rank[r + 1].first && rank[r].first > neg_inf) return false;
+    for (int64_t r = 0; r < K; ++r)
+      if (std::isnan(rank[r].first)) return false;
+  }
   T* out_total = static_cast<T*>(d.total) + b * N;
   T* out_ctc = static_cast<T*>(d.ctc) + b * N;
   for (int64_t r = 0; r < N; ++r) {
@@ -545,6 +655,7 @@ void search_utterance(const SearchDesc& d, const std::vector<Scorer>& scorers, i
     std::reverse(frs, frs + len);
     d.lengths[b * N + r] = len;
   }
+  return true;
 }
 
 template <typename T>
@@ -552,7 +663,8 @@ void search_all(const SearchDesc& d, const std::vector<Scorer>& scorers) {
   const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(d.threads, d.batch));
   if (threads == 1) {
     Work<T> w;
-    for (int64_t b = 0; b < d.batch; ++b) search_utterance<T>(d, scorers, b, w);
+    for (int64_t b = 0; b < d.batch; ++b)
+      if (!search_utterance<T>(d, scorers, b, w, false)) search_utterance<T>(d, scorers, b, w, true);
     return;
   }
   // utterances are independent: interleaved over threads (lengths vary, so no contiguous blocks)
@@ -560,7 +672,8 @@ void search_all(const SearchDesc& d, const std::vector<Scorer>& scorers) {
   for (int64_t t = 0; t < threads; ++t) {
     pool.emplace_back([&, t]() {
       Work<T> w;
-      for (int64_t b = t; b < d.batch; b += threads) search_utterance<T>(d, scorers, b, w);
+      for (int64_t b = t; b < d.batch; b += threads)
+        if (!search_utterance<T>(d, scorers, b, w, false)) search_utterance<T>(d, scorers, b, w, true);
     });
   }
   for (auto& th : pool) th.join();
