@@ -18,11 +18,14 @@ tables (plain CPU tensors, read through their ``data_ptr()``; dtypes are checked
 - ``token_ngram`` (:class:`asrkit.lm.ngram.NgramScorer`, dense tables only).
 
 Utterances are independent: with ``torch.get_num_threads() > 1`` they are spread over that many threads.
+``ASRKIT_NATIVE=0`` in the environment turns the automatic choice off (e.g. to run a test suite through the
+torch loop, the GPU path, on a CPU); ``native=True`` then fails saying so.
 """
 from __future__ import annotations
 
 import ctypes
 import math
+import os
 from typing import Dict, List, Mapping, Optional, Tuple
 
 import torch
@@ -67,6 +70,8 @@ class _SearchDesc(ctypes.Structure):
 
 def unavailable(log_probs: torch.Tensor, lengths: torch.Tensor, scorers: Mapping[str, BatchScorer]) -> Optional[str]:
     """Why the native loop cannot run this search (None: it can). Builds the library on first use."""
+    if os.environ.get("ASRKIT_NATIVE", "").strip() == "0":
+        return "turned off by ASRKIT_NATIVE=0"
     for what, t in (("log_probs", log_probs), ("lengths", lengths)):
         if t.device.type != "cpu":
             return f"{what} is on {t.device}, the native search runs on the CPU only"

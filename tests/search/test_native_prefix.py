@@ -18,6 +18,7 @@ import torch
 
 from asrkit.lm import ngram_scorer
 from asrkit.lm.ngram import NgramScorer, load_ngram
+import asrkit.search.ctc_prefix as ctc_prefix
 from asrkit.search import ctc_prefix_beam_search, native_build
 from asrkit.search.interfaces import NativeScorer
 from asrkit.search.lexicon import LexiconScorer
@@ -207,6 +208,18 @@ def test_native_true_without_a_native_form_is_an_error_and_auto_uses_torch() -> 
     auto = ctc_prefix_beam_search(lp, lengths, **kw)
     torch_loop = ctc_prefix_beam_search(lp, lengths, native=False, **kw)
     assert torch.equal(auto.tokens, torch_loop.tokens) and torch.equal(auto.scores, torch_loop.scores)
+
+
+def test_environment_turns_the_automatic_choice_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    lp = peaky_log_probs(2, 20, 6, seed=3)
+    monkeypatch.setenv("ASRKIT_NATIVE", "0")
+    with pytest.raises(ValueError, match="native=True.*ASRKIT_NATIVE=0"):
+        ctc_prefix_beam_search(lp, torch.tensor([20, 9]), beam=3, native=True)
+    ran = []
+    real = ctc_prefix._frame_loop
+    monkeypatch.setattr(ctc_prefix, "_frame_loop", lambda *a, **k: ran.append(1) or real(*a, **k))
+    ctc_prefix_beam_search(lp, torch.tensor([20, 9]), beam=3)
+    assert ran == [1]  # the torch loop ran
 
 
 def test_native_true_with_gradients_is_an_error() -> None:
