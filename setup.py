@@ -15,7 +15,7 @@ setup(
     python_requires=">=3.10",  # webdataset 1.x
     packages=find_packages(include=["asrkit", "asrkit.*"]),
     # the native CTC prefix search's C++ source, compiled on first use (asrkit/search/native_build.py)
-    package_data={"asrkit.search": ["native/*.cpp"]},
+    package_data={"asrkit.search": ["native/*.cpp", "native/*.h"]},
     install_requires=[
         # torch and torchaudio must be builds that load together (see README, Installing).
         "torch>=2.1,<=2.14.1",

@@ -1,6 +1,6 @@
 """Build and load the native (C++) CTC prefix search library, once per source version.
 
-The source, ``asrkit/search/native/prefix_search.cpp``, is plain C++ with an ``extern "C"`` API (no torch
+The source, ``asrkit/search/native/prefix_search.cpp`` with its headers, is plain C++ with an ``extern "C"`` API (no torch
 headers), so it compiles in about 2 s: on first use it is built with ``g++ -O3 -march=x86-64-v2 -shared
 -fPIC`` (a baseline every x86-64 CPU of the last decade runs; not ``-march=native``, so a cache shared
 between machines stays valid) into a cache directory, under a name keyed by the hash of the source and the
@@ -49,9 +49,12 @@ def _command(compiler: str) -> List[str]:
 
 
 def library_path(compiler: Optional[str] = None) -> Path:
-    """The cache file of the current source built with ``compiler`` (it may not exist yet)."""
+    """The cache file of the current source (and the headers beside it) built with ``compiler`` (it may not
+    exist yet)."""
     compiler = compiler or os.environ.get("CXX") or COMPILER
     digest = hashlib.sha256(SOURCE.read_bytes())
+    for header in sorted(SOURCE.parent.glob("*.h")):
+        digest.update(header.name.encode() + b"\0" + header.read_bytes())
     digest.update("\0".join(_command(compiler)).encode())
     return cache_dir() / f"prefix_search-{digest.hexdigest()[:16]}.so"
 
