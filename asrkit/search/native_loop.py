@@ -35,7 +35,8 @@ from asrkit.search.candidates import top_tokens
 from asrkit.search.hypotheses import NBest
 from asrkit.search.interfaces import BLANK_ID, BatchScorer, NativeScorer
 
-_MAX_TABLES = 20  # kMaxTables in prefix_search.cpp
+_MAX_TABLES = 20  # kMaxTables in native/api.h
+_NATIVE_SELECT_MAX_VOCAB = 320  # candidates._MIN_VOCAB: below it top_tokens is a plain torch.topk per row
 _I32, _I64, _F32, _BOOL = torch.int32, torch.int64, torch.float32, torch.bool
 # kind -> (C++ id, tables in the C++ order with their dtypes, integer parameters in order)
 _KINDS: Dict[str, Tuple[int, Tuple[Tuple[str, torch.dtype], ...], Tuple[str, ...]]] = {
@@ -60,7 +61,7 @@ class _ScorerDesc(ctypes.Structure):
 
 class _SearchDesc(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int64) for name in ("is_double", "batch", "frames", "vocab", "steps", "n_cand",
-                                                    "beam", "nbest", "n_scorers", "threads")] + [
+                                                    "beam", "nbest", "n_scorers", "threads", "select")] + [
         ("bonus", ctypes.c_double), ("min_logp", ctypes.c_double),
         ("lp", ctypes.c_void_p), ("frame", ctypes.c_void_p), ("cval", ctypes.c_void_p), ("ctok", ctypes.c_void_p),
         ("offset", ctypes.c_void_p), ("scorers", ctypes.POINTER(_ScorerDesc)),
@@ -114,6 +115,13 @@ def _scorer_desc(name: str, sc: NativeScorer, weight: float, keep: List[torch.Te
     return desc
 
 
+def _selects_natively(vocab: int, n_cand: int) -> bool:
+    """Whether the C++ loop picks each frame's candidates itself: small vocabularies, where
+    candidates.top_tokens is a torch.topk per row (~0.4 us a row of 31 tokens, a fifth of a char word-LM
+    batch); C++ makes the same two selections (see select_tokens) for a fraction of that."""
+    return n_cand < vocab - 1 and (vocab < _NATIVE_SELECT_MAX_VOCAB or (n_cand + 1) ** 2 * 4 > vocab)
+
+
 def _frames(lp: torch.Tensor, lengths: torch.Tensor, topk: Optional[int], skip_threshold: Optional[float]
             ) -> Tuple[torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor], torch.Tensor, int]:
     """Compacted frames (B, T') (-1 after the last), the candidate table (B, T', C) values and ids (None:
@@ -141,8 +149,8 @@ def _frames(lp: torch.Tensor, lengths: torch.Tensor, topk: Optional[int], skip_t
         frame = frame.scatter_(1, slot, t_ids.expand(batch, frames))[:, :width].contiguous()
         offset = torch.where(skip, blank.double(), 0.0).sum(1).to(lp.dtype)
     n_cand = vocab - 1 if topk is None else max(1, min(topk, vocab - 1))
-    if n_cand == vocab - 1 or width == 0:
-        return frame, None, None, offset, n_cand  # every token a candidate: C++ reads the input rows
+    if n_cand == vocab - 1 or width == 0 or _selects_natively(vocab, n_cand):
+        return frame, None, None, offset, n_cand  # every token a candidate, or picked in C++: it reads the rows
     identity = width == frames and skip is None
     rows = None if identity else (torch.arange(batch)[:, None] * frames + frame.clamp(min=0)).flatten()
     cval, ctok = top_tokens(lp.reshape(batch * frames, vocab), rows, n_cand, BLANK_ID)  # (B*T', C)
@@ -179,7 +187,8 @@ def search(lp: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: int, score
         out_len = torch.empty((batch, nbest), dtype=torch.long)
         desc = _SearchDesc(
             is_double=int(lp.dtype == torch.float64), batch=batch, frames=frames, vocab=vocab, steps=steps,
-            n_cand=n_cand, beam=beam, nbest=nbest, n_scorers=len(descs), threads=threads, bonus=float(bonus),
+            n_cand=n_cand, beam=beam, nbest=nbest, n_scorers=len(descs), threads=threads,
+            select=int(_selects_natively(vocab, n_cand) and steps > 0), bonus=float(bonus),
             min_logp=-math.inf if min_logp is None else float(min_logp),
             lp=lp.data_ptr(), frame=frame.data_ptr(), cval=None if cval is None else cval.data_ptr(),
             ctok=None if ctok is None else ctok.data_ptr(), offset=offset.data_ptr(), scorers=arr,

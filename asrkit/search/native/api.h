@@ -27,11 +27,12 @@ struct ScorerDesc {
 struct SearchDesc {
   int64_t is_double;  // 0: float32 search, 1: float64
   int64_t batch, frames, vocab, steps, n_cand, beam, nbest, n_scorers, threads;
+  int64_t select;         // 1: cval/ctok are null and the C best non-blank tokens of each frame are picked here
   double bonus;           // added per emitted token
   double min_logp;        // token_min_logp (-inf: none)
   const void* lp;         // (B, T, V) log-probabilities
   const int64_t* frame;   // (B, T') input frame of each kept step, -1 after the last
-  const void* cval;       // (B, T', C) candidate log-probabilities; null: every token 1 .. V-1 (C = V-1)
+  const void* cval;       // (B, T', C) candidate log-probabilities; null: every token 1 .. V-1 (C = V-1) or select
   const int64_t* ctok;    // (B, T', C) candidate token ids; null with cval
   const void* offset;     // (B,) log P(blank) summed over the skipped frames
   const ScorerDesc* scorers;

@@ -66,29 +66,87 @@ void topk_like_torch(std::vector<QueueItem<T>>& queue, int64_t k, bool sorted) {
   }
 }
 
-// The live (finite) candidates of `queue` into its first slots, the best K of them if there are more, then
-// empty slots (-inf, pointing at slot 0's stay). Returns false on a tie at the cut (a K-th and a K+1-th
-// candidate of equal score: torch's order decides which stays) or a NaN.
+// The live (finite) candidates of `queue` into its first slots, the best K of them (best first) if there are
+// more, then empty slots (-inf, pointing at slot 0's stay). Insertion into a sorted buffer: most candidates
+// fall below the K-th and cost one comparison. Returns false on a tie at the cut (a candidate left out with
+// the score of the last one kept: torch's order decides which stays) or a NaN.
 template <typename T>
 bool select_live(std::vector<QueueItem<T>>& queue, std::vector<QueueItem<T>>& sel, int64_t K, T neg_inf,
                  int32_t stay0) {
-  sel.clear();
+  sel.resize(K);
+  int64_t n = 0;
+  T dropped = neg_inf;  // the best score left out
   for (const auto& q : queue) {
-    if (q.first > neg_inf) sel.push_back(q);
-    else if (std::isnan(q.first)) return false;
+    const T x = q.first;
+    if (!(x > neg_inf)) {
+      if (std::isnan(x)) return false;
+      continue;
+    }
+    if (n == K) {
+      if (!(x > sel[K - 1].first)) {
+        dropped = std::max(dropped, x);
+        continue;
+      }
+      dropped = std::max(dropped, sel[K - 1].first);
+      --n;
+    }
+    int64_t j = n++;
+    for (; j > 0 && sel[j - 1].first < x; --j) sel[j] = sel[j - 1];
+    sel[j] = q;
   }
-  int64_t n = static_cast<int64_t>(sel.size());
-  if (n > K) {
-    std::nth_element(sel.begin(), sel.begin() + (K - 1), sel.end(),
-                     [](const QueueItem<T>& x, const QueueItem<T>& y) { return x.first > y.first; });
-    const T cut = sel[K - 1].first;
-    for (int64_t j = K; j < n; ++j)
-      if (sel[j].first == cut) return false;
-    n = K;
-  }
+  if (n == K && dropped == sel[K - 1].first) return false;
   std::copy(sel.begin(), sel.begin() + n, queue.begin());
   for (int64_t m = n; m < K; ++m) queue[m] = QueueItem<T>(neg_inf, stay0);
   return true;
+}
+
+// The `count` best non-blank tokens of a frame's V log-probs, in the order asrkit.search.candidates.top_tokens
+// returns them for small vocabularies (torch.topk of count + 1, the blank masked, torch.topk of count): the
+// same selections, so the candidate columns and any ties come out as in the torch loop.
+template <typename T>
+void select_tokens(const T* row, int64_t V, int64_t count, std::vector<QueueItem<T>>& rowq,
+                   std::vector<QueueItem<T>>& candq, T* vals, int64_t* ids) {
+  rowq.resize(V);
+  for (int64_t v = 0; v < V; ++v) rowq[v] = QueueItem<T>(row[v], static_cast<int32_t>(v));
+  topk_like_torch(rowq, count + 1, false);  // rowq[0 .. count]: (value, token)
+  candq.resize(count + 1);
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  for (int64_t j = 0; j <= count; ++j)  // the blank may be among them: masked
+    candq[j] = QueueItem<T>(rowq[j].second == 0 ? neg_inf : rowq[j].first, static_cast<int32_t>(j));
+  topk_like_torch(candq, count, false);
+  for (int64_t j = 0; j < count; ++j) {
+    vals[j] = candq[j].first;
+    ids[j] = rowq[candq[j].second].second;
+  }
+}
+
+// The same `count` best non-blank tokens as select_tokens, in another order (best first), by insertion into a
+// sorted buffer: ~V comparisons instead of two nth_elements. Returns false on a tie at the cut (a token left
+// out with the same finite log-prob as the last one kept), where torch's order decides.
+template <typename T>
+bool select_fast(const T* row, int64_t V, int64_t count, T* vals, int64_t* ids) {
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  int64_t n = 0;
+  T dropped = neg_inf;  // the best value left out
+  for (int64_t v = 1; v < V; ++v) {  // token 0 is the blank
+    const T x = row[v];
+    if (n == count) {
+      if (!(x > vals[n - 1])) {
+        dropped = std::max(dropped, x);
+        continue;
+      }
+      dropped = std::max(dropped, vals[n - 1]);
+      --n;
+    }
+    int64_t j = n++;
+    for (; j > 0 && vals[j - 1] < x; --j) {
+      vals[j] = vals[j - 1];
+      ids[j] = ids[j - 1];
+    }
+    vals[j] = x;
+    ids[j] = v;
+  }
+  return !(dropped == vals[count - 1] && dropped > neg_inf);
 }
 
 // Everything one utterance needs, allocated once per thread and reused.
@@ -107,6 +165,9 @@ struct Work {
   std::vector<int32_t> back_parent, back_col;  // (T', K) back-pointers
   std::vector<int64_t> iota;             // 1 .. V-1: the candidate ids when every token is one
   std::vector<T> vals;                   // (C,) this step's candidate log-probs after token_min_logp
+  std::vector<T> step_val;               // (T', C) candidates picked here (select mode)
+  std::vector<int64_t> step_tok;
+  std::vector<QueueItem<T>> rowq, candq; // select_tokens' work
   std::vector<LookupCache> cache;        // per scorer (word n-grams), kept across the thread's utterances
 };
 
@@ -156,6 +217,12 @@ bool search_utterance(const SearchDesc& d, const std::vector<Scorer>& scorers, i
   // null tables: every non-blank token is a candidate, token c + 1 in column c, its value read from the input
   const T* cval_all = d.cval ? static_cast<const T*>(d.cval) + b * steps * C : nullptr;
   const int64_t* ctok_all = d.ctok ? d.ctok + b * steps * C : nullptr;
+  if (d.select) {  // candidates picked per frame below, into per-utterance tables
+    w.step_val.resize(std::max<int64_t>(steps, 1) * C);
+    w.step_tok.resize(std::max<int64_t>(steps, 1) * C);
+    cval_all = w.step_val.data();
+    ctok_all = w.step_tok.data();
+  }
   const T min_logp = static_cast<T>(d.min_logp);  // compared in the search's dtype, as torch does
   const Hyp none{kSentHash, kSentParent, 0, false};
   w.pnb.assign(K, neg_inf); w.pb.assign(K, neg_inf); w.tot.assign(K, neg_inf); w.fused.assign(K, 0);
@@ -192,6 +259,12 @@ bool search_utterance(const SearchDesc& d, const std::vector<Scorer>& scorers, i
       continue;
     }
     const T* row = lp + frame[i] * V;
+    if (d.select) {
+      T* sv = w.step_val.data() + i * C;
+      int64_t* st = w.step_tok.data() + i * C;
+      if (exact) select_tokens(row, V, C, w.rowq, w.candq, sv, st);
+      else if (!select_fast(row, V, C, sv, st)) return false;
+    }
     const T* cval = cval_all ? cval_all + i * C : row + 1;
     const int64_t* ctok = ctok_all ? ctok_all + i * C : w.iota.data();
     const T lpb = row[0];
@@ -418,10 +491,11 @@ void search_all(const SearchDesc& d, const std::vector<Scorer>& scorers) {
 
 using namespace asrkit_native;
 
-extern "C" int64_t asrkit_native_abi(void) { return 3; }
+extern "C" int64_t asrkit_native_abi(void) { return 4; }
 
 extern "C" int64_t asrkit_prefix_search(const SearchDesc* d) {
   if (d == nullptr || d->beam < 1 || d->nbest < 1 || d->nbest > d->beam || d->n_cand < 1) return 1;
+  if (d->select && (d->cval != nullptr || d->ctok != nullptr || d->n_cand >= d->vocab - 1)) return 1;
   std::vector<Scorer> scorers;
   for (int64_t j = 0; j < d->n_scorers; ++j) {
     Scorer s = make_scorer(d->scorers[j]);
