@@ -45,6 +45,9 @@ class FrontendConfig:
     fmax: Optional[float] = None  # None: sample_rate / 2
     log_floor: float = 1e-10
     dither: float = 0.0  # kaldi_fbank only; applied in training only
+    # subtract each utterance's mean feature vector before global CMVN (asrkit.audio.utterance_cmn): removes
+    # gain and channel/spectral-tilt offsets, so voices and recordings unlike the training ones read better
+    utterance_cmn: bool = False
 
 
 @dataclass(frozen=True)

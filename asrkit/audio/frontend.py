@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from asrkit.audio.augment import SpecAugment, SpeedPerturb
 from asrkit.audio.cmvn import CMVNStats, GlobalCMVN
+from asrkit.audio.utterance_cmn import UtteranceCMN
 from asrkit.config import ConfigError, FrontendConfig, SpecAugmentConfig, SpeedPerturbConfig
 
 __all__ = ["LogMel", "KaldiFbank", "Frontend", "build_frontend", "mel_filterbank", "hz_to_mel", "mel_to_hz"]
@@ -213,8 +214,21 @@ def build_frontend(cfg: FrontendConfig) -> nn.Module:
     raise ConfigError(f"frontend.kind '{cfg.kind}' is unknown (choose from: logmel, kaldi_fbank)")
 
 
+def _check_stats_frontend(stats: CMVNStats, frontend: FrontendConfig) -> None:
+    """Stats from ``asrkit compute-cmvn`` record its frontend: they must match on utterance CMN, which shifts
+    every feature's mean to 0 (global stats of the other kind would mis-normalise every frame)."""
+    recorded = stats.meta.get("frontend")
+    if not isinstance(recorded, dict):
+        return  # stats from elsewhere: nothing recorded to check
+    theirs = bool(recorded.get("utterance_cmn", False))
+    if theirs != frontend.utterance_cmn:
+        raise ConfigError(f"the CMVN stats were computed with frontend.utterance_cmn={theirs}, but the frontend "
+                          f"has utterance_cmn={frontend.utterance_cmn}: recompute them with "
+                          f"'asrkit compute-cmvn --config' on this config")
+
+
 class Frontend(nn.Module):
-    """Waveform -> model input: speed perturbation -> features -> SpecAugment -> global CMVN.
+    """Waveform -> model input: speed perturbation -> features (-> utterance CMN) -> SpecAugment -> global CMVN.
 
     Speed perturbation and SpecAugment act only in training mode (and only
     when enabled in their configs); ``.eval()`` leaves the deterministic
@@ -235,7 +249,10 @@ class Frontend(nn.Module):
         self.speed_perturb = SpeedPerturb(speed_perturb, frontend.sample_rate) if speed_perturb.enabled else None
         self.extractor = build_frontend(frontend)
         self.output_dim: int = self.extractor.output_dim
+        self.utterance_cmn = UtteranceCMN() if frontend.utterance_cmn else None
         self.specaug = SpecAugment(specaug) if specaug.enabled else None
+        if isinstance(cmvn, CMVNStats):
+            _check_stats_frontend(cmvn, frontend)
         if cmvn is None:
             self.cmvn: Optional[GlobalCMVN] = None
         else:
@@ -253,9 +270,20 @@ class Frontend(nn.Module):
         if self.training and self.speed_perturb is not None:
             wav, wav_lens = self.speed_perturb(wav, wav_lens)
         feats, feat_lens = self.extractor(wav, wav_lens)
-        if self.training and self.specaug is not None:
-            fill = self.cmvn.mean if self.cmvn is not None else None
-            feats, feat_lens = self.specaug(feats, feat_lens, fill=fill)
+        if not (self.training and self.specaug is not None):
+            return self.normalize(feats, feat_lens)
+        if self.utterance_cmn is not None:
+            feats, feat_lens = self.utterance_cmn(feats, feat_lens)
+        fill = self.cmvn.mean if self.cmvn is not None else None
+        feats, feat_lens = self.specaug(feats, feat_lens, fill=fill)
+        if self.cmvn is not None:
+            feats, feat_lens = self.cmvn(feats, feat_lens)
+        return feats, feat_lens
+
+    def normalize(self, feats: Tensor, feat_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        """Extractor output -> model input without augmentation: utterance CMN (if on), then global CMVN (if any)."""
+        if self.utterance_cmn is not None:
+            feats, feat_lens = self.utterance_cmn(feats, feat_lens)
         if self.cmvn is not None:
             feats, feat_lens = self.cmvn(feats, feat_lens)
         return feats, feat_lens

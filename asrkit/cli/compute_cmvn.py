@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from asrkit.audio.cmvn import CMVNError, CMVNStats
 from asrkit.audio.frontend import build_frontend
+from asrkit.audio.utterance_cmn import UtteranceCMN
 from asrkit.audio.io import AudioError, load_audio
 from asrkit.config import ConfigError, FrontendConfig, load_config, to_dict
 from asrkit.data.datadir import DataDirError, Utterance, read_data_dir
@@ -51,6 +52,7 @@ def compute_cmvn(data_dir: str | os.PathLike, out: Optional[str | os.PathLike] =
     """
     dd = read_data_dir(data_dir)
     extractor = build_frontend(frontend_cfg).to(device).eval()
+    utterance_cmn = UtteranceCMN() if frontend_cfg.utterance_cmn else None
     utts = _pick_evenly(list(dd.utterances()), max_utts)
     stats = CMVNStats(extractor.output_dim, meta={"frontend": to_dict(frontend_cfg)})
     result = CMVNResult(stats)
@@ -72,6 +74,8 @@ def compute_cmvn(data_dir: str | os.PathLike, out: Optional[str | os.PathLike] =
                 continue
             wav = wav.to(device)[None]  # (1, T)
             feats, feat_lens = extractor(wav, torch.tensor([wav.size(1)], device=device))
+            if utterance_cmn is not None:  # stats of what the model's global CMVN will see
+                feats, feat_lens = utterance_cmn(feats, feat_lens)
             if int(feat_lens[0]) == 0:
                 skip(u.utt, f"{wav.size(1)} samples is shorter than one analysis window")
                 continue

@@ -139,7 +139,7 @@ class CtcLogProbs(nn.Module):
 
     A BiLSTM encoder runs as :class:`UnpackedBLSTM`: torch.export cannot trace packing, and jit.trace would bake
     the example's parity into a pyramid step (``if T % 2``), breaking inputs of the other parity. ``conv_stft``:
-    log-mel features through :class:`ConvLogMel` (for onnxruntime), then the frontend's CMVN."""
+    log-mel features through :class:`ConvLogMel` (for onnxruntime), then the frontend's normalisation."""
 
     def __init__(self, model: nn.Module, conv_stft: bool = False):
         super().__init__()
@@ -154,10 +154,8 @@ class CtcLogProbs(nn.Module):
     def forward(self, wav: Tensor, wav_lens: Tensor) -> Tuple[Tensor, Tensor]:
         if self.conv_logmel is None:
             feats, feat_lens = self.model.frontend(wav, wav_lens)  # (B, F, M), (B,)
-        else:  # Frontend.forward in eval mode: features, then CMVN
-            feats, feat_lens = self.conv_logmel(wav, wav_lens)
-            if self.model.frontend.cmvn is not None:
-                feats, feat_lens = self.model.frontend.cmvn(feats, feat_lens)
+        else:  # Frontend.forward in eval mode: features, then utterance CMN and global CMVN
+            feats, feat_lens = self.model.frontend.normalize(*self.conv_logmel(wav, wav_lens))
         if self.unpacked is None:
             enc, lens, _ = self.model.encoder(feats, feat_lens, self.model.ctc)  # (B, T, D), (B,)
         else:
