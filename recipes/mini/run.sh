@@ -10,13 +10,17 @@
 #                            [--config conf/X.yaml] [--exp exp/NAME] [--train-opts "--set key=value ..."]
 #                            [--nproc N] [--average K] [--lm-kind ngram|neural] [--lm-order 3]
 #                            [--lm-corpus FILE] [--lm-config conf/lm_lstm_small.yaml] [--lm-opts "--set key=value ..."]
-#                            [--decode-config conf/decode_ctc_prefix_wordlm.yaml] [--num-train N] ...
+#                            [--decode-config conf/decode_ctc_prefix_wordlm.yaml] [--num-train N]
+#                            [--units char|bpe] [--vocab-size N] ...
 #   --size      small: 4800 training utterances (~5.5 h of speech), conf/mini_small.yaml (4-layer Conformer);
 #               medium: 6000 utterances, conf/mini_medium.yaml (12-layer Conformer). Options after it still
 #               override its settings (--num-train, --config, --nproc, ...).
 #   --nproc N   train with N processes (torchrun --standalone, gloo on CPU): on 2 cores, 2 processes of one
 #               thread each train about 1.45x faster than one (README)
 #   --average K decode with the average of the best K epochs by validation loss (0: the last epoch)
+#   --units     char (default): one token per letter, data/lang/tokenizer.json; bpe: a sentencepiece BPE model of
+#               --vocab-size pieces (default 256) in data/lang_bpe<N>/tokenizer.json (use it with a x6/x8
+#               subsampling config: fewer tokens per second allow fewer frames)
 #   --lm-kind   ngram: word n-gram (KenLM lmplz, tools/install_kenlm.sh) and a lexicon of its words;
 #               neural: the character LSTM LM of --lm-config on the same text
 #   stage 0: synthesize data/{train,dev,test,test_unseen}   stage 4: LM text (book text + train transcripts) and LM
@@ -49,6 +53,8 @@ snr_db=25
 seed=1
 jobs=2
 average=0
+units=char
+vocab_size=256
 train_opts=""
 lm_kind=ngram
 lm_corpus="$root/tools/corpus/lm_text.txt.gz"   # book text for the LM (one sentence a line, .gz or plain)
@@ -62,6 +68,11 @@ length_bonuses="0 1 2"
 . "$root/tools/parse_options.sh"
 mkdir -p "$workdir"
 cd "$workdir"
+case "$units" in
+  char) lang=data/lang ;;
+  bpe) lang="data/lang_bpe$vocab_size" ;;
+  *) echo "$0: --units must be char or bpe, not '$units'" >&2; exit 1 ;;
+esac
 lm_dir="${lm_dir:-exp/lm_$lm_kind}"
 case "$lm_kind" in
   ngram) decode_config="${decode_config:-$root/conf/decode_ctc_prefix_wordlm.yaml}"
@@ -94,9 +105,14 @@ if run_stage 1; then
 fi
 
 if run_stage 2; then
-  mkdir -p data/lang
-  log 2 "training the character tokenizer"
-  asrkit train-tokenizer --text data/train/text --model-type char data/lang/tokenizer.json
+  mkdir -p data/lang "$lang"
+  if [ "$units" = char ]; then
+    log 2 "training the character tokenizer"
+    asrkit train-tokenizer --text data/train/text --model-type char "$lang/tokenizer.json"
+  else
+    log 2 "training a BPE tokenizer of $vocab_size pieces"
+    asrkit train-tokenizer --text data/train/text --model-type bpe --vocab-size "$vocab_size" "$lang/tokenizer.json"
+  fi
   log 2 "computing global CMVN stats"
   asrkit compute-cmvn --config "$config" --max-utts 500 --no-progress data/train data/lang/cmvn.json
 fi
@@ -107,7 +123,7 @@ if run_stage 3; then
   log 3 "training $config into $exp ($nproc process(es))"
   # shellcheck disable=SC2086
   "${launcher[@]}" train --config "$config" --train-data data/train --valid-data data/dev --out "$exp" \
-    --tokenizer data/lang/tokenizer.json --cmvn data/lang/cmvn.json $train_opts
+    --tokenizer "$lang/tokenizer.json" --cmvn data/lang/cmvn.json $train_opts
   if [ "$average" -gt 0 ]; then
     log 3 "averaging the best $average epochs by validation loss into $exp/model.pt"
     asrkit average --model "$exp" --best "$average" --metric valid_loss
@@ -127,7 +143,7 @@ if run_stage 4; then
     python "$root/tools/make_lm_text.py" --out data/lm/dev.txt --corpus --transcripts data/dev/text
     # shellcheck disable=SC2086
     asrkit train-lm --config "$lm_config" --plain-text --text data/lm/text.txt --dev-text data/lm/dev.txt \
-      --tokenizer data/lang/tokenizer.json --out "$lm_dir" $lm_opts
+      --tokenizer "$lang/tokenizer.json" --out "$lm_dir" $lm_opts
   fi
 fi
 

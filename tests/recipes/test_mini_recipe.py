@@ -13,6 +13,7 @@ import yaml
 
 from asrkit.config import load_decode_config
 from asrkit.data.table import read_table
+from asrkit.text.tokenizer import load_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_TRAIN = ("--set train.epochs=1 --set model.encoder.d_model=32 --set model.encoder.num_heads=2 "
@@ -67,6 +68,16 @@ def test_mini_recipe_runs_every_stage(tmp_path):
     # a stage re-runs on its own (restartable), in the same work dir
     again = subprocess.run(cmd + ["--stage", "7"], env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "[stage 6]" not in again.stdout and "decode_test_lm: %WER" in again.stdout
+
+    # --units bpe: a sentencepiece tokenizer in data/lang_bpe<N>, trained on beside the character one
+    bpe = subprocess.run(cmd + ["--stage", "2", "--stop-stage", "3", "--units", "bpe", "--vocab-size", "40",
+                                "--exp", "exp/bpe", "--average", "0"], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert bpe.returncode == 0, bpe.stderr[-3000:]
+    assert "training a BPE tokenizer of 40 pieces" in bpe.stdout
+    assert load_tokenizer(tmp_path / "data/lang_bpe40/tokenizer.json").vocab_size == 40
+    assert load_tokenizer(tmp_path / "exp/bpe/tokenizer.json").vocab_size == 40 and (tmp_path / "exp/bpe/model.pt").is_file()
+    assert load_tokenizer(tmp_path / "data/lang/tokenizer.json").vocab_size < 40  # the character one is kept
 
     # Deja-vu at depth (recipes/mini/compare_dejavu.sh) in the same work dir, at toy size: the small run stands in
     # for plain seed 1 (kept, not retrained), Deja-vu trains, is tuned and scored; one table of both.
