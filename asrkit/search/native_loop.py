@@ -4,8 +4,9 @@ On the CPU the torch frame loop is dispatch-bound: a frame costs about 25 small 
 ~180 with a word LM, each a few microseconds whatever its size. This module runs the same search (the same
 candidates, merges, pruning, fusion and final scores; see :mod:`asrkit.search.ctc_prefix`) in one C++ call
 per batch (``native/prefix_search.cpp``, built and loaded by :mod:`asrkit.search.native_build`). Python
-keeps the per-batch setup that is already vectorised: the blank-frame compaction and the (B, T', C)
-candidate table of :func:`asrkit.search.candidates.top_tokens`.
+keeps the per-batch setup that is already vectorised: the blank-frame compaction and, for vocabularies of
+320 tokens and more, the (B, T', C) candidate table of :func:`asrkit.search.candidates.top_tokens` (below
+that, top_tokens is a torch.topk per row, and the C++ loop picks the same candidates faster).
 
 Scorers meet :class:`asrkit.search.interfaces.NativeScorer`: ``native_form()`` gives a kind and named
 tables (plain CPU tensors, read through their ``data_ptr()``; dtypes are checked, never converted):
@@ -118,7 +119,8 @@ def _scorer_desc(name: str, sc: NativeScorer, weight: float, keep: List[torch.Te
 def _selects_natively(vocab: int, n_cand: int) -> bool:
     """Whether the C++ loop picks each frame's candidates itself: small vocabularies, where
     candidates.top_tokens is a torch.topk per row (~0.4 us a row of 31 tokens, a fifth of a char word-LM
-    batch); C++ makes the same two selections (see select_tokens) for a fraction of that."""
+    batch); C++ picks the same tokens by insertion into a sorted buffer (select_fast), or replays torch.topk's
+    two selections when a tie makes the order matter (select_tokens)."""
     return n_cand < vocab - 1 and (vocab < _NATIVE_SELECT_MAX_VOCAB or (n_cand + 1) ** 2 * 4 > vocab)
 
 
