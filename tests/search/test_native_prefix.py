@@ -109,6 +109,20 @@ def test_length_bonus_equals_torch_loop(bonus: float) -> None:
 
 
 @needs_library
+@pytest.mark.parametrize("vocab,topk", [(400, 8), (1200, 8), (400, 12)])
+@pytest.mark.parametrize("skip", [None, 0.999])
+def test_large_vocab_candidate_tables_equal_torch_loop(vocab: int, topk: int, skip: Optional[float]) -> None:
+    # V >= 320: the candidates come from candidates.top_tokens (rows of the compacted frames, or every frame
+    # when nothing is skipped); (C+1)^2 * 4 > V: the C++ loop picks them itself
+    lp = peaky_log_probs(3, 40, vocab, seed=vocab + topk, dtype=torch.float32)
+    lengths = torch.tensor([40, 23, 31])
+    if skip is None:
+        lengths = torch.tensor([40, 40, 40])  # the identity rows of the input
+    got = assert_paths_agree(lp, lengths, beam=6, nbest=3, token_topk=topk, blank_skip_threshold=skip)
+    assert all(h and h[0].tokens for h in got)
+
+
+@needs_library
 def test_exact_search_over_many_tokens_equals_torch_loop() -> None:
     # every token a candidate, more than 63 per hypothesis: torch.topk's partial-sort branch
     lp = peaky_log_probs(2, 25, 70, seed=4)
