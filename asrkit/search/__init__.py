@@ -10,7 +10,7 @@ from asrkit.search.ctc_prefix import ctc_prefix_beam_search
 from asrkit.search.ctc_prefix_score import CTCPrefixScorer, CTCPrefixState
 from asrkit.search.greedy import ctc_greedy_search, greedy_search
 from asrkit.search.hypotheses import Hypothesis, NBest
-from asrkit.search.interfaces import BatchScorer
+from asrkit.search.interfaces import BatchScorer, NativeScorer
 from asrkit.search.lexicon import LexiconScorer, read_word_list
 from asrkit.search.rescore import attention_rescore
 from asrkit.search.scorers import DecoderScorer, DecoderScorerState, LengthBonus, StepDecoder
@@ -26,6 +26,7 @@ __all__ = [
     "LengthBonus",
     "LexiconScorer",
     "NBest",
+    "NativeScorer",
     "StepDecoder",
     "attention_rescore",
     "beam_search",

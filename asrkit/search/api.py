@@ -153,7 +153,7 @@ def decode_ctc(log_probs: Any, lengths: Any = None, tokens: Optional[Sequence[st
                length_bonus: float = 0.0, blank_id: Optional[int] = None, unk_id: Optional[int] = None,
                eos_id: Optional[int] = None, token_topk: Optional[int] = 8,
                token_min_logp: Optional[float] = -12.0, blank_skip_threshold: Optional[float] = 0.999,
-               cuda_graph: bool = False) -> List[List[Decoded]]:
+               cuda_graph: bool = False, native: Optional[bool] = None) -> List[List[Decoded]]:
     """CTC prefix beam search with checked inputs; per utterance, up to `nbest` :class:`Decoded`, best first.
 
     log_probs: (B, T, V) or (T, V) log-probabilities (torch, numpy or nested lists; a (T, V) input is
@@ -162,6 +162,9 @@ def decode_ctc(log_probs: Any, lengths: Any = None, tokens: Optional[Sequence[st
     :func:`special_ids`); given ids are checked against the token list, and against the ids of an
     ``lm`` scorer that records them. ``score = log P_ctc + lm_weight * log P_lm + length_bonus *
     #tokens``. Pruning options and ``cuda_graph``: as :func:`ctc_prefix_beam_search`.
+    ``native``: which frame loop runs, as :func:`ctc_prefix_beam_search`'s: None (default) the C++ loop
+    where it can run (CPU inputs, every scorer with a native form, the library built), else the torch
+    loop; True: the C++ loop or a ValueError saying why it cannot run; False: the torch loop.
     """
     lp = _as_tensor(log_probs, "log_probs")
     if lp.dim() == 2:
@@ -219,7 +222,7 @@ def decode_ctc(log_probs: Any, lengths: Any = None, tokens: Optional[Sequence[st
         lp = lp.index_select(2, perm)
     # The checks above cover ctc_prefix_beam_search's (NaN, +inf, lengths): no second pass over the input.
     found = _checked_search(lp, lens, beam, nbest, scorers, weights, token_topk, token_min_logp,
-                            blank_skip_threshold, cuda_graph)
+                            blank_skip_threshold, cuda_graph, native)
     back = perm.tolist() if perm is not None else None
     skip = [i for i in (eos,) if i is not None]
     results = []

@@ -297,3 +297,46 @@ def test_an_lm_is_checked_for_each_special_id_and_the_blank_position() -> None:
     moved = ["a", "<unk>", "'", "<sos/eos>", "b", "c", "<blank>"]
     with pytest.raises(ValueError, match="^blank_id=6: an LM scorer needs the blank at id 0"):
         decode_ctc(LP, [6], moved, lm=BigramScorer(7, gen))
+
+
+def test_native_chooses_the_frame_loop_with_the_same_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Catches: `native` dropped or inverted on the way to the search. True and False give the same
+    # n-best (scores to rounding, on a blank moved from another id too); True runs the C++ loop and
+    # False the torch frame loop, seen through which of them is called.
+    import asrkit.search.ctc_prefix as ctc_prefix
+    from asrkit.search import native_build
+
+    if native_build.load() is None:
+        pytest.skip("no C++ compiler: the native loop cannot build")
+    gen = torch.Generator().manual_seed(5)
+    lp = random_log_probs(3, 16, 9, gen, scale=0.6)
+    tokens = ["a", "b", "c", "<blank>", "d", "e", "f", "g", "h"]  # the blank at id 3: moved to 0 and back
+    ran: list = []
+    real_loop, real_native = ctc_prefix._frame_loop, ctc_prefix.native_loop.search
+    monkeypatch.setattr(ctc_prefix, "_frame_loop", lambda *a, **k: ran.append("torch") or real_loop(*a, **k))
+    monkeypatch.setattr(ctc_prefix.native_loop, "search", lambda *a, **k: ran.append("native") or real_native(*a, **k))
+    on = decode_ctc(lp, [16, 11, 0], tokens, nbest=4, native=True)
+    assert ran == ["native"]
+    off = decode_ctc(lp, [16, 11, 0], tokens, nbest=4, native=False)
+    assert ran[1:] and set(ran[1:]) == {"torch"}
+    ran.clear()
+    decode_ctc(lp, [16, 11, 0], tokens, nbest=4)  # the default: native where it can run
+    assert ran == ["native"]
+    for b in range(3):
+        assert [h.tokens for h in on[b]] == [h.tokens for h in off[b]]
+        assert [h.score for h in on[b]] == pytest.approx([h.score for h in off[b]], abs=1e-6)
+        assert [h.token_frames for h in on[b]] == [h.token_frames for h in off[b]]
+
+
+def test_native_true_where_it_cannot_run_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Catches: native=True silently falling back to the torch loop; the error says why.
+    gen = torch.Generator().manual_seed(6)
+    lp = random_log_probs(1, 8, 7, gen, scale=0.6)
+    lm = BigramScorer(7, gen)  # a plain BatchScorer: no native form
+    with pytest.raises(ValueError, match=r"native=True.*BigramScorer.*no native form"):
+        decode_ctc(lp, None, CHARS, lm=lm, native=True)
+    assert decode_ctc(lp, None, CHARS, lm=lm, native=None)[0][0].tokens == \
+        decode_ctc(lp, None, CHARS, lm=lm, native=False)[0][0].tokens  # auto: the torch loop, no error
+    monkeypatch.setenv("ASRKIT_NATIVE", "0")
+    with pytest.raises(ValueError, match="native=True.*ASRKIT_NATIVE=0"):
+        decode_ctc(lp, None, CHARS, native=True)
