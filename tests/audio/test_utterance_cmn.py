@@ -26,8 +26,8 @@ def _speech(n: int, seed: int) -> torch.Tensor:
 
 
 def test_matches_per_utterance_reference_and_keeps_padding_zero():
-    feats = torch.randn(3, 7, 5) * 3 + 2
-    lens = torch.tensor([7, 4, 0])
+    feats = torch.randn(4, 7, 5) * 3 + 2
+    lens = torch.tensor([7, 4, 1, 0])  # a one-frame utterance becomes all 0
     out, out_lens = UtteranceCMN()(feats, lens)
     assert torch.equal(out_lens, lens)
     x = feats.double().numpy()
