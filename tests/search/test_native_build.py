@@ -18,15 +18,6 @@ from asrkit.search import native_build
 needs_compiler = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++")
 
 
-@pytest.fixture
-def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    """An empty cache, no $CXX, nothing loaded; the real state comes back afterwards."""
-    monkeypatch.setenv("ASRKIT_NATIVE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("CXX", raising=False)
-    native_build.reset()
-    yield tmp_path / "cache"
-    native_build.reset()
-
 
 def fake_compiler(where: Path, name: str = "fake-cxx") -> Path:
     """A 'compiler' that appends its arguments to <name>.log and writes 'built' to the file after -o."""
@@ -59,15 +50,15 @@ def expected_name(source: Path, compiler: str) -> str:
     return f"prefix_search-{digest.hexdigest()[:16]}.so"
 
 
-def test_library_path_is_keyed_by_source_headers_and_compiler(fresh, monkeypatch, tmp_path) -> None:
+def test_library_path_is_keyed_by_source_headers_and_compiler(fresh_native_cache, monkeypatch, tmp_path) -> None:
     src = tmp_path / "src"
     src.mkdir()
     for f in [native_build.SOURCE, *native_build.SOURCE.parent.glob("*.h")]:
         shutil.copy(f, src / f.name)
     monkeypatch.setattr(native_build, "SOURCE", src / native_build.SOURCE.name)
     first = native_build.library_path()
-    assert first == fresh / expected_name(native_build.SOURCE, "g++")
-    assert native_build.library_path("clang++") == fresh / expected_name(native_build.SOURCE, "clang++")
+    assert first == fresh_native_cache / expected_name(native_build.SOURCE, "g++")
+    assert native_build.library_path("clang++") == fresh_native_cache / expected_name(native_build.SOURCE, "clang++")
     monkeypatch.setenv("CXX", "clang++")
     assert native_build.library_path() == native_build.library_path("clang++") != first
     monkeypatch.delenv("CXX")
@@ -80,12 +71,12 @@ def test_library_path_is_keyed_by_source_headers_and_compiler(fresh, monkeypatch
         else:
             (src / "extra.h").write_text("// new\n")
         path = native_build.library_path()
-        assert path == fresh / expected_name(native_build.SOURCE, "g++")
+        assert path == fresh_native_cache / expected_name(native_build.SOURCE, "g++")
         names.add(path.name)
     assert len(names) == 3 and first.name not in names
 
 
-def test_build_runs_the_documented_command_once_into_the_cache(fresh, monkeypatch, tmp_path) -> None:
+def test_build_runs_the_documented_command_once_into_the_cache(fresh_native_cache, monkeypatch, tmp_path) -> None:
     cxx = fake_compiler(tmp_path)
     monkeypatch.setenv("CXX", str(cxx))
     target = native_build.build()
@@ -94,8 +85,8 @@ def test_build_runs_the_documented_command_once_into_the_cache(fresh, monkeypatc
     assert args[:len(native_build.FLAGS) + 2] == [*native_build.FLAGS, str(native_build.SOURCE), "-o"]
     tmp = Path(args[-1])
     assert len(args) == len(native_build.FLAGS) + 3
-    assert tmp.parent == fresh and tmp.name.startswith(target.stem + ".") and tmp.name.endswith(".tmp")
-    assert sorted(p.name for p in fresh.iterdir()) == [target.name]  # renamed into place, nothing left over
+    assert tmp.parent == fresh_native_cache and tmp.name.startswith(target.stem + ".") and tmp.name.endswith(".tmp")
+    assert sorted(p.name for p in fresh_native_cache.iterdir()) == [target.name]  # renamed into place, nothing left over
     assert native_build.build() == target  # cached: not run again
     assert len((tmp_path / "fake-cxx.log").read_text().splitlines()) == 1
     other = fake_compiler(tmp_path, "other-cxx")
@@ -109,13 +100,13 @@ def test_cache_dir_is_created_with_its_parents(monkeypatch, tmp_path) -> None:
     assert path.parent == tmp_path / "deep" / "er" / "cache" and path.exists()
 
 
-def test_missing_compiler_is_named(fresh) -> None:
+def test_missing_compiler_is_named(fresh_native_cache) -> None:
     with pytest.raises(RuntimeError) as err:
         native_build.build("no-such-cxx-xyz")
     assert str(err.value) == "no C++ compiler: 'no-such-cxx-xyz' is not on PATH (set $CXX to use another)"
 
 
-def test_a_failing_build_reports_the_end_of_its_messages(fresh, tmp_path) -> None:
+def test_a_failing_build_reports_the_end_of_its_messages(fresh_native_cache, tmp_path) -> None:
     bad = tmp_path / "bad-cxx"
     bad.write_text("#!/bin/sh\nprintf 'HEAD%.0s' $(seq 600) >&2\nprintf 'x%.0s' $(seq 1985) >&2\n"
                    "echo ' TAIL-error ' >&2\nexit 7\n")
@@ -127,11 +118,11 @@ def test_a_failing_build_reports_the_end_of_its_messages(fresh, tmp_path) -> Non
     assert msg.endswith("TAIL-error")  # stripped
     assert "HEAD" in msg and "HEADHEAD" not in msg  # only the last 2000 characters: one whole HEAD
     assert len(msg) - len(f"{bad} failed on prefix_search.cpp (exit 7): ") == 2000
-    assert not any(fresh.iterdir())
+    assert not any(fresh_native_cache.iterdir())
 
 
 @needs_compiler
-def test_a_library_of_another_abi_is_refused_once_then_retried_after_reset(fresh, monkeypatch, tmp_path) -> None:
+def test_a_library_of_another_abi_is_refused_once_then_retried_after_reset(fresh_native_cache, monkeypatch, tmp_path) -> None:
     src = tmp_path / "old.cpp"
     src.write_text('#include <cstdint>\nextern "C" int64_t asrkit_native_abi() { return 3; }\n')
     monkeypatch.setattr(native_build, "SOURCE", src)
@@ -154,7 +145,7 @@ def test_a_library_of_another_abi_is_refused_once_then_retried_after_reset(fresh
 
 
 @needs_compiler
-def test_abi_above_32_bits_is_read_whole(fresh, monkeypatch, tmp_path) -> None:
+def test_abi_above_32_bits_is_read_whole(fresh_native_cache, monkeypatch, tmp_path) -> None:
     # asrkit_native_abi returns int64: a library answering 2**32 + 4 must not pass for ABI 4.
     src = tmp_path / "wide.cpp"
     src.write_text('#include <cstdint>\nextern "C" int64_t asrkit_native_abi() { return 4294967300LL; }\n')
@@ -163,7 +154,7 @@ def test_abi_above_32_bits_is_read_whole(fresh, monkeypatch, tmp_path) -> None:
         assert native_build.load() is None
 
 
-def test_a_library_that_cannot_be_loaded_falls_back_with_its_reason(fresh, monkeypatch, tmp_path) -> None:
+def test_a_library_that_cannot_be_loaded_falls_back_with_its_reason(fresh_native_cache, monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("CXX", str(fake_compiler(tmp_path)))  # writes a text file: dlopen fails (OSError)
     with pytest.warns(RuntimeWarning, match="native CTC prefix search is unavailable"):
         assert native_build.load() is None

@@ -258,18 +258,9 @@ def test_threads_split_utterances_with_the_same_results() -> None:
     assert torch.equal(one.tokens, two.tokens) and torch.equal(one.scores, two.scores)
 
 
-@pytest.fixture
-def fresh_build(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    """An empty library cache and no loaded library; the real state comes back afterwards."""
-    monkeypatch.setenv("ASRKIT_NATIVE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("CXX", raising=False)
-    native_build.reset()
-    yield tmp_path / "cache"
-    native_build.reset()
 
-
-def test_missing_compiler_warns_once_and_falls_back_to_the_torch_loop(fresh_build, monkeypatch) -> None:
-    monkeypatch.setattr(native_build, "COMPILER", str(fresh_build / "no-such-g++"))
+def test_missing_compiler_warns_once_and_falls_back_to_the_torch_loop(fresh_native_cache, monkeypatch) -> None:
+    monkeypatch.setattr(native_build, "COMPILER", str(fresh_native_cache / "no-such-g++"))
     lp = peaky_log_probs(2, 30, 7, seed=5)
     lengths = torch.tensor([30, 21])
     with pytest.warns(RuntimeWarning, match="native CTC prefix search is unavailable.*no C\\+\\+ compiler.*no-such-g"):
@@ -278,30 +269,30 @@ def test_missing_compiler_warns_once_and_falls_back_to_the_torch_loop(fresh_buil
     assert torch.equal(auto.tokens, expected.tokens) and torch.equal(auto.scores, expected.scores)
     with pytest.raises(ValueError, match="native=True.*no C\\+\\+ compiler"):
         ctc_prefix_beam_search(lp, lengths, beam=4, native=True)
-    assert not fresh_build.exists() or not any(fresh_build.iterdir())
+    assert not fresh_native_cache.exists() or not any(fresh_native_cache.iterdir())
 
 
-def test_failing_compiler_names_its_message(fresh_build, monkeypatch, tmp_path) -> None:
+def test_failing_compiler_names_its_message(fresh_native_cache, monkeypatch, tmp_path) -> None:
     fake = tmp_path / "bad-cxx"
     fake.write_text("#!/bin/sh\necho 'error: simulated failure' >&2\nexit 3\n")
     fake.chmod(0o755)
     monkeypatch.setattr(native_build, "COMPILER", str(fake))
     with pytest.raises(RuntimeError, match="exit 3.*simulated failure"):
         native_build.build()
-    assert not any(fresh_build.iterdir())  # no partial library left behind
+    assert not any(fresh_native_cache.iterdir())  # no partial library left behind
 
 
 @needs_library
-def test_build_goes_to_the_cache_once_keyed_by_source_and_flags(fresh_build, monkeypatch) -> None:
+def test_build_goes_to_the_cache_once_keyed_by_source_and_flags(fresh_native_cache, monkeypatch) -> None:
     path = native_build.build()
-    assert path.parent == fresh_build and path.exists()
+    assert path.parent == fresh_native_cache and path.exists()
     stamp = path.stat().st_mtime_ns
     assert native_build.build() == path and path.stat().st_mtime_ns == stamp  # not rebuilt
-    assert [p.name for p in fresh_build.iterdir()] == [path.name]  # no temporary file left
+    assert [p.name for p in fresh_native_cache.iterdir()] == [path.name]  # no temporary file left
     monkeypatch.setattr(native_build, "FLAGS", native_build.FLAGS + ("-DASRKIT_TEST",))
     assert native_build.library_path() != path
-    (fresh_build / "copy.cpp").write_text(native_build.SOURCE.read_text() + "\n// changed\n")
-    monkeypatch.setattr(native_build, "SOURCE", fresh_build / "copy.cpp")
+    (fresh_native_cache / "copy.cpp").write_text(native_build.SOURCE.read_text() + "\n// changed\n")
+    monkeypatch.setattr(native_build, "SOURCE", fresh_native_cache / "copy.cpp")
     assert native_build.library_path().name != path.name
 
 
