@@ -49,13 +49,13 @@ with a word LM; ``native=`` chooses).
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, List, Mapping, Optional
 
 import torch
 
 from asrkit.search import native_loop
 from asrkit.search.candidates import top_tokens
+from asrkit.search.compaction import compact_frames
 from asrkit.search.greedy import check_ctc_inputs
 from asrkit.search.hypotheses import NBest, backtrack, pack_emissions
 from asrkit.search.interfaces import BLANK_ID, BatchScorer, active_scorers
@@ -86,29 +86,14 @@ class _Frames:
                  min_logp: Optional[float], skip_threshold: Optional[float], rows_out: int) -> None:
         batch, frames, vocab = lp.shape
         dev = lp.device
-        t_ids = torch.arange(frames, device=dev)
-        in_len = t_ids < lengths[:, None]  # (B, T)
+        frame, skip, offset, identity = compact_frames(lp, lengths, BLANK_ID, skip_threshold)
+        self.steps = width = frame.shape[1]
         blank = lp[..., BLANK_ID]  # (B, T)
-        skip = None
-        if skip_threshold is not None:
-            skip = (blank > math.log(skip_threshold)) & in_len
-            if not bool(skip.any()):  # adaptive: nothing to skip (e.g. large vocabularies), no compaction
-                skip = None
-        keep = in_len if skip is None else in_len & ~skip
-        counts = keep.sum(1)  # (B,)
-        self.steps = width = int(counts.max()) if batch else 0
-        if skip is None:
-            frame = torch.where(in_len[:, :width], t_ids[:width], -1)  # (B, T')
-        else:
-            slot = torch.where(keep, keep.cumsum(1) - 1, width)  # compacted position, or the spill column
-            frame = torch.full((batch, width + 1), -1, dtype=torch.long, device=dev)
-            frame = frame.scatter_(1, slot, t_ids.expand(batch, frames))[:, :width]
         self.frame = frame
         real = frame >= 0  # (B, T')
         at = frame.clamp(min=0)
         rows = (torch.arange(batch, device=dev)[:, None] * frames + at).flatten()  # (B*T',) input rows
         flat = lp.reshape(batch * frames, vocab)
-        identity = width == frames and skip is None  # step i reads input frame i
         self.n_cand = n_cand = vocab - 1 if topk is None else max(1, min(topk, vocab - 1))
         if n_cand < vocab - 1:
             # The one full-size read: the best C tokens of each kept frame (candidates.top_tokens:
@@ -145,11 +130,10 @@ class _Frames:
         # Skipped blank frames: their log P(blank) is the same for every hypothesis of an utterance,
         # so it is added once at the end (offset); after a run, pnb's mass moves into pb, which the
         # gather of the new beam does by reading other table rows (roff) on the steps before a run.
-        self.offset = torch.zeros(batch, dtype=lp.dtype, device=dev)
+        self.offset = offset
         self.run_steps: List[bool] = [False] * width
         self.roff: List[Optional[torch.Tensor]] = [None] * width
         if skip is not None:
-            self.offset = torch.where(skip, blank.double(), 0.0).sum(1).to(lp.dtype)
             nxt = torch.nn.functional.pad(frame[:, 1:], (0, 1), value=-1)  # next kept frame
             run_after = (nxt - frame > 1) & (nxt >= 0)  # (B, T'): skipped frames between i and i+1
             self.run_steps = run_after.any(0).tolist()

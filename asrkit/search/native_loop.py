@@ -33,6 +33,7 @@ import torch
 
 from asrkit.search import native_build
 from asrkit.search.candidates import top_tokens
+from asrkit.search.compaction import compact_frames
 from asrkit.search.hypotheses import NBest
 from asrkit.search.interfaces import BLANK_ID, BatchScorer, NativeScorer
 
@@ -129,31 +130,13 @@ def _frames(lp: torch.Tensor, lengths: torch.Tensor, topk: Optional[int], skip_t
     """Compacted frames (B, T') (-1 after the last), the candidate table (B, T', C) values and ids (None:
     every non-blank token, read from the input), the skipped frames' log P(blank) sums (B,) and C.
 
-    The same compaction as ctc_prefix._Frames: frames whose blank probability exceeds the threshold are
-    pure blank frames, added once at the end."""
+    The compaction is ctc_prefix._Frames' (:func:`asrkit.search.compaction.compact_frames`)."""
     batch, frames, vocab = lp.shape
-    t_ids = torch.arange(frames)
-    in_len = t_ids < lengths[:, None]  # (B, T)
-    blank = lp[..., BLANK_ID]  # (B, T)
-    skip = None
-    if skip_threshold is not None:
-        skip = (blank > math.log(skip_threshold)) & in_len
-        if not bool(skip.any()):
-            skip = None
-    keep = in_len if skip is None else in_len & ~skip
-    width = int(keep.sum(1).max()) if batch else 0
-    if skip is None:
-        frame = torch.where(in_len[:, :width], t_ids[:width], -1)
-        offset = torch.zeros(batch, dtype=lp.dtype)
-    else:
-        slot = torch.where(keep, keep.cumsum(1) - 1, width)  # compacted position, or the spill column
-        frame = torch.full((batch, width + 1), -1, dtype=torch.long)
-        frame = frame.scatter_(1, slot, t_ids.expand(batch, frames))[:, :width].contiguous()
-        offset = torch.where(skip, blank.double(), 0.0).sum(1).to(lp.dtype)
+    frame, _, offset, identity = compact_frames(lp, lengths, BLANK_ID, skip_threshold)
+    width = frame.shape[1]
     n_cand = vocab - 1 if topk is None else max(1, min(topk, vocab - 1))
     if n_cand == vocab - 1 or width == 0 or _selects_natively(vocab, n_cand):
         return frame, None, None, offset, n_cand  # every token a candidate, or picked in C++: it reads the rows
-    identity = width == frames and skip is None
     rows = None if identity else (torch.arange(batch)[:, None] * frames + frame.clamp(min=0)).flatten()
     cval, ctok = top_tokens(lp.reshape(batch * frames, vocab), rows, n_cand, BLANK_ID)  # (B*T', C)
     return frame, cval.contiguous(), ctok.contiguous(), offset, n_cand
