@@ -69,9 +69,10 @@ def test_mini_recipe_runs_every_stage(tmp_path):
     again = subprocess.run(cmd + ["--stage", "7"], env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "[stage 6]" not in again.stdout and "decode_test_lm: %WER" in again.stdout
 
-    # --units bpe: a sentencepiece tokenizer in data/lang_bpe<N>, trained on beside the character one
+    # --units bpe: a sentencepiece tokenizer in data/lang_bpe<N>, trained on beside the character one (one process:
+    # the 2-process path is the first run's)
     bpe = subprocess.run(cmd + ["--stage", "2", "--stop-stage", "3", "--units", "bpe", "--vocab-size", "40",
-                                "--exp", "exp/bpe", "--average", "0"], env=env, capture_output=True, text=True,
+                                "--exp", "exp/bpe", "--average", "0", "--nproc", "1"], env=env, capture_output=True, text=True,
                          timeout=300)
     assert bpe.returncode == 0, bpe.stderr[-3000:]
     assert "training a BPE tokenizer of 40 pieces" in bpe.stdout
