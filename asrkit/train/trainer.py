@@ -405,7 +405,12 @@ def run_experiment(train_cfg: TrainConfig, exp_dir: str, prepare: Callable[[bool
             prepare(True)
         dist_util.barrier(ctx)
         setup_logging(exp_dir, ctx.is_main)
-        return Trainer(resolved.train, make_task(resolved), exp_dir, ctx=ctx).fit()
+        summary = Trainer(resolved.train, make_task(resolved), exp_dir, ctx=ctx).fit()
+        # No rank tears down its process group while a peer may still use it: gloo's connection threads
+        # of a rank whose peer had already closed aborted the process at exit once ("terminate called
+        # without an active exception"). Only on success: after an error a peer may never arrive.
+        dist_util.barrier(ctx)
+        return summary
     finally:
         dist_util.cleanup()
 

@@ -195,6 +195,36 @@ def test_noise_snr_matches_request(corpora):
             assert np.max(np.abs(clean[:400])) == 0.0
 
 
+def test_margins_are_the_drawn_silence_alone(tool, corpora):
+    """The synthesizers' own leading / trailing silence is cut (espeak-ng appends zeros, flite and festival
+    quiet frames): a clean utterance is quiet (below ``TRIM_DB`` of its loudest 10 ms frame) for its drawn
+    margins, give or take one frame, not for the engine's silence on top of them."""
+    plan = tool.plan_corpus(tool.load_sentences(str(SENTENCES)), SIZES, 3, None, str(corpora / "clean"))
+    for specs in plan.values():
+        for spec in specs:
+            audio = _read_audio(spec.path)
+            n = audio.size // 160
+            rms = np.sqrt(np.mean(audio[:n * 160].reshape(n, 160) ** 2, axis=1))
+            loud = np.flatnonzero(np.abs(audio) > rms.max() * 10 ** (tool.TRIM_DB / 20))
+            lead, tail = loud[0] / 16000, (audio.size - 1 - loud[-1]) / 16000
+            assert spec.lead_s - 1e-3 < lead < spec.lead_s + 0.011, (spec.utt_id, lead, spec.lead_s)
+            assert spec.tail_s - 1e-3 < tail < spec.tail_s + 0.011, (spec.utt_id, tail, spec.tail_s)
+
+
+def test_trim_silence_keeps_the_loud_span(tool):
+    sr = 16000
+    t = np.arange(sr // 2) / sr
+    tone = np.sin(2 * np.pi * 440 * t)
+    quiet = 10 ** (-60 / 20) * np.sin(2 * np.pi * 300 * np.arange(sr // 5) / sr)  # 60 dB down: cut
+    soft = 10 ** (-35 / 20) * tone[:1600]  # a soft fricative-like tail, 35 dB down: kept
+    audio = np.concatenate([np.zeros(4000), quiet, tone, soft, quiet, np.zeros(3000)])
+    start = 4000 + quiet.size
+    trimmed = tool.trim_silence(audio)
+    np.testing.assert_array_equal(trimmed, audio[start:start + tone.size + soft.size])
+    assert tool.trim_silence(np.zeros(100)).size == 100  # shorter than a frame: unchanged
+    assert tool.trim_silence(np.zeros(1000)).size == 1000
+
+
 def test_same_seed_is_deterministic_across_runs_and_jobs(corpora):
     for split in SPLITS:
         a, b = corpora / "noisy" / split, corpora / "noisy2" / split
