@@ -75,6 +75,9 @@ class DataConfig:
     max_duration: float = 30.0
     num_workers: int = 0
     bucket_width: float = 0.5  # not used by every sampler; seconds
+    # SortaGrad: the first N training epochs take their batches shortest first (asrkit.data.sampler); 0 = off.
+    # Kaldi data dirs only (a tar-shard stream has no global order).
+    sortagrad_epochs: int = 0
     shard_buffer: int = 2000  # utterances in the bucketing buffer when training from tar shards (--train-shards)
 
 

@@ -10,6 +10,10 @@ by length bucket (``bucket_width`` seconds), so utterances of similar length
 end up together but in a new order, pack greedily, then shuffle the batch order.
 With ``shuffle=False`` the order is by length, for validation and decoding.
 
+SortaGrad (Amodei et al. 2016, "Deep Speech 2", section 3.1): for the first ``sortagrad_epochs`` epochs the
+batches are the same shuffled-within-bucket packing but go shortest bucket first, which shortens CTC's
+early blank-only plateau; every later epoch shuffles the batch order as above.
+
 Sharding: rank ``r`` of ``R`` takes batches ``r, r+R, r+2R, ...``. To give
 every rank the same number of batches without losing or repeating data, the
 largest batches are split in two until the count is a multiple of ``R``; only
@@ -59,9 +63,11 @@ class BucketBatchSampler(Sampler[List[int]]):
 
     def __init__(self, durations: Sequence[float], max_frames: int, max_batch_size: int, *,
                  shuffle: bool = True, seed: int = 0, num_replicas: Optional[int] = None,
-                 rank: Optional[int] = None, bucket_width: float = 0.5):
+                 rank: Optional[int] = None, bucket_width: float = 0.5, sortagrad_epochs: int = 0):
         if max_frames <= 0 or max_batch_size <= 0:
             raise ValueError(f"max_frames ({max_frames}) and max_batch_size ({max_batch_size}) must be positive")
+        if sortagrad_epochs < 0:
+            raise ValueError(f"sortagrad_epochs must be >= 0, got {sortagrad_epochs}")
         distributed = dist.is_available() and dist.is_initialized()
         self.num_replicas = num_replicas if num_replicas is not None else (
             dist.get_world_size() if distributed else 1)
@@ -70,7 +76,7 @@ class BucketBatchSampler(Sampler[List[int]]):
             raise ValueError(f"rank {self.rank} is not in [0, {self.num_replicas})")
         self.frames = [max(1, round(d * FRAMES_PER_SECOND)) for d in durations]
         self.max_frames, self.max_batch_size = max_frames, max_batch_size
-        self.shuffle, self.seed = shuffle, seed
+        self.shuffle, self.seed, self.sortagrad_epochs = shuffle, seed, sortagrad_epochs
         self.bucket_frames = max(1, round(bucket_width * FRAMES_PER_SECOND))
         self.epoch = 0
         self._resume_at = 0  # batches of self.epoch already consumed before this iteration (resume)
@@ -116,7 +122,7 @@ class BucketBatchSampler(Sampler[List[int]]):
             else:
                 indices.sort(key=lambda i: self.frames[i])
             batches = self._even_out(self._pack(indices))
-            if self.shuffle:
+            if self.shuffle and self.epoch >= self.sortagrad_epochs:
                 rng.shuffle(batches)
             self._cache = (key, batches[self.rank::self.num_replicas])
         return self._cache[1]

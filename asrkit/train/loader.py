@@ -90,7 +90,8 @@ def build_loader(data_dir: str, cfg: ExperimentConfig, tokenizer: TokenEncoder, 
                          min_duration=d.min_duration, max_duration=d.max_duration)
     data, durations = filter_alignable(dataset, model, cfg)
     sampler = BucketBatchSampler(durations, max_frames=d.max_frames, max_batch_size=d.max_batch_size,
-                                 shuffle=train, seed=cfg.train.seed, bucket_width=d.bucket_width)
+                                 shuffle=train, seed=cfg.train.seed, bucket_width=d.bucket_width,
+                                 sortagrad_epochs=d.sortagrad_epochs)
     generator = torch.Generator()
     generator.manual_seed(cfg.train.seed)
     return DataLoader(data, batch_sampler=sampler, collate_fn=collate, num_workers=d.num_workers,
@@ -147,6 +148,9 @@ def build_shard_loader(spec: str, cfg: ExperimentConfig, tokenizer: TokenEncoder
     d = cfg.data
     if d.shard_buffer < 1:
         raise DataDirError(f"data.shard_buffer must be at least 1, got {d.shard_buffer}")
+    if d.sortagrad_epochs:
+        raise DataDirError(f"data.sortagrad_epochs: {spec}: tar shards are streamed through a bucketing buffer, "
+                           "with no global length order to go shortest first; use a Kaldi data dir or set it to 0")
     if ctx is None:
         import torch.distributed as dist
 

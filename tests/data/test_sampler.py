@@ -86,6 +86,39 @@ def test_reshuffle_per_epoch_is_deterministic():
     assert epoch(make(durs, seed=2), 0) != e0
 
 
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_sortagrad_epochs_go_shortest_bucket_first_then_shuffle(replicas):
+    durs = durations(800)
+    f = frames(durs)
+    bucket = 50  # the default 0.5 s buckets, in frames
+
+    def longest_buckets(batches):
+        return [max(f[i] for i in b) // bucket for b in batches]
+
+    samplers = [make(durs, sortagrad_epochs=2, num_replicas=replicas, rank=r) for r in range(replicas)]
+    plain = [make(durs, num_replicas=replicas, rank=r) for r in range(replicas)]
+    for e in (0, 1):
+        for s in samplers:
+            order = longest_buckets(epoch(s, e))
+            assert order == sorted(order), f"epoch {e}: not shortest first"
+            assert order[0] < order[-1]
+        # the same batches as the shuffled epoch, only in another order: nothing lost or repeated
+        got = sorted(sorted(b) for s in samplers for b in epoch(s, e))
+        assert got == sorted(sorted(b) for p in plain for b in epoch(p, e))
+        assert sorted(i for b in got for i in b) == list(range(len(durs)))
+    # from epoch 2 on, exactly the plain sampler's shuffled order
+    for s, p in zip(samplers, plain):
+        got = epoch(s, 2)
+        assert got == epoch(p, 2)
+        order = longest_buckets(got)
+        assert order != sorted(order)
+
+
+def test_sortagrad_off_shuffles_the_first_epoch():
+    order = [max(frames(durations(800))[i] for i in b) for b in epoch(make(durations(800)), 0)]
+    assert order != sorted(order)
+
+
 def test_resume_mid_epoch_continues_with_the_next_batch():
     durs = durations()
     ref = make(durs, num_replicas=2, rank=1)
@@ -126,3 +159,5 @@ def test_bad_arguments():
         make([1.0], num_replicas=2, rank=2)
     with pytest.raises(ValueError, match="must be positive"):
         make([1.0], max_frames=0)
+    with pytest.raises(ValueError, match="sortagrad_epochs must be >= 0, got -1"):
+        make([1.0], sortagrad_epochs=-1)

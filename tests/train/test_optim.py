@@ -54,6 +54,44 @@ def test_adam_and_adamw_differ_only_in_how_weight_decay_is_applied():
     assert decay[id(model.weight)] == 0.1 and decay[id(model.bias)] == 0.0
 
 
+def reference_adam(p0, grads, lr, wd, decoupled, betas=(0.9, 0.98), eps=1e-9):
+    """Adam / AdamW (Kingma & Ba 2015; Loshchilov & Hutter 2019) written out, in float64."""
+    p, m, v = p0.double().clone(), torch.zeros_like(p0, dtype=torch.float64), torch.zeros_like(p0, dtype=torch.float64)
+    for t, g in enumerate(grads, start=1):
+        g = g.double()
+        if decoupled:
+            p = p * (1 - lr * wd)
+        else:
+            g = g + wd * p
+        m = betas[0] * m + (1 - betas[0]) * g
+        v = betas[1] * v + (1 - betas[1]) * g * g
+        p = p - lr * (m / (1 - betas[0] ** t)) / ((v / (1 - betas[1] ** t)).sqrt() + eps)
+    return p
+
+
+@pytest.mark.parametrize("kind", ["adam", "adamw"])
+def test_updates_follow_the_adam_equations_with_the_fused_kernel_on_cpu(kind):
+    gen = torch.Generator().manual_seed(0)
+    p0 = torch.randn(5, 7, generator=gen)
+    grads = [torch.randn(5, 7, generator=gen) * s for s in (1.0, 30.0, 0.01)]  # scale changes Adam's steps
+    param = torch.nn.Parameter(p0.clone())
+    opt = build_optimizer([{"params": [param], "weight_decay": 0.1}], TrainConfig(optimizer=kind, lr=0.01))
+    assert opt.defaults["fused"] is True
+    for g in grads:
+        param.grad = g.clone()
+        opt.step()
+    ref = reference_adam(p0, grads, lr=0.01, wd=0.1, decoupled=kind == "adamw")
+    assert (ref - p0.double()).abs().max() > 1e-2  # the steps are far above the tolerance
+    assert torch.allclose(param.detach().double(), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_only_where_every_parameter_allows_it():
+    cfg = TrainConfig()
+    assert build_optimizer(torch.nn.Linear(3, 2), cfg).defaults["fused"] is True
+    meta = torch.nn.Parameter(torch.zeros(2, device="meta"))
+    assert build_optimizer([torch.nn.Parameter(torch.zeros(2)), meta], cfg).defaults["fused"] is False
+
+
 @pytest.mark.parametrize("field,value", [("optimizer", "sgd"), ("scheduler", "linear")])
 def test_unknown_names_are_config_errors(field, value):
     cfg = TrainConfig(**{field: value})
