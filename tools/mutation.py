@@ -70,6 +70,13 @@ def read_equivalents(path: Path = EQUIVALENT) -> Dict[str, str]:
     return out
 
 
+def _scratch_ignore(folder: str, names: List[str]) -> List[str]:
+    """Left out of the scratch copy: caches, and a recipe's data/ and exp/ (generated, possibly gigabytes); the
+    packages asrkit/data and tests/data are code and are copied."""
+    recipe = Path(folder).parent.name == "recipes"
+    return [n for n in names if n == "__pycache__" or (recipe and n in ("data", "exp"))]
+
+
 def run_module(module: str, tests: List[str], jobs: int, work: Path) -> ModuleResult:
     import time
 
@@ -79,7 +86,7 @@ def run_module(module: str, tests: List[str], jobs: int, work: Path) -> ModuleRe
     # Tests find configs and scripts relative to the repo root, which is mutants/ during the run.
     copied = ["asrkit", "tests", "tools", "conf", "recipes"]
     for name in copied:
-        shutil.copytree(REPO / name, work / name, ignore=shutil.ignore_patterns("__pycache__", "data", "exp"))
+        shutil.copytree(REPO / name, work / name, ignore=_scratch_ignore)
     shutil.copy2(REPO / "README.md", work / "README.md")  # tests run its code examples (decode_ctc's)
     selection = "\n    ".join(tests)
     also_copy = "\n    ".join(copied[2:] + ["README.md"])

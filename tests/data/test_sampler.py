@@ -114,9 +114,49 @@ def test_sortagrad_epochs_go_shortest_bucket_first_then_shuffle(replicas):
         assert order != sorted(order)
 
 
-def test_sortagrad_off_shuffles_the_first_epoch():
-    order = [max(frames(durations(800))[i] for i in b) for b in epoch(make(durations(800)), 0)]
+def test_sortagrad_off_by_default_shuffles_the_first_epoch():
+    f = frames(durations(800))
+    order = [max(f[i] for i in b) // 50 for b in epoch(make(durations(800)), 0)]  # 0.5 s buckets
     assert order != sorted(order)
+
+
+def test_sortagrad_orders_buckets_not_utterances():
+    """Within a 0.5 s bucket the utterances stay in random order (the bucket, not the exact length, is the key)."""
+    durs = durations(800)
+    f = frames(durs)
+    flat = [f[i] for b in epoch(make(durs, sortagrad_epochs=1), 0) for i in b]
+    assert [x // 50 for x in flat] == sorted(x // 50 for x in flat)
+    assert flat != sorted(flat)
+    # 10 ms buckets: the exact length is the key
+    flat = [f[i] for b in epoch(make(durs, sortagrad_epochs=1, bucket_width=0.01), 0) for i in b]
+    assert flat == sorted(flat)
+
+
+def test_defaults_seed_0_and_epoch_0():
+    durs = durations(300)
+    plain = BucketBatchSampler(durs, max_frames=MAX_FRAMES, max_batch_size=MAX_BS)
+    assert plain.state_dict()["batches_consumed"] == 0 and plain.state_dict()["epoch"] == 0
+    assert list(plain) == epoch(make(durs, seed=0), 0)  # iterated without set_epoch: epoch 0, seed 0
+
+
+def test_each_epoch_is_seeded_by_seed_plus_epoch():
+    durs = durations(300)
+    assert epoch(make(durs, seed=5), 3) == epoch(make(durs, seed=6), 2) == epoch(make(durs, seed=8), 0)
+
+
+def test_a_batch_may_fill_max_frames_exactly():
+    assert epoch(make([1.0, 1.0], max_frames=200, shuffle=False), 0) == [[0, 1]]
+    assert epoch(make([1.0, 1.01], max_frames=200, shuffle=False), 0) == [[0], [1]]
+    # a duration under one frame counts as one frame
+    assert epoch(make([0.001, 0.001], max_frames=2, shuffle=False), 0) == [[0, 1]]
+
+
+def test_length_after_the_whole_epoch_was_consumed_is_zero():
+    s = make(durations(100))
+    full = epoch(s, 1)
+    s.load_state_dict({"epoch": 1, "batches_consumed": len(full), "seed": 7, "num_replicas": 1})
+    s.set_epoch(1)
+    assert len(s) == 0 and list(s) == []
 
 
 def test_resume_mid_epoch_continues_with_the_next_batch():
@@ -151,7 +191,13 @@ def test_utterance_longer_than_max_frames_is_alone_and_warned_once(caplog):
             assert [20] in batches and [21] in batches
             assert sorted(i for b in batches for i in b) == list(range(22))
     warnings = [r for r in caplog.records if "longer than max_frames" in r.getMessage()]
-    assert len(warnings) == 1 and warnings[0].getMessage().startswith("2 utterances")
+    assert len(warnings) == 1
+    assert warnings[0].getMessage() == ("2 utterances are longer than max_frames=3000 (longest 5000 frames); each "
+                                        "forms a batch of its own")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="asrkit.data"):
+        make([30.0, 1.0])  # exactly max_frames fits
+    assert not caplog.records
 
 
 def test_bad_arguments():
@@ -161,3 +207,6 @@ def test_bad_arguments():
         make([1.0], max_frames=0)
     with pytest.raises(ValueError, match="sortagrad_epochs must be >= 0, got -1"):
         make([1.0], sortagrad_epochs=-1)
+    with pytest.raises(ValueError, match="must be positive"):
+        make([1.0], max_batch_size=0)
+    assert epoch(make([0.01], max_frames=1, max_batch_size=1), 0) == [[0]]  # the smallest valid budget

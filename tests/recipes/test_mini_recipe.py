@@ -2,6 +2,7 @@
 (greedy, LM) -> score."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -58,7 +59,9 @@ def test_mini_recipe_runs_every_stage(tmp_path):
     words = (tmp_path / "data/lm/words.txt").read_text().splitlines()
     assert words == sorted({w for line in lm_text for w in line.split()})
     used = load_decode_config(exp / "decode_test_lm" / "decode.yaml")
-    assert used == load_decode_config(exp / "tune_dev" / "decode.yaml")  # the setting chosen on dev
+    tuned = load_decode_config(exp / "tune_dev" / "decode.yaml")
+    assert tuned.beam == 100 and used.beam == 1000  # tuned at the config's beam, decoded at --decode-beam's
+    assert used == dataclasses.replace(tuned, beam=1000)  # otherwise the setting chosen on dev
     # the LM and lexicon paths are written absolute: the decode.yaml works from any directory
     assert used.mode == "ctc_prefix" and used.lm_units == "word" and used.lm_weight in (0.4, 0.6, 0.8, 1.0)
     assert used.lm == str(tmp_path / "exp" / "lm_ngram" / "word3.arpa")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from asrkit.config import ConfigError, TrainConfig
-from asrkit.train.optim import build_optimizer, build_scheduler
+from asrkit.train.optim import _fusable, build_optimizer, build_scheduler, lr_factor
 
 
 def lrs(cfg: TrainConfig, steps: int, total: int = 0):
@@ -37,6 +37,19 @@ def test_warmup_cosine_reaches_zero_at_total_steps():
     got = lrs(cfg, 12, total=10)
     ref = [0.5, 1.0] + [0.5 * (1 + math.cos(math.pi * (s - 2) / 8)) for s in range(3, 11)] + [0.0, 0.0]
     assert got == pytest.approx(ref, abs=1e-12)
+
+
+def test_warmup_cosine_without_warmup_and_with_too_few_total_steps():
+    # w = 0: the cosine starts at step 1
+    assert [lr_factor("warmup_cosine", 0, 4)(s) for s in range(1, 6)] == pytest.approx(
+        [0.5 * (1 + math.cos(math.pi * s / 4)) for s in range(1, 5)] + [0.0], abs=1e-12)
+    # total_steps unknown (0) or within the warm-up: the peak at step w, then 0 from step w + 1 on
+    assert [lr_factor("warmup_cosine", 2, 0)(s) for s in range(1, 6)] == pytest.approx([0.5, 1.0, 0, 0, 0], abs=1e-12)
+
+
+def test_inverse_sqrt_with_a_warmup_of_one_or_none_peaks_at_the_first_step():
+    for w in (0, 1):
+        assert [lr_factor("warmup_inverse_sqrt", w)(s) for s in (1, 4)] == pytest.approx([1.0, 0.5])
 
 
 def test_constant_with_and_without_warmup():
@@ -75,7 +88,7 @@ def test_updates_follow_the_adam_equations_with_the_fused_kernel_on_cpu(kind):
     p0 = torch.randn(5, 7, generator=gen)
     grads = [torch.randn(5, 7, generator=gen) * s for s in (1.0, 30.0, 0.01)]  # scale changes Adam's steps
     param = torch.nn.Parameter(p0.clone())
-    opt = build_optimizer([{"params": [param], "weight_decay": 0.1}], TrainConfig(optimizer=kind, lr=0.01))
+    opt = build_optimizer([param], TrainConfig(optimizer=kind, lr=0.01, weight_decay=0.1))
     assert opt.defaults["fused"] is True
     for g in grads:
         param.grad = g.clone()
@@ -85,15 +98,45 @@ def test_updates_follow_the_adam_equations_with_the_fused_kernel_on_cpu(kind):
     assert torch.allclose(param.detach().double(), ref, rtol=1e-5, atol=1e-6)
 
 
+def test_eps_is_1e9():
+    """Gradients of ~1e-9 make Adam's denominator sqrt(v) + eps depend on eps: 1e-9 halves the step, 1e-8 (torch's
+    default) would cut it to a tenth."""
+    param = torch.nn.Parameter(torch.zeros(4))
+    opt = build_optimizer([param], TrainConfig(optimizer="adam", lr=1.0))
+    param.grad = torch.full((4,), 1e-9)
+    opt.step()
+    assert param.detach() == pytest.approx([-0.5] * 4, rel=1e-3)
+
+
+class _FakeParam:
+    def __init__(self, device: str, floating: bool = True):
+        self.device, self.floating = torch.device(device), floating
+
+    def is_floating_point(self) -> bool:
+        return self.floating
+
+
 def test_fused_only_where_every_parameter_allows_it():
+    assert _fusable([_FakeParam("cuda")]) and _fusable([{"params": [_FakeParam("cpu"), _FakeParam("cuda:1")]}])
+    assert not _fusable([_FakeParam("cuda", floating=False)]) and not _fusable([_FakeParam("mps")])
+    assert not _fusable([])
     cfg = TrainConfig()
     assert build_optimizer(torch.nn.Linear(3, 2), cfg).defaults["fused"] is True
     meta = torch.nn.Parameter(torch.zeros(2, device="meta"))
     assert build_optimizer([torch.nn.Parameter(torch.zeros(2)), meta], cfg).defaults["fused"] is False
 
 
-@pytest.mark.parametrize("field,value", [("optimizer", "sgd"), ("scheduler", "linear")])
-def test_unknown_names_are_config_errors(field, value):
+@pytest.mark.parametrize("field,value,choices", [("optimizer", "sgd", "adam, adamw"),
+                                               ("scheduler", "linear", "warmup_inverse_sqrt, warmup_cosine, constant")])
+def test_unknown_names_are_config_errors(field, value, choices):
     cfg = TrainConfig(**{field: value})
-    with pytest.raises(ConfigError, match=f"train.{field} '{value}'"):
+    with pytest.raises(ConfigError) as err:
         lrs(cfg, 1)
+    assert str(err.value) == f"train.{field} '{value}' is unknown (choose from: {choices})"
+
+
+@pytest.mark.parametrize("lr", [0.0, -1e-3])
+def test_a_learning_rate_must_be_positive(lr):
+    with pytest.raises(ConfigError) as err:
+        build_optimizer(torch.nn.Linear(2, 2), TrainConfig(lr=lr))
+    assert str(err.value) == f"train.lr must be positive, got {lr}"
