@@ -134,6 +134,16 @@ def test_train_one_epoch_from_shards(shard_corpus, tmp_path):
     check_model_loads_and_decodes(out, shard_corpus["dev"], tmp_path / "decode")
 
 
+def test_sortagrad_with_shards_is_refused_before_training(shard_corpus, tmp_path, capsys):
+    from asrkit.cli.train import main
+
+    assert main(shard_train_args(shard_corpus, tmp_path / "exp", ["data.num_workers=0",
+                                                                   "data.sortagrad_epochs=1"])) != 0
+    err = capsys.readouterr().err
+    assert f"data.sortagrad_epochs: {shard_corpus['shards']}: tar shards are streamed" in err
+    assert not (tmp_path / "exp" / "epoch0.pt").exists()
+
+
 def test_train_from_uneven_shards_under_torchrun_two_processes_two_workers(shard_corpus, tmp_path):
     """The rank with fewer batches pads its epoch with empty ones, and the run ends with as many updates as the
     other rank has batches."""
