@@ -7,9 +7,11 @@
 #
 # Usage: tools/bench_espnet.sh --asrkit-config conf/tiny_ctc.yaml --data DIR --epochs N --out DIR
 #                              [--threads 1] [--stage 0] [--stop-stage 100]
-#                              [--tokenizer DIR/lang/tokenizer.json] [--cmvn DIR/lang/cmvn.json | none]
+#                              [--tokenizer DIR/lang/tokenizer.json] [--cmvn FILE | none]
 #   DIR holds train/ dev/ test/ Kaldi dirs (wav.scp of audio files, text, utt2dur) and lang/ (asrkit's char
-#   tokenizer and CMVN stats, as recipes/mini/run.sh stage 2 writes them).
+#   tokenizer, as recipes/mini/run.sh stage 2 writes it). Without --cmvn, stage 0 computes the
+#   stats for --asrkit-config into OUT/asrkit/cmvn.json (the recipe's lang/cmvn.json may have been computed with
+#   another frontend, e.g. per-utterance normalisation, and asrkit train refuses stats of another frontend).
 #   stage 0: ESPnet asr.yaml from the asrkit config, asrkit's --set overrides, ESPnet's token list
 #   stage 1: ESPnet collect_stats (--normalize none): shapes and global_mvn stats; text_shape.char
 #   stage 2: ESPnet training (timed)                   stage 3: asrkit training (timed), right after it
@@ -47,7 +49,7 @@ for split in train dev test; do
   [ -d "$data/$split" ] || { echo "$0: $data/$split: no such Kaldi data dir" >&2; exit 1; }
 done
 tokenizer="${tokenizer:-$data/lang/tokenizer.json}"
-cmvn="${cmvn:-$data/lang/cmvn.json}"
+cmvn="${cmvn:-$out/asrkit/cmvn.json}"
 py="$root/.venv/bin/python"
 esp="$root/.venv-espnet/bin/python"
 [ -x "$py" ] || { echo "$0: no $py (run make install)" >&2; exit 1; }
@@ -72,6 +74,10 @@ stats="$out/espnet/stats"
 
 if run_stage 0; then
   log 0 "ESPnet config from $asrkit_config ($epochs epochs) into $out/espnet"
+  if [ "$cmvn" = "$out/asrkit/cmvn.json" ] && [ ! -f "$cmvn" ]; then
+    log 0 "global CMVN stats for $asrkit_config into $cmvn"
+    "$py" -m asrkit compute-cmvn --config "$asrkit_config" --max-utts 500 --no-progress "$data/train" "$cmvn"
+  fi
   cmvn_opt=()
   [ "$cmvn" = none ] || { [ -f "$cmvn" ] || { echo "$0: $cmvn: no CMVN stats (or --cmvn none)" >&2; exit 1; }
                           cmvn_opt=(--cmvn); }
