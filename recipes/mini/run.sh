@@ -3,7 +3,7 @@
 # flite voices held out as an unseen-voice test set), train a CTC Conformer, train a word n-gram LM on book
 # text, decode (greedy, and CTC prefix beam search with the LM fused, constrained to the LM's words) and score.
 # This is what `make demo` runs (--size small, 11-15 minutes on a 2-core CPU from a fresh clone); --size medium
-# is the larger recipe (more speech, a 12-layer encoder; 50 minutes on a 2-core CPU). Figures: README, Results.
+# is the larger recipe (more speech, a 12-layer encoder; 45 minutes on a 2-core CPU). Figures: README, Results.
 # Nothing is downloaded.
 #
 # Usage: recipes/mini/run.sh [--size small|medium] [--stage N] [--stop-stage N] [--workdir DIR]
