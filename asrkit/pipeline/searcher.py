@@ -179,11 +179,9 @@ class Searcher:
             return self._ctc_prefix(log_probs, enc_lens, c.beam, c.nbest)
         if c.mode == "rescore":
             nbest = self._ctc_prefix(log_probs, enc_lens, c.beam, c.beam)
-            n = nbest.nbest
-            rows = torch.arange(enc.shape[0], device=enc.device).repeat_interleave(n)  # (B*N,)
 
-            def score_fn(tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-                return model.score_tokens(enc[rows], enc_lens[rows], tokens, lengths)
+            def score_fn(utts: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+                return model.score_tokens(enc[utts], enc_lens[utts], tokens, lengths)
 
             return attention_rescore(nbest, score_fn, c.ctc_weight).top(c.nbest)
         scorers, weights = self._fusion()

@@ -7,7 +7,9 @@ Every hypothesis y of the N-best gets the teacher-forced decoder score
 
 where ``score - ctc_score`` is what the first pass fused besides CTC (LM, length bonus), kept as is.
 ctc_weight 1 keeps the first-pass order; ctc_weight 0 ranks by the decoder (+ LM/bonus).
-Empty slots (score -inf) are not scored and stay last.
+Empty slots (score -inf) are not scored and stay last. The live hypotheses are scored in chunks of at most
+``max_rows``, grouped by length (a beam of 1000 over a batch of 32 is 32k decoder rows: one pass would need
+the encoder output copied 32k times).
 """
 from __future__ import annotations
 
@@ -19,30 +21,39 @@ from asrkit.search.hypotheses import NBest
 
 NEG_INF = float("-inf")
 
-ScoreFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+ScoreFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+MAX_ROWS = 512  # decoder rows per pass
 
 
-def attention_rescore(nbest: NBest, score_fn: ScoreFn, ctc_weight: float) -> NBest:
+def attention_rescore(nbest: NBest, score_fn: ScoreFn, ctc_weight: float, max_rows: int = MAX_ROWS) -> NBest:
     """Rescore and re-sort ``nbest`` (B, N); see the module docstring.
 
-    score_fn(tokens (B*N, L) padded -1, lengths (B*N,)) -> (B*N,) log P_att(y <eos> | x), rows in
-    the order b*N + n; e.g. with a model's ``score_tokens`` and encoder output enc (B, T, D)::
+    score_fn(utts (M,), tokens (M, L) padded -1, lengths (M,)) -> (M,) log P_att(y <eos> | x): row m is a
+    hypothesis of utterance ``utts[m]`` (an index into the batch); M <= max_rows, and L is the longest
+    of the M. E.g. with a model's ``score_tokens`` and encoder output enc (B, T, D)::
 
-        rows = torch.arange(B).repeat_interleave(N)
-        score_fn = lambda tokens, lengths: model.score_tokens(enc[rows], enc_lens[rows], tokens, lengths)
+        score_fn = lambda utts, tokens, lengths: model.score_tokens(enc[utts], enc_lens[utts], tokens, lengths)
 
     Returns an NBest of the same shape, best first: scores are the new scores, ctc_scores and
     token_frames are carried with their hypotheses.
     """
     if not 0.0 <= ctc_weight <= 1.0:
         raise ValueError(f"ctc_weight must be in [0, 1], got {ctc_weight}")
+    if max_rows < 1:
+        raise ValueError(f"max_rows must be >= 1, got {max_rows}")
     batch, n = nbest.scores.shape
     dead = nbest.scores == NEG_INF  # (B, N) empty slots
-    tokens = nbest.tokens.masked_fill(dead[..., None], -1)
-    lengths = nbest.lengths.masked_fill(dead, 0)
+    flat_tokens = nbest.tokens.reshape(batch * n, -1)
+    flat_lengths = nbest.lengths.reshape(batch * n)
+    live = (~dead).reshape(-1).nonzero().squeeze(1)  # flat b*N + n of the live slots
+    live = live[flat_lengths[live].argsort(stable=True)]  # similar lengths share a pass: less padding
+    att = torch.zeros(batch * n, dtype=nbest.scores.dtype, device=nbest.scores.device)
     with torch.no_grad():
-        att = score_fn(tokens.reshape(batch * n, -1), lengths.reshape(batch * n))
-    att = att.reshape(batch, n).to(nbest.scores.dtype)
+        for rows in live.split(max_rows) if ctc_weight < 1.0 else ():  # weight 1: the decoder has no say
+            lengths = flat_lengths[rows]
+            width = int(lengths.max())
+            att[rows] = score_fn(rows // n, flat_tokens[rows, :width], lengths).to(att.dtype)
+    att = att.reshape(batch, n)
     # A zero weight drops its term (0 * -inf would be NaN); ctc_weight 1 returns the first-pass scores exactly.
     if ctc_weight == 1.0:
         new = nbest.scores

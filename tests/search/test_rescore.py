@@ -17,23 +17,68 @@ def first_pass(seed: int = 0, lm: bool = True) -> NBest:
     return ctc_prefix_beam_search(lp, torch.tensor([30, 22, 12]), beam=6, scorers=scorers, weights=weights)
 
 
-def fake_decoder(tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """A deterministic "decoder score" of each padded row: depends on the tokens only."""
+def fake_decoder(utts: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """A deterministic "decoder score" of each padded row: depends on its utterance and tokens only."""
     weights = torch.arange(1, tokens.shape[1] + 1, dtype=torch.float32).sin()
-    return -(torch.where(tokens >= 0, tokens, 0).float() * weights).abs().sum(1) - 0.3 * lengths
+    return -(torch.where(tokens >= 0, tokens, 0).float() * weights).abs().sum(1) - 0.3 * lengths - 0.7 * utts
 
 
 def test_ctc_weight_one_keeps_the_first_pass_order_and_scores() -> None:
     nbest = first_pass()
-    out = attention_rescore(nbest, fake_decoder, ctc_weight=1.0)
+
+    def no_decoder(*args: torch.Tensor) -> torch.Tensor:
+        raise AssertionError("ctc_weight 1 needs no decoder pass")
+
+    out = attention_rescore(nbest, no_decoder, ctc_weight=1.0)
     for name in ("tokens", "lengths", "scores", "ctc_scores", "token_frames"):
         assert torch.equal(getattr(out, name), getattr(nbest, name)), name
+
+
+@pytest.mark.parametrize("max_rows", [1, 2, 5, 7, 512])
+def test_chunks_score_every_live_row_once_with_its_utterance(max_rows: int) -> None:
+    # Catches: a row scored with another utterance's index (rows // N), a chunk larger than max_rows,
+    # a live row left out or scored twice, empty slots scored, tokens cut shorter than the chunk's
+    # longest hypothesis, and results that depend on the chunking.
+    full = first_pass()
+    n = full.nbest
+    dead = torch.zeros(3, n, dtype=torch.bool)
+    dead[1, -2:] = dead[2, -1] = True  # empty slots: -inf, no tokens
+    nbest = NBest(tokens=full.tokens.masked_fill(dead[..., None], -1), lengths=full.lengths.masked_fill(dead, 0),
+                  scores=full.scores.masked_fill(dead, NEG_INF), ctc_scores=full.ctc_scores.masked_fill(dead, NEG_INF),
+                  token_frames=full.token_frames.masked_fill(dead[..., None], -1))
+    live = ~dead
+    assert live.sum() > 7 and len(set(nbest.lengths[live].tolist())) > 2  # several chunks, several lengths
+    calls = []
+
+    def recording(utts: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        calls.append((utts.clone(), tokens.clone(), lengths.clone()))
+        return fake_decoder(utts, tokens, lengths)
+
+    out = attention_rescore(nbest, recording, ctc_weight=0.0, max_rows=max_rows)
+    assert all(len(u) <= max_rows for u, _, _ in calls)
+    assert sum(len(u) for u, _, _ in calls) == int(live.sum())
+    seen = sorted((int(u), tuple(t[:int(n_)].tolist())) for c in calls for u, t, n_ in zip(*c))
+    want = sorted((b, tuple(nbest.tokens[b, k, :int(nbest.lengths[b, k])].tolist()))
+                  for b in range(3) for k in range(n) if live[b, k])
+    assert seen == want
+    for _, tokens, lengths in calls:
+        assert tokens.shape[1] == int(lengths.max())
+    whole = fake_decoder(torch.arange(3).repeat_interleave(n), nbest.tokens.reshape(3 * n, -1),
+                         nbest.lengths.reshape(3 * n)).view(3, n)
+    want_scores = (whole + nbest.scores - nbest.ctc_scores)[live]
+    assert sorted(out.scores[out.scores > NEG_INF].tolist()) == pytest.approx(sorted(want_scores.tolist()), abs=1e-4)
+
+
+def test_max_rows_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_rows must be >= 1, got 0"):
+        attention_rescore(first_pass(), fake_decoder, ctc_weight=0.5, max_rows=0)
 
 
 def test_ctc_weight_zero_ranks_by_decoder_score_plus_the_lm_part() -> None:
     nbest = first_pass()
     n = nbest.nbest
-    att = fake_decoder(nbest.tokens.reshape(3 * n, -1), nbest.lengths.reshape(3 * n)).view(3, n)
+    att = fake_decoder(torch.arange(3).repeat_interleave(n), nbest.tokens.reshape(3 * n, -1),
+                       nbest.lengths.reshape(3 * n)).view(3, n)
     want = att + nbest.scores - nbest.ctc_scores  # LM + bonus part stays
     out = attention_rescore(nbest, fake_decoder, ctc_weight=0.0)
     got = out.to_lists()
@@ -52,12 +97,13 @@ def test_picks_the_hypothesis_the_decoder_prefers_on_a_constructed_case() -> Non
                   ctc_scores=torch.tensor([[-1.0, -1.5, NEG_INF]]), token_frames=torch.full_like(tokens, -1))
     seen = {}
 
-    def score_fn(tok: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        seen["tokens"], seen["lengths"] = tok.clone(), lengths.clone()
-        return torch.tensor([-6.0, -2.0, -0.1])  # the empty slot gets the best score: must be ignored
+    def score_fn(utts: torch.Tensor, tok: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        seen["utts"], seen["tokens"], seen["lengths"] = utts.clone(), tok.clone(), lengths.clone()
+        return torch.tensor([-6.0, -2.0])
 
     out = attention_rescore(nbest, score_fn, ctc_weight=0.5)
-    assert seen["tokens"].tolist() == [[5, 6], [5, 7], [-1, -1]] and seen["lengths"].tolist() == [2, 2, 0]
+    assert seen["tokens"].tolist() == [[5, 6], [5, 7]] and seen["lengths"].tolist() == [2, 2]  # no empty slot
+    assert seen["utts"].tolist() == [0, 0]
     assert out.tokens[0].tolist() == [[5, 7], [5, 6], [-1, -1]]
     assert out.scores[0].tolist() == [pytest.approx(0.5 * -1.5 + 0.5 * -2.0), pytest.approx(0.5 * -1.0 + 0.5 * -6.0),
                                       NEG_INF]
@@ -92,8 +138,8 @@ def test_rescoring_with_a_real_tiny_model_follows_the_formula() -> None:
                                        weights={"lm": alpha, "length_bonus": beta}, token_topk=None,
                                        token_min_logp=None, blank_skip_threshold=None)
     assert enc_lens.tolist() == [3, 2]
-    rows = torch.arange(2).repeat_interleave(nbest.nbest)
-    out = attention_rescore(nbest, lambda t, n: model.score_tokens(enc[rows], enc_lens[rows], t, n), ctc_weight)
+    out = attention_rescore(nbest, lambda u, t, n: model.score_tokens(enc[u], enc_lens[u], t, n), ctc_weight,
+                            max_rows=4)  # several passes, an empty hypothesis's among them
 
     def decoder_score(b: int, tokens: list) -> float:
         total = 0.0
