@@ -170,3 +170,26 @@ def test_rescoring_with_a_real_tiny_model_follows_the_formula() -> None:
         scores = [h.score for h in got[b]]
         assert scores == sorted(scores, reverse=True)
     assert any([h.tokens for h in g] != [h.tokens for h in f] for g, f in zip(got, first))  # the order changed
+
+
+@pytest.mark.parametrize("ctc_weight", [-0.1, 1.5])
+def test_ctc_weight_outside_zero_one_is_refused(ctc_weight: float) -> None:
+    with pytest.raises(ValueError, match=rf"ctc_weight must be in \[0, 1\], got {ctc_weight}"):
+        attention_rescore(first_pass(), fake_decoder, ctc_weight=ctc_weight)
+
+
+def test_scores_keep_float64_precision_and_weight_one_returns_them_exactly() -> None:
+    # Catches: decoder scores stored in float32 before the combination (-2 - 1e-10 would round to -2), and
+    # ctc_weight 1 taking the general formula, whose (score - ctc) + ctc is not the score in floating point.
+    tokens = torch.tensor([[[5, 6], [5, 7]]])
+    scores = torch.tensor([[1e-17, -1.5]], dtype=torch.float64)
+    nbest = NBest(tokens=tokens, lengths=torch.tensor([[2, 2]]), scores=scores,
+                  ctc_scores=torch.tensor([[1.0, -1.5]], dtype=torch.float64), token_frames=torch.full_like(tokens, -1))
+
+    def score_fn(utts: torch.Tensor, tok: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        return torch.tensor([-2.0 - 1e-10, -3.0], dtype=torch.float64)
+
+    assert attention_rescore(nbest, score_fn, ctc_weight=1.0).scores[0].tolist() == [1e-17, -1.5]
+    out = attention_rescore(nbest, score_fn, ctc_weight=0.0)
+    assert out.scores.dtype == torch.float64
+    assert out.scores[0].tolist() == [-3.0, (1e-17 - 1.0) + (-2.0 - 1e-10)]  # float32: a tie at -3
