@@ -47,12 +47,13 @@ def attention_rescore(nbest: NBest, score_fn: ScoreFn, ctc_weight: float, max_ro
     flat_lengths = nbest.lengths.reshape(batch * n)
     live = (~dead).reshape(-1).nonzero().squeeze(1)  # flat b*N + n of the live slots
     live = live[flat_lengths[live].argsort(stable=True)]  # similar lengths share a pass: less padding
+    widths = flat_lengths[live].tolist()  # ascending; one host copy, not one per pass
     att = torch.zeros(batch * n, dtype=nbest.scores.dtype, device=nbest.scores.device)
     with torch.no_grad():
-        for rows in live.split(max_rows) if ctc_weight < 1.0 else ():  # weight 1: the decoder has no say
-            lengths = flat_lengths[rows]
-            width = int(lengths.max())
-            att[rows] = score_fn(rows // n, flat_tokens[rows, :width], lengths).to(att.dtype)
+        for start in range(0, len(widths) if ctc_weight < 1.0 else 0, max_rows):  # weight 1: no decoder say
+            rows = live[start:start + max_rows]
+            width = widths[start + len(rows) - 1]  # the pass's longest hypothesis
+            att[rows] = score_fn(rows // n, flat_tokens[rows, :width], flat_lengths[rows]).to(att.dtype)
     att = att.reshape(batch, n)
     # A zero weight drops its term (0 * -inf would be NaN); ctc_weight 1 returns the first-pass scores exactly.
     if ctc_weight == 1.0:
