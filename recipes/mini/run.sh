@@ -3,18 +3,22 @@
 # flite voices held out as an unseen-voice test set), train a CTC Conformer, train a word n-gram LM on book
 # text, decode (greedy, and CTC prefix beam search with the LM fused, constrained to the LM's words) and score.
 # This is what `make demo` runs (--size small, 11-15 minutes on a 2-core CPU from a fresh clone); --size medium
-# is the larger recipe (more speech, a 12-layer encoder; 45 minutes on a 2-core CPU). Figures: README, Results.
+# is the larger recipe (more speech, a 12-layer encoder; 45 minutes on a 2-core CPU); --size small-joint is the demo
+# with an attention decoder, also decoded by joint CTC/attention search. Figures: README, Results.
 # Nothing is downloaded.
 #
-# Usage: recipes/mini/run.sh [--size small|medium] [--stage N] [--stop-stage N] [--workdir DIR]
+# Usage: recipes/mini/run.sh [--size small|medium|small-joint] [--stage N] [--stop-stage N] [--workdir DIR]
 #                            [--config conf/X.yaml] [--exp exp/NAME] [--train-opts "--set key=value ..."]
 #                            [--nproc N] [--average K] [--lm-kind ngram|neural] [--lm-order 3]
 #                            [--lm-corpus FILE] [--lm-config conf/lm_lstm_small.yaml] [--lm-opts "--set key=value ..."]
 #                            [--decode-config conf/decode_ctc_prefix_wordlm.yaml] [--num-train N]
-#                            [--units char|bpe] [--vocab-size N] [--decode-beam N] ...
+#                            [--units char|bpe] [--vocab-size N] [--decode-beam N] [--joint-search true|false]
+#                            [--joint-lm-weights "0.3 0.6 1.0"] [--joint-decode-config conf/decode_joint_wordlm.yaml]
 #   --size      small: 4800 training utterances (~5.5 h of speech), conf/mini_small.yaml (4-layer Conformer);
-#               medium: 6000 utterances, conf/mini_medium.yaml (12-layer Conformer). Options after it still
-#               override its settings (--num-train, --config, --nproc, ...).
+#               medium: 6000 utterances, conf/mini_medium.yaml (12-layer Conformer); small-joint: the small data
+#               and conf/mini_small_joint.yaml (the small model + a 2-layer attention decoder, joint CTC/attention
+#               loss) with --joint-search true. Options after it still override its settings (--num-train,
+#               --config, --nproc, ...).
 #   --nproc N   train with N processes (torchrun --standalone, gloo on CPU): on 2 cores, 2 processes of one
 #               thread each train about 1.45x faster than one (README)
 #   --average K decode with the average of the best K epochs by validation loss (0: the last epoch)
@@ -25,6 +29,10 @@
 #               decoding config's own), wider than stage 5's (the config's 100), which decodes dev once per grid
 #               point: on the demo's model beam 100 -> 400 -> 1000 took test from 20.4 to 18.5 and 18.0% WER, and
 #               dev chose the same weights at 1000 as at 100 (README)
+#   --joint-search true: stages 5-7 also tune (the LM weight, on dev) and decode joint CTC/attention search,
+#               without an LM (conf/decode_joint.yaml) and with it (--joint-decode-config, default
+#               conf/decode_joint_wordlm.yaml; conf/decode_joint.yaml with --lm-kind neural): rows decode_<set>_joint
+#               and decode_<set>_joint_lm. Needs a model with an attention decoder (--size small-joint).
 #   --lm-kind   ngram: word n-gram (KenLM lmplz, tools/install_kenlm.sh) and a lexicon of its words;
 #               neural: the character LSTM LM of --lm-config on the same text
 #   stage 0: synthesize data/{train,dev,test,test_unseen}   stage 4: LM text (book text + train transcripts) and LM
@@ -36,6 +44,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 
 size=small
+joint_search=false
 for ((i = 1; i < $#; i++)); do  # the preset must be known before the other options override its settings
   if [ "${!i}" = --size ]; then j=$((i + 1)); size="${!j}"; fi
 done
@@ -45,7 +54,9 @@ case "$size" in
     num_train=4800; nproc=2; config="$root/conf/mini_small.yaml"; exp=exp/small ;;
   medium)
     num_train=6000; nproc=2; config="$root/conf/mini_medium.yaml"; exp=exp/medium ;;
-  *) echo "$0: --size must be small or medium, not '$size'" >&2; exit 1 ;;
+  small-joint)
+    num_train=4800; nproc=2; config="$root/conf/mini_small_joint.yaml"; exp=exp/small_joint; joint_search=true ;;
+  *) echo "$0: --size must be small, medium or small-joint, not '$size'" >&2; exit 1 ;;
 esac
 stage=0
 stop_stage=100
@@ -70,6 +81,9 @@ decode_config=""
 lm_weights="0.4 0.6 0.8 1.0"   # the grid searched on data/dev in stage 5
 decode_beam=""
 length_bonuses="0 1 2"
+joint_lm_weights="0.3 0.6 1.0"   # stage 5's grid for the joint search (label-synchronous: ~1 min per dev decode)
+joint_length_bonuses="0"
+joint_decode_config=""
 . "$root/tools/parse_options.sh"
 mkdir -p "$workdir"
 cd "$workdir"
@@ -81,10 +95,15 @@ esac
 lm_dir="${lm_dir:-exp/lm_$lm_kind}"
 case "$lm_kind" in
   ngram) decode_config="${decode_config:-$root/conf/decode_ctc_prefix_wordlm.yaml}"; decode_beam="${decode_beam:-1000}"
+         joint_decode_config="${joint_decode_config:-$root/conf/decode_joint_wordlm.yaml}"
          lm="$lm_dir/word${lm_order}.arpa"; lexicon_opts=(--set "lexicon=$PWD/data/lm/words.txt") ;;
   neural) decode_config="${decode_config:-$root/conf/decode_ctc_prefix_lm.yaml}"; decode_beam="${decode_beam:-0}"
-          lm="$lm_dir"; lexicon_opts=() ;;
+          joint_decode_config="${joint_decode_config:-$root/conf/decode_joint.yaml}"; lm="$lm_dir"; lexicon_opts=() ;;
   *) echo "$0: --lm-kind must be ngram or neural, not '$lm_kind'" >&2; exit 1 ;;
+esac
+case "$joint_search" in
+  true|false) ;;
+  *) echo "$0: --joint-search must be true or false, not '$joint_search'" >&2; exit 1 ;;
 esac
 
 # One BLAS thread per process: with the data-loader worker on the other core this is the fastest setting
@@ -95,6 +114,8 @@ log() { echo "$(date '+%Y-%m-%d %H:%M:%S') [stage $1] ${*:2}"; }
 run_stage() { [ "$stage" -le "$1" ] && [ "$stop_stage" -ge "$1" ]; }
 test_sets=(test)
 [ "$num_test_unseen" -gt 0 ] && test_sets+=(test_unseen)
+decode_suffixes=("" _lm)   # stage 6's outputs per test set: $exp/decode_<set><suffix>
+[ "$joint_search" = true ] && decode_suffixes+=(_joint _joint_lm)
 
 if run_stage 0; then
   log 0 "synthesizing speech into data/ (train $num_train, dev $num_dev, test $num_test," \
@@ -158,6 +179,14 @@ if run_stage 5; then
   # shellcheck disable=SC2086
   asrkit tune-fusion --model "$exp" --data data/dev --out "$exp/tune_dev" --decode-config "$decode_config" \
     --lm "$lm" "${lexicon_opts[@]}" --lm-weights $lm_weights --length-bonuses $length_bonuses
+  if [ "$joint_search" = true ]; then
+    log 5 "choosing the joint CTC/attention search's LM weight ($joint_lm_weights) and length bonus" \
+      "($joint_length_bonuses) on data/dev"
+    # shellcheck disable=SC2086
+    asrkit tune-fusion --model "$exp" --data data/dev --out "$exp/tune_dev_joint" \
+      --decode-config "$joint_decode_config" --lm "$lm" "${lexicon_opts[@]}" --lm-weights $joint_lm_weights \
+      --length-bonuses $joint_length_bonuses
+  fi
 fi
 
 if run_stage 6; then
@@ -169,13 +198,22 @@ if run_stage 6; then
     log 6 "decoding data/$set with $exp/tune_dev/decode.yaml (the LM, weights chosen on dev) ${beam_opts[*]}"
     asrkit decode --model "$exp" --data "data/$set" --out "$exp/decode_${set}_lm" \
       --decode-config "$exp/tune_dev/decode.yaml" "${beam_opts[@]}"
+    if [ "$joint_search" = true ]; then
+      log 6 "decoding data/$set: joint CTC/attention search without an LM ($root/conf/decode_joint.yaml)"
+      asrkit decode --model "$exp" --data "data/$set" --out "$exp/decode_${set}_joint" --nj "$jobs" \
+        --decode-config "$root/conf/decode_joint.yaml"
+      log 6 "decoding data/$set: joint CTC/attention search with $exp/tune_dev_joint/decode.yaml (the LM)"
+      asrkit decode --model "$exp" --data "data/$set" --out "$exp/decode_${set}_joint_lm" --nj "$jobs" \
+        --decode-config "$exp/tune_dev_joint/decode.yaml"
+    fi
   done
 fi
 
 if run_stage 7; then
   log 7 "scoring"
   for set in "${test_sets[@]}"; do
-    for d in "decode_$set" "decode_${set}_lm"; do
+    for suffix in "${decode_suffixes[@]}"; do
+      d="decode_${set}$suffix"
       asrkit score --ref "data/$set/text" --hyp "$exp/$d/text" --utt2spk "data/$set/utt2spk" \
         --out "$exp/$d/scoring" > "$exp/$d/scoring.log"
       echo "$d: $(head -n 1 "$exp/$d/scoring.log")"

@@ -83,6 +83,33 @@ def test_mini_recipe_runs_every_stage(tmp_path):
     assert load_tokenizer(tmp_path / "exp/bpe/tokenizer.json").vocab_size == 40 and (tmp_path / "exp/bpe/model.pt").is_file()
     assert load_tokenizer(tmp_path / "data/lang/tokenizer.json").vocab_size < 40  # the character one is kept
 
+    # --size small-joint: the small recipe with an attention decoder (conf/mini_small_joint.yaml), also tuned on dev
+    # and decoded by joint CTC/attention search without and with the word LM (stages 3-7 on the same data).
+    joint = subprocess.run(cmd + ["--size", "small-joint", "--stage", "3", "--nproc", "1", "--average", "0",
+                                  "--train-opts", TINY_TRAIN + " --set model.decoder.num_layers=1 "
+                                  "--set model.decoder.num_heads=2 --set model.decoder.ffn_dim=64"],
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert joint.returncode == 0, joint.stderr[-3000:]
+    exp_joint = tmp_path / "exp" / "small_joint"
+    trained = yaml.safe_load((exp_joint / "config.yaml").read_text())["model"]
+    assert trained["decoder"]["kind"] == "transformer" and trained["ctc_weight"] == 0.3
+    for split in ("test", "test_unseen"):
+        refs = read_table(tmp_path / "data" / split / "text")
+        for d in (f"decode_{split}", f"decode_{split}_lm", f"decode_{split}_joint", f"decode_{split}_joint_lm"):
+            assert f"{d}: %WER" in joint.stdout
+            assert set(read_table(exp_joint / d / "text")) == set(refs)
+        plain = load_decode_config(exp_joint / f"decode_{split}_joint" / "decode.yaml")
+        assert plain.mode == "joint" and plain.lm is None and plain.ctc_weight == 0.3
+        fused = load_decode_config(exp_joint / f"decode_{split}_joint_lm" / "decode.yaml")
+        assert fused == load_decode_config(exp_joint / "tune_dev_joint" / "decode.yaml")
+        assert fused.mode == "joint" and fused.lm_units == "word" and fused.lm_weight in (0.3, 0.6, 1.0)
+        assert fused.lm == str(tmp_path / "exp" / "lm_ngram" / "word3.arpa")
+        assert fused.lexicon == str(tmp_path / "data" / "lm" / "words.txt")
+    assert len((exp_joint / "tune_dev_joint" / "results.tsv").read_text().splitlines()) == 1 + 3 * 1
+    bad = subprocess.run(cmd + ["--stage", "7", "--joint-search", "yes"], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode != 0 and "--joint-search must be true or false, not 'yes'" in bad.stderr
+
     # Deja-vu at depth (recipes/mini/compare_dejavu.sh) in the same work dir, at toy size: the small run stands in
     # for plain seed 1 (kept, not retrained), Deja-vu trains, is tuned and scored; one table of both.
     cmp = subprocess.run(
