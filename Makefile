@@ -32,8 +32,10 @@ test: install
 mutation: install
 	$(PY) tools/mutation.py
 
+# DEMO_OPTS: more recipes/mini/run.sh options, e.g. DEMO_OPTS="--size small-joint" (README, Results).
+DEMO_OPTS ?=
 demo: install
-	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash recipes/mini/run.sh
+	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash recipes/mini/run.sh $(DEMO_OPTS)
 
 clean-demo:
 	rm -rf recipes/mini/data recipes/mini/exp
