@@ -14,6 +14,7 @@
 #                            [--decode-config conf/decode_ctc_prefix_wordlm.yaml] [--num-train N]
 #                            [--units char|bpe] [--vocab-size N] [--decode-beam N] [--joint-search true|false]
 #                            [--joint-lm-weights "0.3 0.6 1.0"] [--joint-decode-config conf/decode_joint_wordlm.yaml]
+#                            [--jobs 2]
 #   --size      small: 4800 training utterances (~5.5 h of speech), conf/mini_small.yaml (4-layer Conformer);
 #               medium: 6000 utterances, conf/mini_medium.yaml (12-layer Conformer); small-joint: the small data
 #               and conf/mini_small_joint.yaml (the small model + a 2-layer attention decoder, joint CTC/attention
@@ -21,6 +22,7 @@
 #               --config, --nproc, ...).
 #   --nproc N   train with N processes (torchrun --standalone, gloo on CPU): on 2 cores, 2 processes of one
 #               thread each train about 1.45x faster than one (README)
+#   --jobs N    parallel processes of stage 0's synthesis and of stage 6's joint CTC/attention decodes (default 2)
 #   --average K decode with the average of the best K epochs by validation loss (0: the last epoch)
 #   --units     char (default): one token per letter, data/lang/tokenizer.json; bpe: a sentencepiece BPE model of
 #               --vocab-size pieces (default 256) in data/lang_bpe<N>/tokenizer.json (use it with a x6/x8

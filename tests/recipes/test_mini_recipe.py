@@ -110,22 +110,40 @@ def test_mini_recipe_runs_every_stage(tmp_path):
                          timeout=60)
     assert bad.returncode != 0 and "--joint-search must be true or false, not 'yes'" in bad.stderr
 
-    # Deja-vu at depth (recipes/mini/compare_dejavu.sh) in the same work dir, at toy size: the small run stands in
-    # for plain seed 1 (kept, not retrained), Deja-vu trains, is tuned and scored; one table of both.
-    cmp = subprocess.run(
-        ["bash", str(REPO / "recipes" / "mini" / "compare_dejavu.sh"), "--workdir", str(tmp_path), "--methods",
-         "plain dejavu", "--layer", "1", "--plain-seed1-exp", "exp/small", "--train-opts",
-         TINY_TRAIN + " --set model.encoder.num_layers=2", "--run-opts", "--nproc 1 --lm-weights 0.5 --length-bonuses 0"],
-        env=env, capture_output=True, text=True, timeout=300)
+    # Deja-vu at depth (recipes/mini/compare_dejavu.sh) in the same work dir, at toy size: plain and Deja-vu train,
+    # are tuned and scored; one table of both. An experiment stands in for a method's seed 1 only when its config
+    # holds that method's settings: the small run (1 layer, not 2) is refused before anything trains.
+    compare = ["bash", str(REPO / "recipes" / "mini" / "compare_dejavu.sh"), "--workdir", str(tmp_path), "--layer", "1",
+               "--train-opts", TINY_TRAIN + " --set model.encoder.num_layers=2",
+               "--run-opts", "--nproc 1 --lm-weights 0.5 --length-bonuses 0"]
+    refused = subprocess.run(compare + ["--methods", "plain dejavu", "--reuse-seed1", "plain=exp/small"], env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1
+    assert "model.encoder.num_layers: 1 in exp/small/config.yaml, 2 wanted" in refused.stderr
+    assert "exp/small is not plain seed 1 with these --train-opts" in refused.stderr
+    assert not (tmp_path / "exp/dejavu").exists()
+    bad = subprocess.run(compare + ["--reuse-seed1", "exp/small"], env=env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "--reuse-seed1 must be METHOD=EXP" in bad.stderr
+    cmp = subprocess.run(compare + ["--methods", "plain dejavu"], env=env, capture_output=True, text=True, timeout=300)
     assert cmp.returncode == 0, cmp.stderr[-3000:]
-    assert "exp/dejavu/plain_seed1: scored already, kept" in cmp.stdout
-    assert (tmp_path / "exp/dejavu/plain_seed1").resolve() == exp.resolve()
+    plain = yaml.safe_load((tmp_path / "exp/dejavu/plain_seed1/config.yaml").read_text())["model"]
+    assert plain["encoder"]["interctc_layers"] == [] and plain["encoder"]["dejavu_layer"] == 0
+    assert plain["interctc_weight"] == 0.0 and plain["encoder"]["num_layers"] == 2
     dejavu = yaml.safe_load((tmp_path / "exp/dejavu/dejavu_seed1/config.yaml").read_text())
     assert dejavu["model"]["encoder"]["dejavu_layer"] == 1 and dejavu["model"]["intermediate_loss"] == "iterated"
+    assert dejavu["model"]["encoder"]["interctc_layers"] == []  # the medium config's InterCTC is switched off
     assert dejavu["model"]["interctc_weight"] == 0.3 and dejavu["model"]["encoder"]["num_layers"] == 2
     rows = [line for line in cmp.stdout.splitlines() if line.startswith("| ")]
     assert rows[0].startswith("| method | runs | test greedy | test LM | test_unseen greedy | test_unseen LM |")
     assert rows[2].startswith("| plain | 1 | ") and rows[3].startswith("| dejavu | 1 | ") and len(rows) == 4
+    # The trained plain run, moved elsewhere, stands in for plain seed 1: kept, not retrained.
+    (tmp_path / "exp/dejavu/plain_seed1").rename(tmp_path / "exp/plain_run")
+    kept = subprocess.run(compare + ["--methods", "plain", "--reuse-seed1", "plain=exp/plain_run"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert kept.returncode == 0, kept.stderr[-3000:]
+    assert "exp/dejavu/plain_seed1: scored already, kept" in kept.stdout
+    assert (tmp_path / "exp/dejavu/plain_seed1").resolve() == (tmp_path / "exp/plain_run").resolve()
+    assert [line for line in kept.stdout.splitlines() if line.startswith("| plain | 1 | ")] == [rows[2]]
 
     # The neural-LM variant of stages 4-5 in the same work dir: a character LSTM on the LM text
     # (a small corpus here, to keep the test short).
