@@ -37,8 +37,8 @@ def test_mini_recipe_runs_every_stage(tmp_path):
         pytest.skip("KenLM's lmplz is not built (make install builds it: tools/install_kenlm.sh)")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     cmd = ["bash", str(REPO / "recipes" / "mini" / "run.sh"), "--workdir", str(tmp_path), "--num-train", "8",
-           "--num-dev", "2", "--num-test", "2", "--num-test-unseen", "2", "--jobs", "1", "--train-opts", TINY_TRAIN,
-           "--average", "1"]
+           "--num-dev", "2", "--num-test", "2", "--num-test-unseen", "2", "--jobs", "1",
+           "--train-opts", TINY_TRAIN + " --set model.encoder.num_layers=3", "--average", "1"]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     for stage in range(8):
@@ -46,6 +46,8 @@ def test_mini_recipe_runs_every_stage(tmp_path):
     assert "validating data/test_unseen" in run.stdout and len(read_table(tmp_path / "data/test_unseen/text")) == 2
     assert "averaging the best 1 epochs" in run.stdout
     exp = tmp_path / "exp" / "small"
+    demo_model = yaml.safe_load((exp / "config.yaml").read_text())["model"]  # the demo's InterCTC at layer 2 of 3
+    assert demo_model["encoder"]["interctc_layers"] == [2] and demo_model["interctc_weight"] == 0.3
     for split in ("test", "test_unseen"):
         refs = read_table(tmp_path / "data" / split / "text")
         for d in (f"decode_{split}", f"decode_{split}_lm"):
@@ -112,14 +114,14 @@ def test_mini_recipe_runs_every_stage(tmp_path):
 
     # Deja-vu at depth (recipes/mini/compare_dejavu.sh) in the same work dir, at toy size: plain and Deja-vu train,
     # are tuned and scored; one table of both. An experiment stands in for a method's seed 1 only when its config
-    # holds that method's settings: the small run (1 layer, not 2) is refused before anything trains.
+    # holds that method's settings: the small run (3 layers, not 2) is refused before anything trains.
     compare = ["bash", str(REPO / "recipes" / "mini" / "compare_dejavu.sh"), "--workdir", str(tmp_path), "--layer", "1",
                "--train-opts", TINY_TRAIN + " --set model.encoder.num_layers=2",
                "--run-opts", "--nproc 1 --lm-weights 0.5 --length-bonuses 0"]
     refused = subprocess.run(compare + ["--methods", "plain dejavu", "--reuse-seed1", "plain=exp/small"], env=env,
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode == 1
-    assert "model.encoder.num_layers: 1 in exp/small/config.yaml, 2 wanted" in refused.stderr
+    assert "model.encoder.num_layers: 3 in exp/small/config.yaml, 2 wanted" in refused.stderr
     assert "exp/small is not plain seed 1 with these --train-opts" in refused.stderr
     assert not (tmp_path / "exp/dejavu").exists()
     bad = subprocess.run(compare + ["--reuse-seed1", "exp/small"], env=env, capture_output=True, text=True, timeout=60)
