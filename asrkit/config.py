@@ -393,6 +393,17 @@ def to_dict(cfg: Any) -> Dict[str, Any]:
     return plain(cfg)
 
 
+def flatten_dict(tree: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """``{'a': {'b': 1}}`` -> ``{'a.b': 1}`` (the ``--set`` key paths); lists stay values."""
+    flat: Dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(flatten_dict(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def apply_overrides(data: Dict[str, Any], overrides: Sequence[str]) -> Dict[str, Any]:
     """Apply ``a.b.c=value`` overrides (value parsed as YAML) to a nested dict, in place."""
     for item in overrides:

@@ -12,26 +12,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Dict, List, Sequence
+from typing import List, Sequence
 
-from asrkit.config import ConfigError, load_config, to_dict
-
-
-def flatten(tree: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
-    """{'a': {'b': 1}} -> {'a.b': 1}; lists stay values."""
-    flat: Dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
+from asrkit.config import ConfigError, flatten_dict, load_config, to_dict
 
 
 def differences(path: str, overrides: Sequence[str]) -> List[str]:
     """One 'key: X in CONFIG, Y wanted' line per setting the overrides change, in the config's key order."""
-    have = flatten(to_dict(load_config(path)))
-    want = flatten(to_dict(load_config(path, overrides)))
+    have = flatten_dict(to_dict(load_config(path)))
+    want = flatten_dict(to_dict(load_config(path, overrides)))
     return [f"{key}: {have.get(key)!r} in {path}, {want[key]!r} wanted" for key in want if have.get(key) != want[key]]
 
 

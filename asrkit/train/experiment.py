@@ -15,9 +15,9 @@ import os
 import shutil
 import sys
 from dataclasses import replace
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
-from asrkit.config import ConfigError, ExperimentConfig, load_config, save_config, to_dict
+from asrkit.config import ConfigError, ExperimentConfig, flatten_dict, load_config, save_config, to_dict
 from asrkit.checkpoint import INDEX_FILE, MODEL_FILE, CheckpointIndex
 
 # Settings that do not change what is being trained, so a resumed run may use other values.
@@ -31,20 +31,9 @@ class ExperimentError(ValueError):
     """The experiment dir cannot be used as asked; the message says why and what to do."""
 
 
-def _flatten(d: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
 def config_differences(old: ExperimentConfig, new: ExperimentConfig) -> List[str]:
     """``key: old -> new`` for every setting that differs, except the :data:`RESUMABLE` ones."""
-    a, b = _flatten(to_dict(old)), _flatten(to_dict(new))
+    a, b = flatten_dict(to_dict(old)), flatten_dict(to_dict(new))
     return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b))
             if k not in RESUMABLE and a.get(k) != b.get(k)]
 
