@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union
@@ -315,7 +317,7 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a mapping for section, got {value!r}")
         return from_dict(tp, value, where)
-    if origin is typing.Union:
+    if origin is typing.Union or origin is types.UnionType:  # Optional[X] / Union[X, Y] or X | Y
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
@@ -416,7 +418,10 @@ def apply_overrides(data: Dict[str, Any], overrides: Sequence[str]) -> Dict[str,
             node = node.setdefault(p, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override '{item}': '{p}' is not a section")
-        node[parts[-1]] = yaml.safe_load(raw)
+        try:
+            node[parts[-1]] = yaml.load(raw, Loader=_StrictLoader)
+        except (ConfigError, yaml.YAMLError) as exc:
+            raise ConfigError(f"override '{item}': invalid value: {exc}") from None
     return data
 
 
@@ -436,6 +441,11 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+# PyYAML follows YAML 1.1, where a float needs a dot: `lr: 1e-3` (and `--set train.lr=1e-3`) would be the string
+# '1e-3' and be refused as not a number. YAML 1.2 reads exponent forms without a dot as floats, as users write them.
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"))
 
 
 def load_yaml_as(cls: Type[T], path: str | os.PathLike, overrides: Sequence[str] = ()) -> T:

@@ -40,3 +40,200 @@ def test_duplicate_key_is_an_error(tmp_path):
     p.write_text("train:\n  epochs: 3\ntrain:\n  lr: 0.1\n")
     with pytest.raises(ConfigError, match=r"c.yaml: line 3: duplicate key 'train' \(first on line 1\)"):
         load_config(p)
+
+
+# ---- from_dict's type checks, on a dataclass of every field type a config uses ----
+
+from dataclasses import dataclass, field  # noqa: E402
+from typing import Any, Dict, List, Optional, Tuple, Union  # noqa: E402
+
+from pathlib import Path  # noqa: E402
+
+from asrkit.config import (DecodeConfig, LMExperimentConfig, ModelConfig, apply_overrides, flatten_dict,  # noqa: E402
+                           from_dict, load_decode_config, load_lm_config, load_yaml_as)
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+@dataclass(frozen=True)
+class _Inner:
+    kind: str = "inner"
+    size: int = 1
+
+
+@dataclass(frozen=True)
+class _Other:
+    kind: str = "other"
+    rate: float = 0.5
+
+
+@dataclass(frozen=True)
+class _AllTypes:
+    flag: bool = False
+    count: int = 0
+    rate: float = 0.0
+    name: str = ""
+    maybe: Optional[int] = 3
+    pair: Tuple[float, ...] = ()
+    names: List[str] = field(default_factory=list)
+    table: Dict[str, int] = field(default_factory=dict)
+    anything: Any = None
+    loose: List = field(default_factory=list)  # no item type: items unchecked
+    either: Union[int, str] = 0  # a union of plain types: the first one's check
+    inner: _Inner = field(default_factory=_Inner)
+    part: Union[_Inner, _Other] = field(default_factory=_Inner)  # a section of two kinds
+    piped: "_Inner | _Other | None" = None  # the same written with |
+
+
+def test_values_of_every_type_convert():
+    cfg = from_dict(_AllTypes, {"flag": True, "count": 4, "rate": 2, "name": "x", "maybe": None,
+                                "pair": [1, 2.5], "names": ("a", "b"), "table": {"k": 1}, "anything": [1],
+                                "inner": {"size": 7}})
+    assert cfg.flag is True and cfg.count == 4 and cfg.name == "x" and cfg.maybe is None
+    assert cfg.rate == 2.0 and isinstance(cfg.rate, float)
+    assert cfg.pair == (1.0, 2.5) and all(isinstance(v, float) for v in cfg.pair)
+    assert cfg.names == ["a", "b"] and isinstance(cfg.names, list)
+    assert cfg.table == {"k": 1} and cfg.anything == [1] and cfg.inner == _Inner(size=7)
+    assert from_dict(_AllTypes, {"maybe": 5}).maybe == 5
+    other = from_dict(_AllTypes, {"loose": [1, "a"], "either": 4, "part": {"kind": "other", "rate": 1},
+                                  "piped": {"kind": "other"}})
+    assert other.loose == [1, "a"] and other.either == 4 and other.part == _Other(rate=1.0) and other.piped == _Other()
+    assert from_dict(_AllTypes, {"part": {"size": 2}, "piped": {"size": 3}}).piped == _Inner(size=3)
+    assert from_dict(_AllTypes, {"piped": None}).piped is None
+    assert to_dict(other)["part"] == {"kind": "other", "rate": 1.0}
+    assert to_dict(_AllTypes(table={"k": [1, 2]}, pair=(1.0,)))["table"] == {"k": [1, 2]}
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("flag", 1, "flag: expected true/false, got 1"),
+    ("flag", "yes", "flag: expected true/false, got 'yes'"),
+    ("count", True, "count: expected an integer, got True"),
+    ("count", 1.5, "count: expected an integer, got 1.5"),
+    ("rate", False, "rate: expected a number, got False"),
+    ("rate", "fast", "rate: expected a number, got 'fast'"),
+    ("name", 3, "name: expected a string, got 3"),
+    ("maybe", "x", "maybe: expected an integer, got 'x'"),
+    ("pair", 1.0, "pair: expected a list, got 1.0"),
+    ("pair", [1.0, "b"], r"pair\[1\]: expected a number, got 'b'"),
+    ("names", "a", "names: expected a list, got 'a'"),
+    ("table", [1], r"table: expected a mapping, got \[1\]"),
+    ("inner", 3, "inner: expected a mapping for section, got 3"),
+    ("inner", {"sise": 1}, r"unknown config key 'inner.sise' \(valid keys here: kind, size\)"),
+    ("either", "x", "either: expected an integer, got 'x'"),
+    ("piped", {"kind": "third"}, r"piped.kind 'third' is unknown \(choose from: inner, other\)"),
+    ("piped", {"kind": "other", "size": 1}, r"unknown config key 'piped.size' \(valid keys here: kind, rate\)"),
+])
+def test_a_wrong_value_is_an_error_naming_its_key(key, value, message):
+    with pytest.raises(ConfigError, match=f"^{message}$"):
+        from_dict(_AllTypes, {key: value})
+
+
+def test_a_section_of_several_kinds_is_chosen_by_its_kind_key():
+    assert from_dict(ModelConfig, {"decoder": {"kind": "lstm_location", "window": 3}}).decoder.window == 3
+    assert from_dict(ModelConfig, {"encoder": {"kind": "conformer"}}).encoder.conv_kernel == 15
+    # no kind: the first of the union (the Transformer encoder)
+    assert type(from_dict(ModelConfig, {"encoder": {"d_model": 8}}).encoder).__name__ == "TransformerEncoderConfig"
+    with pytest.raises(ConfigError, match=r"^model.decoder.kind 'rnn' is unknown \(choose from: transformer, "
+                                          r"lstm_location, none\)$"):
+        from_dict(ModelConfig, {"decoder": {"kind": "rnn"}}, "model")
+    with pytest.raises(ConfigError, match="^encoder: expected a mapping for section, got 'conformer'$"):
+        from_dict(ModelConfig, {"encoder": "conformer"})
+    # a key of another kind is unknown in this one
+    with pytest.raises(ConfigError, match=r"unknown config key 'decoder.window'"):
+        from_dict(ModelConfig, {"decoder": {"kind": "transformer", "window": 3}})
+
+
+def test_a_format_1_key_says_what_replaced_it():
+    with pytest.raises(ConfigError, match=r"^'model.lstm_encoder' is a key of config format 1 .*: use model.encoder "
+                                          r"with kind: blstm$"):
+        from_dict(ExperimentConfig, {"model": {"lstm_encoder": {}}})
+
+
+def test_flatten_dict_gives_the_set_key_paths():
+    tree = {"a": {"b": 1, "c": {"d": [1, 2]}}, "e": None, "f": {}}
+    assert flatten_dict(tree) == {"a.b": 1, "a.c.d": [1, 2], "e": None}
+    assert list(flatten_dict(tree)) == ["a.b", "a.c.d", "e"]
+    assert flatten_dict({"x": 1}, "p.") == {"p.x": 1}
+    flat = flatten_dict(to_dict(ExperimentConfig()))
+    assert flat["model.encoder.d_model"] == 256 and flat["cmvn"] is None and "model.encoder" not in flat
+
+
+def test_overrides_parse_yaml_values_and_make_sections():
+    data = {"train": {"epochs": 3}}
+    assert apply_overrides(data, ["train.lr=1e-3", "model.encoder.kind=conformer", "x=a=b", " y.z =[1, 2]"]) is data
+    assert data == {"train": {"epochs": 3, "lr": 1e-3}, "model": {"encoder": {"kind": "conformer"}}, "x": "a=b",
+                    "y": {"z": [1, 2]}}
+    with pytest.raises(ConfigError, match="^override 'train.epochs' is not of the form key.path=value$"):
+        apply_overrides(data, ["train.epochs"])
+    with pytest.raises(ConfigError, match="^override 'train.epochs.x=1': 'epochs' is not a section$"):
+        apply_overrides(data, ["train.epochs.x=1"])
+
+
+def test_loading_errors_name_the_file(tmp_path):
+    missing = tmp_path / "missing.yaml"
+    with pytest.raises(ConfigError, match=f"^{missing}: cannot read config: No such file or directory$"):
+        load_config(missing)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: [1,\n")
+    with pytest.raises(ConfigError, match=f"^{bad}: invalid YAML: "):
+        load_config(bad)
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- 1\n")
+    with pytest.raises(ConfigError, match=f"^{listing}: top level must be a mapping of keys$"):
+        load_config(listing)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert load_config(empty) == ExperimentConfig()
+    assert load_config(empty, ["train.epochs=2"]).train.epochs == 2
+    with pytest.raises(ConfigError, match=f"^{empty}: unknown config key 'train.epoch' "):
+        load_config(empty, ["train.epoch=2"])
+    nested = tmp_path / "dup.yaml"
+    nested.write_text("train:\n  lr: 1\n  epochs: 2\n  lr: 3\n")
+    with pytest.raises(ConfigError, match=f"^{nested}: line 4: duplicate key 'lr' \\(first on line 2\\)$"):
+        load_yaml_as(ExperimentConfig, nested)
+
+
+def test_decode_config_defaults_overrides_and_absolute_lm(tmp_path, monkeypatch):
+    assert load_decode_config() == DecodeConfig()
+    assert load_decode_config(CONF / "decode_joint.yaml", ["beam=3"]).beam == 3
+    assert load_decode_config(None, ["beam=4", "mode=ctc_prefix"]) == DecodeConfig(beam=4, mode="ctc_prefix")
+    monkeypatch.chdir(tmp_path)
+    save_config(DecodeConfig(lm="lm.arpa", lexicon="words.txt"), tmp_path / "d.yaml")
+    cfg = load_decode_config(tmp_path / "d.yaml")
+    assert cfg.lm == str(tmp_path / "lm.arpa") and cfg.lexicon == str(tmp_path / "words.txt")
+    save_config(DecodeConfig(), tmp_path / "none.yaml")
+    assert load_decode_config(tmp_path / "none.yaml") == DecodeConfig()
+    save_config(ExperimentConfig(cmvn="cmvn.json"), tmp_path / "e.yaml")  # only a decode config's paths move
+    assert load_config(tmp_path / "e.yaml").cmvn == "cmvn.json"
+
+
+@pytest.mark.parametrize("text,value", [("1e-3", 1e-3), ("2E4", 2e4), ("-1.5e+2", -150.0), (".5e1", 5.0),
+                                        ("1_0e1", 100.0), ("1.0e-3", 1e-3), ("0.25", 0.25)])
+def test_exponent_floats_read_as_numbers_in_files_and_overrides(tmp_path, text, value):
+    p = tmp_path / "c.yaml"
+    p.write_text(f"train:\n  lr: {text}\n  seed: 12\n")
+    assert load_config(p).train.lr == value and load_config(p).train.seed == 12
+    assert load_config(tmp_path / "c.yaml", [f"train.weight_decay={text}"]).train.weight_decay == value
+
+
+def test_strings_that_only_look_numeric_stay_strings(tmp_path):
+    data = apply_overrides({}, ["a=1e", "b=e5", "c=1e-3x", "d='1e-3'", "e=12"])
+    assert data == {"a": "1e", "b": "e5", "c": "1e-3x", "d": "1e-3", "e": 12}
+
+
+def test_a_bad_override_value_is_an_error_naming_the_override():
+    with pytest.raises(ConfigError, match=r"^override 'train.lr=\[1,': invalid value: "):
+        apply_overrides({}, ["train.lr=[1,"])
+    with pytest.raises(ConfigError, match=r"^override 'x=\{a: 1, a: 2\}': invalid value: line 1: duplicate key 'a'"):
+        apply_overrides({}, ["x={a: 1, a: 2}"])
+
+
+def test_lm_config_loads_with_overrides():
+    cfg = load_lm_config(CONF / "lm_lstm_small.yaml", ["model.num_layers=3", "train.lr=2e-3"])
+    assert isinstance(cfg, LMExperimentConfig) and cfg.model.num_layers == 3 and cfg.train.lr == 2e-3
+
+
+def test_saved_config_keeps_the_field_order(tmp_path):
+    save_config(ExperimentConfig(), tmp_path / "c.yaml")
+    sections = [line.rstrip(":") for line in (tmp_path / "c.yaml").read_text().splitlines() if not line[0].isspace()]
+    assert sections[:3] == ["frontend", "specaug", "speed_perturb"] and sections[-1].startswith("cmvn")
