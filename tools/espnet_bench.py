@@ -48,6 +48,12 @@ def _unsupported(cfg: Any) -> List[str]:
     bad = []
     if cfg.frontend.kind != "logmel":
         bad.append(f"frontend.kind {cfg.frontend.kind} (ESPnet's default frontend is STFT + log-mel: use logmel)")
+    if cfg.frontend.utterance_cmn:
+        bad.append("frontend.utterance_cmn (ESPnet normalises with one of global_mvn or utterance_mvn, not both)")
+    if cfg.frontend.dither > 0:
+        bad.append(f"frontend.dither {cfg.frontend.dither} (ESPnet's default frontend does not dither)")
+    if cfg.frontend.log_floor != 1e-10:
+        bad.append(f"frontend.log_floor {cfg.frontend.log_floor} (ESPnet's log-mel floors at 1e-10)")
     if cfg.speed_perturb.enabled:
         bad.append("speed_perturb.enabled (ESPnet perturbs speed offline, as copies of the data)")
     if enc.kind not in ("transformer", "conformer"):
@@ -113,7 +119,7 @@ def espnet_config(cfg: Any, epochs: int, *, median_frames: Optional[float] = Non
                          "num_blocks": enc.num_layers, "dropout_rate": enc.dropout,
                          "positional_dropout_rate": enc.dropout, "attention_dropout_rate": enc.attention_dropout,
                          "input_layer": enc.input_layer, "normalize_before": enc.normalize_before},
-        "model_conf": {"ctc_weight": m.ctc_weight, "lsm_weight": m.lsm_weight, "length_normalized_loss": False},
+        "model_conf": {"ctc_weight": m.ctc_weight, "lsm_weight": m.lsm_weight, "length_normalized_loss": m.lsm_normalize == "token"},
         "ctc_conf": {"dropout_rate": 0.0},
         "optim": t.optimizer,  # adam | adamw: the same names in ESPnet
         "optim_conf": {"lr": t.lr, "betas": [0.9, 0.98], "eps": 1.0e-9, "weight_decay": t.weight_decay},

@@ -111,9 +111,17 @@ def test_attention_decoder_and_conformer(bench):
         assert conf["model_conf"]["lsm_weight"] == cfg.model.lsm_weight
 
 
+@pytest.mark.parametrize("normalize, length_normalized", [("batch", False), ("token", True)])
+def test_attention_loss_normalisation_maps(bench, normalize, length_normalized):
+    cfg = load_config(ROOT / "conf" / "tiny_ctc.yaml", [f"model.lsm_normalize={normalize}", "frontend.n_fft=512"])
+    assert bench.espnet_config(cfg, 1)["model_conf"]["length_normalized_loss"] is length_normalized
+
+
 @pytest.mark.parametrize("override, key", [
     ("frontend.kind=kaldi_fbank", "frontend.kind"), ("speed_perturb.enabled=true", "speed_perturb"),
-    ("train.scheduler=constant", "train.scheduler"), ("model.encoder.interctc_layers=[2]", "interctc")])
+    ("train.scheduler=constant", "train.scheduler"), ("model.encoder.interctc_layers=[2]", "interctc"),
+    ("frontend.utterance_cmn=true", "frontend.utterance_cmn"), ("frontend.dither=1.0", "frontend.dither 1.0"),
+    ("frontend.log_floor=1e-6", "frontend.log_floor 1e-06")])
 def test_unmappable_settings_are_named(bench, override, key):
     cfg = load_config(ROOT / "conf" / "tiny_ctc.yaml", [override, "frontend.n_fft=512"])
     with pytest.raises(bench.BenchError, match=key):
