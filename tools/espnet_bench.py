@@ -119,7 +119,8 @@ def espnet_config(cfg: Any, epochs: int, *, median_frames: Optional[float] = Non
                          "num_blocks": enc.num_layers, "dropout_rate": enc.dropout,
                          "positional_dropout_rate": enc.dropout, "attention_dropout_rate": enc.attention_dropout,
                          "input_layer": enc.input_layer, "normalize_before": enc.normalize_before},
-        "model_conf": {"ctc_weight": m.ctc_weight, "lsm_weight": m.lsm_weight, "length_normalized_loss": m.lsm_normalize == "token"},
+        "model_conf": {"ctc_weight": m.ctc_weight, "lsm_weight": m.lsm_weight,
+                       "length_normalized_loss": m.lsm_normalize == "token"},
         "ctc_conf": {"dropout_rate": 0.0},
         "optim": t.optimizer,  # adam | adamw: the same names in ESPnet
         "optim_conf": {"lr": t.lr, "betas": [0.9, 0.98], "eps": 1.0e-9, "weight_decay": t.weight_decay},
