@@ -1,6 +1,12 @@
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Union
+
 import pytest
 
-from asrkit.config import ConfigError, ExperimentConfig, load_config, save_config, to_dict
+from asrkit.config import (ConfigError, DecodeConfig, ExperimentConfig, LMExperimentConfig, ModelConfig, apply_overrides,
+                           flatten_dict, from_dict, load_config, load_decode_config, load_lm_config, load_yaml_as,
+                           save_config, to_dict)
 
 
 def test_unknown_key_is_an_error_naming_the_key(tmp_path):
@@ -43,14 +49,6 @@ def test_duplicate_key_is_an_error(tmp_path):
 
 
 # ---- from_dict's type checks, on a dataclass of every field type a config uses ----
-
-from dataclasses import dataclass, field  # noqa: E402
-from typing import Any, Dict, List, Optional, Tuple, Union  # noqa: E402
-
-from pathlib import Path  # noqa: E402
-
-from asrkit.config import (DecodeConfig, LMExperimentConfig, ModelConfig, apply_overrides, flatten_dict,  # noqa: E402
-                           from_dict, load_decode_config, load_lm_config, load_yaml_as)
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
