@@ -6,7 +6,8 @@ Usage: tools/bench_decode.py [--vocabs 29 500 5000 | char bpe500] [--batch 32] [
            [--decoders prefix prefix-exact prefix-lexicon api greedy pyctcdecode flashlight flashlight-lexicon]
            [--lm-dir exp/bench_decode] [--order 4]
            [--lm-weight 0.5] [--token-topk 8] [--token-min-logp -12] [--blank-skip 0.999]
-           [--fl-token-beam N] [--native auto|on|off] [--markdown FILE] [--profile N]
+           [--fl-token-beam N] [--native auto|on|off] [--device cpu|cuda] [--cuda-graph]
+           [--markdown FILE] [--profile N]
 
 Inputs (every decoder sees the same log-probs; one utterance = 10 s = 250 frames of 40 ms; the
 log-probs come from tools/bench_decode_inputs.py):
@@ -39,6 +40,10 @@ a separate venv made by tools/setup_bench_env.sh; their builders are in tools/be
                 word (flashlight completes a word at its separator). Its hypotheses are its words.
 --native: asrkit's prefix search with its C++ frame loop (on), its torch loop (off; rows are labelled
 "/torch"), or whichever the search picks (auto, the default: the C++ loop on the CPU when it builds).
+--device cuda: asrkit's searches (and their LMs) run on the GPU, the torch loop there (rows "/cuda"; with
+--cuda-graph the frame loop is captured as one CUDA graph per batch, rows "/cuda-graph"); the log-probs are
+on the GPU before timing starts, the hypotheses are read back to the host inside it. Peers stay on the CPU
+and are refused with --device cuda; the exact-search reference runs on the CPU.
 LM fusion is the same everywhere: score = log P_ctc + w ln P_lm (w = --lm-weight; flashlight's
 KenLM gives log10, so it gets lm_weight = w ln 10; pyctcdecode's alpha = w, beta = 0), no bonus.
 asrkit runs a token LM with asrkit.lm.ngram_scorer(units="token"), the word LM with units="word".
@@ -124,10 +129,10 @@ def text_setup(name: str, args: argparse.Namespace) -> Setup:
 # the setup; it is built once per setting (outside the timing) and may run in forked workers.
 
 def _asrkit_decoder(name: str, setup: Setup, beam: int, lm: str, args: argparse.Namespace,
-                    trace: bool = False) -> Callable[[range], List[Hyp]]:
+                    trace: bool = False, device: str = "cpu") -> Callable[[range], List[Hyp]]:
     scorers, weights = {}, {}
     if lm != "none":
-        scorer = setup.asrkit_lm(lm, args.unk_offset, lexicon=name == "prefix-lexicon")
+        scorer = setup.asrkit_lm(lm, args.unk_offset, lexicon=name == "prefix-lexicon", device=device)
         scorers, weights = {"lm": _traced(scorer) if trace else scorer}, {"lm": args.lm_weight}
     if name in ("prefix", "api", "prefix-lexicon"):
         prune = dict(token_topk=args.token_topk, token_min_logp=args.token_min_logp,
@@ -137,17 +142,20 @@ def _asrkit_decoder(name: str, setup: Setup, beam: int, lm: str, args: argparse.
     else:
         prune = dict(token_topk=None, token_min_logp=None, blank_skip_threshold=None)
 
+    all_lp, all_lens = setup.lp.to(device), setup.lens.to(device)
+    graph = device != "cpu" and args.cuda_graph
+
     def run(rows: range) -> List[Hyp]:
-        lp, lens = setup.lp[rows.start:rows.stop], setup.lens[rows.start:rows.stop]
+        lp, lens = all_lp[rows.start:rows.stop], all_lens[rows.start:rows.stop]
         if name == "greedy":
             nbest = greedy_search(lp, lens)
         elif name == "api":  # the checked entry point: same search plus input validation and text
             found = decode_ctc(lp, lens, setup.token_list, beam=beam, blank_id=0, lm=scorers.get("lm"),
-                               lm_weight=args.lm_weight, **prune)
+                               lm_weight=args.lm_weight, cuda_graph=graph, **prune)
             return [h[0].tokens for h in found]
         else:
             nbest = ctc_prefix_beam_search(lp, lens, beam=beam, nbest=1, scorers=scorers, weights=weights,
-                                           native=NATIVE[args.native], **prune)
+                                           native=NATIVE[args.native], cuda_graph=graph, **prune)
         return [h.tokens for h in nbest.best()]
 
     return run
@@ -247,7 +255,7 @@ class Decoder:
 
 
 def _asrkit(name: str) -> Callable[[Setup, int, str, argparse.Namespace, str], Callable[[range], List[Hyp]]]:
-    return lambda setup, beam, lm, args, tmpdir: _asrkit_decoder(name, setup, beam, lm, args)
+    return lambda setup, beam, lm, args, tmpdir: _asrkit_decoder(name, setup, beam, lm, args, device=args.device)
 
 
 # Adding a decoder row = one builder function and one entry here (LM kinds: LM_KINDS).
@@ -370,7 +378,9 @@ NATIVE = {"auto": None, "on": True, "off": False}  # --native -> ctc_prefix_beam
 
 
 def row_name(name: str, args: argparse.Namespace) -> str:
-    """The decoder's label in the output: asrkit's prefix rows forced onto the torch loop say so."""
+    """The decoder's label in the output: asrkit's rows on a GPU or forced onto the torch loop say so."""
+    if args.device != "cpu" and not DECODERS[name].peer:
+        return f"{name}/cuda-graph" if args.cuda_graph and name != "greedy" else f"{name}/{args.device}"
     return f"{name}/torch" if args.native == "off" and name.startswith("prefix") else name
 
 
@@ -416,6 +426,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--no-reference", action="store_true", help="skip the exact-search reference and quality")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="after timing an asrkit beam search (1 worker), profile one batch: top N ops")
+    p.add_argument("--device", default="cpu", help="where asrkit's searches run: cpu or cuda[:N] (see above)")
+    p.add_argument("--cuda-graph", action="store_true", help="--device cuda: the frame loop as one CUDA graph")
     p.add_argument("--native", choices=sorted(NATIVE), default="auto",
                    help="asrkit prefix rows: the C++ frame loop (on), the torch loop (off), or auto")
     p.add_argument("--markdown", help="append one table row per setting to this file")
@@ -428,6 +440,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     unknown = [d for d in args.decoders if d not in known]
     if unknown:
         print(f"bench_decode.py: unknown decoder(s) {unknown}; choose from {list(known)}", file=sys.stderr)
+        return 2
+    if args.device != "cpu":
+        peers = [d for d in args.decoders if DECODERS[d].peer]
+        if not args.device.startswith("cuda") or not torch.cuda.is_available() or peers:
+            print(f"bench_decode.py: --device {args.device}: needs a visible CUDA device and asrkit's decoders only"
+                  f"{f' (not {peers})' if peers else ''}", file=sys.stderr)
+            return 2
+        if args.threads != [1]:
+            print("bench_decode.py: --device cuda runs one process: pass --threads 1", file=sys.stderr)
+            return 2
+    if args.cuda_graph and args.device == "cpu":
+        print("bench_decode.py: --cuda-graph needs --device cuda", file=sys.stderr)
         return 2
     message = check_peers([(d, DECODERS[d].peer) for d in args.decoders if DECODERS[d].peer])
     if message:

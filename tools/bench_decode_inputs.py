@@ -133,13 +133,14 @@ class Setup:
         index = {t: i for i, t in enumerate(self.token_list)}
         return [index[c] for c in text if c in index]
 
-    def asrkit_lm(self, kind: str, unk_offset: float = 0.0, lexicon: bool = False) -> Any:
-        """The asrkit scorer for LM `kind` (the ARPA is loaded once); ``lexicon``: the word scorer
+    def asrkit_lm(self, kind: str, unk_offset: float = 0.0, lexicon: bool = False, device: str = "cpu") -> Any:
+        """The asrkit scorer for LM `kind` on ``device`` (the ARPA is loaded once); ``lexicon``: the word scorer
         constrained to the word LM's own words (:meth:`lexicon_words`)."""
         from asrkit.lm import ngram_scorer
 
         words = self.lexicon_words() if lexicon else None
-        return ngram_scorer(self.ngram(kind), self.token_list, units=kind, unk_offset=unk_offset, lexicon=words)
+        return ngram_scorer(self.ngram(kind), self.token_list, units=kind, unk_offset=unk_offset, lexicon=words,
+                            device=device)
 
     def ngram(self, kind: str) -> Any:
         """The loaded asrkit NgramLM of kind `kind`."""

@@ -9,7 +9,8 @@ the whole validation set (an LM's: total dev NLL / dev tokens). Gradients are cl
 ``train.grad_clip`` (<= 0: no clipping, the norm is still logged). An update whose loss or gradient
 is not finite is skipped with a warning and counted;
 ``train.max_nonfinite_steps`` of them in a row stop training with :class:`TrainingError`. (With fp16,
-an overflow the gradient scaler handles by lowering its scale is not counted.)
+an overflow the gradient scaler handles by lowering its scale is not counted there; the epoch summary
+reports how many updates it skipped, several at the start while the scale settles.)
 
 Checkpoints (see :mod:`asrkit.checkpoint`) are written at every epoch end and every
 ``train.save_every_steps`` updates; training resumes from the latest one with the model, optimizer,
@@ -78,8 +79,9 @@ def check_train_config(t: TrainConfig, device: torch.device) -> None:
 
 def _new_totals() -> Dict[str, float]:
     """An epoch's running totals: loss * units, units, updates, unreadable utterances, non-finite updates
-    skipped, and the task's throughput amount."""
-    return {"loss_sum": 0.0, "count": 0.0, "updates": 0, "skipped_utts": 0, "nonfinite": 0, "amount": 0.0}
+    skipped, fp16 overflows (updates the gradient scaler skipped), and the task's throughput amount."""
+    return {"loss_sum": 0.0, "count": 0.0, "updates": 0, "skipped_utts": 0, "nonfinite": 0, "overflows": 0,
+            "amount": 0.0}
 
 
 class Trainer:
@@ -163,7 +165,8 @@ class Trainer:
         if ckpt["end_of_epoch"]:
             self.epoch, self.batches_done = ckpt["epoch"] + 1, 0
         else:
-            self.epoch, self.batches_done, self.totals = ckpt["epoch"], ckpt["batches_done"], dict(ckpt["totals"])
+            self.epoch, self.batches_done = ckpt["epoch"], ckpt["batches_done"]
+            self.totals = {**_new_totals(), **ckpt["totals"]}  # a total added since the checkpoint starts at 0
             try:
                 self.train_loader.batch_sampler.load_state_dict(ckpt["sampler"])
             except ValueError as exc:
@@ -225,6 +228,8 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.update()  # with fp16: lowers the scale after an overflow
             if self.scaler.is_enabled() and math.isfinite(loss):
+                # Expected while the scale settles (it starts at 2**16): counted and reported per epoch.
+                self.totals["overflows"] += 1
                 log.debug("step %d: fp16 gradient overflow, loss scale lowered", self.step)
                 return
             self.nonfinite_in_row += 1
@@ -297,7 +302,8 @@ class Trainer:
         bar.close()
         n = max(self.totals["count"], 1)
         return {"loss": self.totals["loss_sum"] / n, "seconds": time.time() - self._epoch_start,
-                "speed": self._speed(), **{k: self.totals[k] for k in ("updates", "skipped_utts", "nonfinite")}}
+                "speed": self._speed(),
+                **{k: self.totals[k] for k in ("updates", "skipped_utts", "nonfinite", "overflows")}}
 
     # ---------------------------------------------------------------- validation
     @torch.no_grad()
@@ -356,11 +362,13 @@ class Trainer:
             train_figures = {"train_loss": tr["loss"], **{f"train_{k}": v for k, v in
                                                           self.task.loss_figures(tr["loss"]).items()}}
             summary = {"epoch": self.epoch, "step": self.step, **train_figures, **metrics,
-                       "skipped_utts": tr["skipped_utts"], "nonfinite": tr["nonfinite"]}
+                       "skipped_utts": tr["skipped_utts"], "nonfinite": tr["nonfinite"], "overflows": tr["overflows"]}
             skipped = f"{tr['skipped_utts']} unreadable utts skipped, " if tr["skipped_utts"] else ""
             msg = (f"epoch {self.epoch}: {_figures(train_figures)} ({tr['updates']} updates to step {self.step}, "
                    f"{tr['seconds']:.1f}s, {tr['speed']:.1f} {self.task.amount}/s, {skipped}{tr['nonfinite']} "
-                   f"non-finite updates skipped)")
+                   f"non-finite updates skipped"
+                   + (f", {tr['overflows']} fp16 overflows skipped (loss scale lowered)" if tr["overflows"] else "")
+                   + ")")
             best = self._improves(metrics)
             if metrics:
                 msg += f", {_figures(metrics)}" + (" (best)" if best else "")

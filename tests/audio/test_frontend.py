@@ -74,6 +74,17 @@ def test_batch_equals_single_and_padding_is_zero(kind, window):
     assert torch.equal(wider_lens, feat_lens) and torch.all(wider[:, feats.shape[1]:] == 0)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("kind,window", [("logmel", "hann"), ("kaldi_fbank", "povey")])
+def test_cuda_features_equal_cpu_features(kind, window):
+    fe = build_frontend(FrontendConfig(kind=kind, window=window)).eval()
+    wav, lens = _batch([9000, 4000, 399, 1234], seed=4)
+    feats, feat_lens = fe(wav, lens)
+    gpu, gpu_lens = fe.cuda()(wav.cuda(), lens.cuda())
+    assert gpu.is_cuda and torch.equal(gpu_lens.cpu(), feat_lens)
+    torch.testing.assert_close(gpu.cpu(), feats, atol=2e-3, rtol=1e-4)  # log of FFT power: cuFFT vs pocketfft
+
+
 @pytest.mark.parametrize("kind,hop,win,n_fft", [("logmel", 160, 400, 512), ("logmel", 128, 256, 256),
                                                 ("kaldi_fbank", 160, 400, 512)])
 def test_feature_lengths_are_exact(kind, hop, win, n_fft):

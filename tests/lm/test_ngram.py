@@ -240,12 +240,14 @@ def test_cuda_matches_cpu(tmp_path, dense):
         scorer = ngram_scorer(path, tokens, units="token", device=device, dense=dense)
         state = scorer.init_state(4, 1, torch.device(device))
         cand = torch.arange(len(tokens), device=device).expand(4, -1)
+        rows = torch.arange(4, device=device)
+        # made before the guard: a tensor built from a Python list on a GPU is a copy the host waits for
+        picks = [torch.tensor([3 + t, 4, -1, 5 + t], device=device) for t in range(5)]
         torch.cuda.set_sync_debug_mode("error" if device == "cuda" else 0)
         try:
             for t in range(5):
                 out = scorer.score(state, cand)
-                state = scorer.select_state(state, torch.arange(4, device=device),
-                                            torch.tensor([3 + t, 4, -1, 5 + t], device=device))
+                state = scorer.select_state(state, rows, picks[t])
             out = torch.cat([out, scorer.final_score(state).unsqueeze(1)], 1)
         finally:
             torch.cuda.set_sync_debug_mode(0)

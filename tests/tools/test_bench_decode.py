@@ -115,6 +115,32 @@ def test_tiny_matrix_with_lms(tool, lm_dir, tmp_path, capsys):
     assert "lm=token" in out and "lm=word" in out and "WER" in out
 
 
+@pytest.mark.parametrize("argv,match", [
+    (["--cuda-graph"], "--cuda-graph needs --device cuda"),
+    (["--device", "cuda", "--decoders", "prefix", "pyctcdecode"], "asrkit's decoders only (not ['pyctcdecode'])"),
+    (["--device", "cpu:0"], "needs a visible CUDA device"),
+])
+def test_device_options_are_checked(tool, capsys, argv, match):
+    assert tool.main(["--vocabs", "6", "--batch", "2", "--frames", "10", "--threads", "1"] + argv) == 2
+    assert match in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("graph", [[], ["--cuda-graph"]])
+def test_tiny_matrix_on_cuda(tool, lm_dir, tmp_path, capsys, graph):
+    md = tmp_path / "results.md"
+    rc = tool.main(["--vocabs", "7", "char", "--batch", "3", "--frames", "40", "--beams", "4", "--threads", "1",
+                    "--decoders", "prefix", "prefix-exact", "api", "--lms", "none", "token", "word", "--order", "2",
+                    "--lm-dir", str(lm_dir), "--repeats", "1", "--device", "cuda", "--markdown", str(md)] + graph)
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rows = [line for line in md.read_text().splitlines() if line.startswith("| ") and "utt/s" not in line]
+    label = "/cuda-graph" if graph else "/cuda"
+    assert len(rows) == 3 + 3 * 3 and all(f"{label} |" in r for r in rows), md.read_text()
+    # the GPU's exact search agrees with the CPU reference
+    assert all("| 100.0% | +0.000 |" in r for r in rows if f"| prefix-exact{label} |" in r)
+
+
 def test_worker_processes(tool, capsys):
     rc = tool.main(["--vocabs", "6", "--batch", "4", "--frames", "30", "--beams", "3", "--threads", "2",
                     "--decoders", "prefix", "--repeats", "1"])

@@ -75,6 +75,33 @@ def test_non_finite_loss_or_gradient_skips_the_update(corpus, tmp_path, monkeypa
     assert [r["step"] for r in read_step_log(str(tmp_path / "exp" / "steps.tsv"))] == [1, 2]
 
 
+def test_fp16_overflows_are_counted_and_reported_apart_from_failures(corpus, tmp_path, monkeypatch, caplog):
+    # With train.amp=fp16 (CUDA only) the gradient scaler skips an update whose scaled gradient overflowed
+    # and halves its scale: several times at the start of a run. Here the same scaler on the CPU, and two
+    # batches with a NaN gradient: skipped as overflows, not as failures, and the epoch summary says so.
+    calls = {"n": 0}
+    forward = AsrModel.forward
+
+    def overflowing(self, batch):
+        out = forward(self, batch)
+        calls["n"] += 1
+        if calls["n"] <= 2:  # finite loss, NaN gradient
+            out["loss"] = out["loss"] + torch.sqrt(self.ctc.proj.bias.sum() * 0.0)
+        return out
+
+    monkeypatch.setattr(AsrModel, "forward", overflowing)
+    caplog.set_level(logging.INFO, logger="asrkit.train")
+    trainer = make_trainer(corpus, tmp_path / "exp", ["train.epochs=1"])
+    trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)  # what train.amp=fp16 builds on CUDA
+    summary = trainer.fit()
+    assert summary["overflows"] == 2 and summary["nonfinite"] == 0 and trainer.step == 2
+    assert trainer.scaler.get_scale() == 2.0 ** 14
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("2 updates to step 2" in m and "0 non-finite updates skipped, 2 fp16 overflows skipped (loss "
+               "scale lowered)" in m for m in messages), messages
+    assert not any("update skipped (" in m for m in messages)
+
+
 def test_too_many_non_finite_steps_in_a_row_stop_training(corpus, tmp_path, monkeypatch):
     forward = AsrModel.forward
     monkeypatch.setattr(AsrModel, "forward",
