@@ -80,7 +80,7 @@ def bench_config(path: str, args: argparse.Namespace) -> Dict[str, object]:
         scaler.step(opt)
         scaler.update()
         opt.zero_grad(set_to_none=True)
-        return float(loss)
+        return float(loss.detach())
 
     rss_before = current_rss_mb()
     if device.type == "cuda":
