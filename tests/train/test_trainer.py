@@ -50,20 +50,33 @@ def make_trainer(corpus, exp, extra=()):
     return Trainer(cfg.train, AsrTask(cfg, str(exp), str(corpus["train"]), None), str(exp), device="cpu")
 
 
-def test_non_finite_loss_or_gradient_skips_the_update(corpus, tmp_path, monkeypatch, caplog):
+def spoil_forward(monkeypatch, spoil) -> None:
+    """AsrModel.forward with ``spoil(call number from 1, model, output)`` applied to each output."""
     calls = {"n": 0}
     forward = AsrModel.forward
 
-    def flaky(self, batch):
+    def spoiled(self, batch):
         out = forward(self, batch)
         calls["n"] += 1
-        if calls["n"] == 2:  # NaN loss
-            out["loss"] = out["loss"] * float("nan")
-        if calls["n"] == 3:  # finite loss, NaN gradient: d sqrt(u)/du is infinite at u = 0
-            out["loss"] = out["loss"] + torch.sqrt(self.ctc.proj.bias.sum() * 0.0)
+        spoil(calls["n"], self, out)
         return out
 
-    monkeypatch.setattr(AsrModel, "forward", flaky)
+    monkeypatch.setattr(AsrModel, "forward", spoiled)
+
+
+def nan_gradient(model) -> torch.Tensor:
+    """A term worth 0 whose gradient is NaN: d sqrt(u)/du is infinite at u = 0."""
+    return torch.sqrt(model.ctc.proj.bias.sum() * 0.0)
+
+
+def test_non_finite_loss_or_gradient_skips_the_update(corpus, tmp_path, monkeypatch, caplog):
+    def flaky(n, model, out):
+        if n == 2:  # NaN loss
+            out["loss"] = out["loss"] * float("nan")
+        if n == 3:  # finite loss, NaN gradient
+            out["loss"] = out["loss"] + nan_gradient(model)
+
+    spoil_forward(monkeypatch, flaky)
     caplog.set_level(logging.WARNING, logger="asrkit.train")
     trainer = make_trainer(corpus, tmp_path / "exp", ["train.epochs=1"])
     summary = trainer.fit()
@@ -79,17 +92,11 @@ def test_fp16_overflows_are_counted_and_reported_apart_from_failures(corpus, tmp
     # With train.amp=fp16 (CUDA only) the gradient scaler skips an update whose scaled gradient overflowed
     # and halves its scale: several times at the start of a run. Here the same scaler on the CPU, and two
     # batches with a NaN gradient: skipped as overflows, not as failures, and the epoch summary says so.
-    calls = {"n": 0}
-    forward = AsrModel.forward
+    def overflowing(n, model, out):
+        if n <= 2:  # finite loss, NaN gradient
+            out["loss"] = out["loss"] + nan_gradient(model)
 
-    def overflowing(self, batch):
-        out = forward(self, batch)
-        calls["n"] += 1
-        if calls["n"] <= 2:  # finite loss, NaN gradient
-            out["loss"] = out["loss"] + torch.sqrt(self.ctc.proj.bias.sum() * 0.0)
-        return out
-
-    monkeypatch.setattr(AsrModel, "forward", overflowing)
+    spoil_forward(monkeypatch, overflowing)
     caplog.set_level(logging.INFO, logger="asrkit.train")
     trainer = make_trainer(corpus, tmp_path / "exp", ["train.epochs=1"])
     trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)  # what train.amp=fp16 builds on CUDA
