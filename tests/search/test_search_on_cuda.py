@@ -98,7 +98,7 @@ def test_prefix_search_with_lm_on_cuda_equals_cpu(lm: str, pruned: bool, cuda_gr
     torch.testing.assert_close(gpu.ctc_scores.cpu(), cpu.ctc_scores, atol=2e-4, rtol=0)
 
 
-def test_graph_replay_is_reused_across_batches_of_one_shape() -> None:
+def test_captured_searches_of_several_batches_share_one_scorer() -> None:
     # Two batches of the same shape and a third of another through one scorer: each search captures its own
     # graph, and a replay never sees a previous batch's inputs or LM states.
     scorer = _word_lm("cuda")
