@@ -8,6 +8,9 @@
 # Usage: tools/bench_espnet.sh --asrkit-config conf/tiny_ctc.yaml --data DIR --epochs N --out DIR
 #                              [--threads 1] [--stage 0] [--stop-stage 100]
 #                              [--tokenizer DIR/lang/tokenizer.json] [--cmvn FILE | none]
+#                              [--overrides "KEY=VALUE ..."]
+#   --overrides: asrkit config overrides (as asrkit train's --set; space-separated) applied to --asrkit-config
+#   for both toolkits, e.g. "frontend.utterance_cmn=false data.max_frames=4000" for the demo's model
 #   DIR holds train/ dev/ test/ Kaldi dirs (wav.scp of audio files, text, utt2dur) and lang/ (asrkit's char
 #   tokenizer, as recipes/mini/run.sh stage 2 writes it). Without --cmvn, stage 0 computes the
 #   stats for --asrkit-config into OUT/asrkit/cmvn.json (the recipe's lang/cmvn.json may have been computed with
@@ -40,6 +43,7 @@ stage=0
 stop_stage=100
 tokenizer=""
 cmvn=""
+overrides=""
 . "$root/tools/parse_options.sh"
 [ $# -eq 0 ] || { echo "$0: unexpected argument '$1' (see --help)" >&2; exit 2; }
 for v in asrkit_config data epochs out; do
@@ -73,16 +77,19 @@ esp_text_opts="--use_preprocessor true --token_type char --token_list $out/espne
 stats="$out/espnet/stats"
 
 if run_stage 0; then
-  log 0 "ESPnet config from $asrkit_config ($epochs epochs) into $out/espnet"
+  log 0 "ESPnet config from $asrkit_config ($epochs epochs${overrides:+, $overrides}) into $out/espnet"
+  set_opts=()
+  for kv in $overrides; do set_opts+=(--set "$kv"); done
   if [ "$cmvn" = "$out/asrkit/cmvn.json" ] && [ ! -f "$cmvn" ]; then
     log 0 "global CMVN stats for $asrkit_config into $cmvn"
-    "$py" -m asrkit compute-cmvn --config "$asrkit_config" --max-utts 500 --no-progress "$data/train" "$cmvn"
+    "$py" -m asrkit compute-cmvn --config "$asrkit_config" "${set_opts[@]}" --max-utts 500 --no-progress \
+      "$data/train" "$cmvn"
   fi
   cmvn_opt=()
   [ "$cmvn" = none ] || { [ -f "$cmvn" ] || { echo "$0: $cmvn: no CMVN stats (or --cmvn none)" >&2; exit 1; }
                           cmvn_opt=(--cmvn); }
   "$py" "$helper" config --asrkit-config "$asrkit_config" --epochs "$epochs" --train "$data/train" \
-    --out "$out/espnet" "${cmvn_opt[@]}"
+    --out "$out/espnet" "${cmvn_opt[@]}" "${set_opts[@]}"
   cp "$out/espnet/asrkit_overrides.txt" "$out/asrkit/overrides.txt"
   "$py" "$helper" tokens --tokenizer "$tokenizer" --out "$out/espnet/tokens.txt"
 fi

@@ -59,14 +59,19 @@ def _unsupported(cfg: Any) -> List[str]:
     if enc.kind not in ("transformer", "conformer"):
         bad.append(f"model.encoder.kind {enc.kind} (transformer or conformer)")
     else:
-        if enc.interctc_layers or enc.self_condition or enc.dejavu_layer:
-            bad.append("model.encoder.interctc_layers/self_condition/dejavu_layer")
+        if enc.dejavu_layer or (enc.interctc_layers and m.intermediate_loss != "interctc"):
+            bad.append("model.encoder.dejavu_layer / model.intermediate_loss iterated (ESPnet's intermediate "
+                       "CTC is InterCTC on the shared head)")
+        if enc.interctc_layers and max(enc.interctc_layers) >= enc.num_layers:
+            bad.append(f"model.encoder.interctc_layers {list(enc.interctc_layers)} (ESPnet takes layers "
+                       f"1..{enc.num_layers - 1}: the last layer is the final CTC)")
         if enc.input_layer not in ("conv2d", "conv2d6", "conv2d8"):
             bad.append(f"model.encoder.input_layer {enc.input_layer}")
     if m.ctc_weight < 1.0 and m.decoder.kind != "transformer":
         bad.append(f"model.decoder.kind {m.decoder.kind} (a transformer decoder, or ctc_weight 1.0)")
-    if t.scheduler != "warmup_inverse_sqrt":
-        bad.append(f"train.scheduler {t.scheduler} (ESPnet's warmuplr is asrkit's warmup_inverse_sqrt)")
+    if t.scheduler not in ("warmup_inverse_sqrt", "warmup_cosine"):
+        bad.append(f"train.scheduler {t.scheduler} (ESPnet's warmuplr is asrkit's warmup_inverse_sqrt, its "
+                   "cosineannealingwarmuprestarts with one cycle asrkit's warmup_cosine)")
     if t.amp != "none" or t.mwer_weight > 0 or t.init_from:
         bad.append("train.amp/mwer_weight/init_from (the benchmark trains in fp32 from scratch)")
     return bad
@@ -82,6 +87,11 @@ def asrkit_overrides(cfg: Any, epochs: int) -> List[str]:
     return out
 
 
+def asrkit_batch_bins(cfg: Any) -> int:
+    """asrkit's batch budget (``data.max_frames`` of 10 ms) in samples, the unit of ESPnet's ``batch_bins``."""
+    return int(cfg.data.max_frames * cfg.frontend.sample_rate // 100)
+
+
 def _time_mask(cfg: Any, median_frames: Optional[float]) -> Dict[str, Any]:
     """asrkit caps a time mask at min(time_mask_width, floor(ratio * len)); ESPnet takes either a width range
     or a ratio range of the padded batch length. The cap binding for the median utterance is kept."""
@@ -92,12 +102,30 @@ def _time_mask(cfg: Any, median_frames: Optional[float]) -> Dict[str, Any]:
     return {"time_mask_width_range": [0, s.time_mask_width + 1]}
 
 
-def espnet_config(cfg: Any, epochs: int, *, median_frames: Optional[float] = None, cmvn: bool = True
-                  ) -> Dict[str, Any]:
+def _scheduler(t: Any, epochs: int, updates_per_epoch: Optional[int]) -> Dict[str, Any]:
+    """ESPnet's scheduler for asrkit's ``train.scheduler`` (both stepped after every update)."""
+    if t.scheduler == "warmup_inverse_sqrt":
+        # WarmupLR: lr * w^0.5 * min(s^-0.5, s * w^-1.5) = lr * min(sqrt(w / s), s / w), asrkit's formula
+        return {"scheduler": "warmuplr", "scheduler_conf": {"warmup_steps": max(1, t.warmup_steps)}}
+    # warmup_cosine: one cycle of CosineAnnealingWarmupRestarts over all updates, from 0 up to lr over the
+    # warm-up, then down to 0 (it gives update s the factor asrkit gives update s - 1: one update later).
+    if not updates_per_epoch:
+        raise BenchError("train.scheduler warmup_cosine needs ESPnet's updates per epoch (the cosine's length)")
+    total = epochs * updates_per_epoch
+    if t.warmup_steps >= total:
+        raise BenchError(f"train.warmup_steps {t.warmup_steps} is not below the run's {total} updates")
+    return {"scheduler": "cosineannealingwarmuprestarts",
+            "scheduler_conf": {"first_cycle_steps": total, "warmup_steps": t.warmup_steps, "max_lr": t.lr,
+                               "min_lr": 0.0}}
+
+
+def espnet_config(cfg: Any, epochs: int, *, median_frames: Optional[float] = None, cmvn: bool = True,
+                  updates_per_epoch: Optional[int] = None) -> Dict[str, Any]:
     """An ESPnet2 asr.yaml (as a dict) for the asrkit ExperimentConfig ``cfg``: same features, SpecAugment,
     encoder, loss weights, optimizer, schedule, batch budget and epochs. ``median_frames``: the median
     training utterance in feature frames (chooses ESPnet's time-mask form, see :func:`_time_mask`);
-    ``cmvn``: asrkit normalises with global CMVN stats (ESPnet then uses global_mvn on its own stats)."""
+    ``cmvn``: asrkit normalises with global CMVN stats (ESPnet then uses global_mvn on its own stats);
+    ``updates_per_epoch``: ESPnet's batches per epoch (needed by a cosine schedule, whose length it sets)."""
     bad = _unsupported(cfg)
     if bad:
         raise BenchError("no ESPnet2 equivalent for: " + "; ".join(bad))
@@ -124,13 +152,11 @@ def espnet_config(cfg: Any, epochs: int, *, median_frames: Optional[float] = Non
         "ctc_conf": {"dropout_rate": 0.0},
         "optim": t.optimizer,  # adam | adamw: the same names in ESPnet
         "optim_conf": {"lr": t.lr, "betas": [0.9, 0.98], "eps": 1.0e-9, "weight_decay": t.weight_decay},
-        # WarmupLR: lr * w^0.5 * min(s^-0.5, s * w^-1.5) = lr * min(sqrt(w / s), s / w), asrkit's formula
-        "scheduler": "warmuplr",
-        "scheduler_conf": {"warmup_steps": max(1, t.warmup_steps)},
+        **_scheduler(t, epochs, updates_per_epoch),
         # ESPnet's length sampler: batch size x longest utterance, in samples (+ the longest transcript in
         # characters, about 0.1% more); asrkit's: batch size x longest utterance in 10 ms frames.
         "batch_type": "length",
-        "batch_bins": int(d.max_frames * f.sample_rate // 100),
+        "batch_bins": asrkit_batch_bins(cfg),
         "max_epoch": epochs,
         "grad_clip": t.grad_clip if t.grad_clip > 0 else -1,
         "accum_grad": t.accum_grad,
@@ -157,6 +183,12 @@ def espnet_config(cfg: Any, epochs: int, *, median_frames: Optional[float] = Non
                                     "macaron_style": True, "use_cnn_module": True,
                                     "cnn_module_kernel": enc.conv_kernel, "activation_type": "swish",
                                     "rel_pos_type": "latest"})
+    if enc.interctc_layers:
+        # InterCTC: (1 - w) * final CTC + w * mean of the layers' CTC losses, the shared head on the final-normed
+        # layer outputs, layers counted from 1, in both; self-conditioning adds Linear(V, d)(softmax) back.
+        out["encoder_conf"].update({"interctc_layer_idx": sorted(enc.interctc_layers),
+                                    "interctc_use_conditioning": enc.self_condition})
+        out["model_conf"]["interctc_weight"] = m.interctc_weight
     if m.ctc_weight < 1.0:
         dec = m.decoder
         out["decoder"] = "transformer"
@@ -359,19 +391,20 @@ def cmd_config(args: argparse.Namespace) -> None:
 
     cfg = load_config(args.asrkit_config, args.set)
     check_data_dir(args.train)
-    conf = espnet_config(cfg, args.epochs, median_frames=median_frames(os.path.join(args.train, "utt2dur")),
-                         cmvn=cfg.cmvn is not None or args.cmvn)
     # The same number of updates per epoch: ESPnet's budget is set to give asrkit's batch count (its sampler
     # lets the utterance that crosses the budget into the batch, asrkit's stays within it).
     durs = {u: float(v) for u, v in read_table(os.path.join(args.train, "utt2dur")).items()}
     texts = read_table(os.path.join(args.train, "text"))
     lengths = [round(durs[u] * cfg.frontend.sample_rate) + len(" ".join(texts.get(u, "").split())) for u in durs]
     target = asrkit_batch_count(cfg, list(durs.values()))
-    conf["batch_bins"] = match_batch_bins(lengths, target, conf["batch_bins"])
+    bins = match_batch_bins(lengths, target, asrkit_batch_bins(cfg))
+    batches = espnet_batch_count(lengths, bins)
+    conf = espnet_config(cfg, args.epochs, median_frames=median_frames(os.path.join(args.train, "utt2dur")),
+                         cmvn=cfg.cmvn is not None or args.cmvn, updates_per_epoch=batches)
+    conf["batch_bins"] = bins
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "batches.json"), "w", encoding="utf-8") as fh:
-        json.dump({"asrkit": target, "espnet": espnet_batch_count(lengths, conf["batch_bins"]),
-                   "espnet_batch_bins": conf["batch_bins"]}, fh)
+        json.dump({"asrkit": target, "espnet": batches, "espnet_batch_bins": bins}, fh)
     with open(os.path.join(args.out, "asr.yaml"), "w", encoding="utf-8") as fh:
         yaml.safe_dump(conf, fh, sort_keys=False)
     with open(os.path.join(args.out, "asrkit_overrides.txt"), "w", encoding="utf-8") as fh:

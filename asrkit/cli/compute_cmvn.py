@@ -98,6 +98,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("data_dir", help="Kaldi data dir (wav.scp, optional segments)")
     parser.add_argument("out", help="output stats file (JSON)")
     parser.add_argument("--config", help="experiment YAML; its frontend section defines the features")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a value of --config, as for asrkit train (repeatable)")
     parser.add_argument("--max-utts", type=int, help="use at most N utterances, evenly spaced over the data dir")
     parser.add_argument("--device", default="cpu", help="torch device for feature extraction (default: cpu)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -106,8 +108,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error(f"--max-utts must be >= 1, got {args.max_utts}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error(f"--device {args.device}: CUDA is not available")
+    if args.overrides and not args.config:
+        parser.error("--set overrides a value of --config: give --config too")
     try:
-        cfg = load_config(args.config).frontend if args.config else FrontendConfig()
+        cfg = load_config(args.config, args.overrides).frontend if args.config else FrontendConfig()
         res = compute_cmvn(args.data_dir, args.out, cfg, max_utts=args.max_utts, device=args.device,
                            progress=not args.no_progress)
     except (ConfigError, CMVNError, DataDirError, TableError) as exc:

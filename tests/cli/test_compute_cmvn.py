@@ -81,6 +81,24 @@ def test_config_frontend_section_and_max_utts(tmp_path):
     np.testing.assert_allclose(stats["mean"], mean, rtol=1e-5, atol=1e-4)
 
 
+def test_set_overrides_the_config_frontend(tmp_path, capsys):
+    data, waves = _make_data_dir(tmp_path, [4000, 5600])
+    conf = tmp_path / "x.yaml"
+    conf.write_text("frontend:\n  n_mels: 40\n  utterance_cmn: true\n")
+    out = tmp_path / "cmvn.json"
+    assert main([str(data), str(out), "--config", str(conf), "--set", "frontend.n_mels=23",
+                 "--set", "frontend.utterance_cmn=false", "--no-progress"]) == 0
+    stats = json.loads(out.read_text())
+    count, mean, _ = _reference(waves, FrontendConfig(n_mels=23))
+    assert stats["dim"] == 23 and stats["meta"]["frontend"]["utterance_cmn"] is False
+    np.testing.assert_allclose(stats["mean"], mean, rtol=1e-5, atol=1e-4)
+    assert main([str(data), str(out), "--config", str(conf), "--set", "frontend.n_mel=23"]) == 1
+    assert "frontend.n_mel" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main([str(data), str(out), "--set", "frontend.n_mels=23"])
+    assert exc.value.code == 2 and "give --config too" in capsys.readouterr().err
+
+
 def test_errors(tmp_path, capsys):
     data, _ = _make_data_dir(tmp_path, [], broken=["missing1"])
     assert main([str(data), str(tmp_path / "o.json"), "--no-progress"]) == 1

@@ -76,6 +76,72 @@ def test_warmuplr_equals_asrkit_schedule(bench, tiny):
         assert espnet == pytest.approx(tiny.train.lr * ours(s), rel=1e-12)
 
 
+@pytest.fixture(scope="module")
+def demo():
+    """The demo's model without per-utterance normalisation (which ESPnet cannot add to global MVN)."""
+    return load_config(ROOT / "conf" / "mini_small.yaml", ["frontend.utterance_cmn=false"])
+
+
+def test_interctc_and_self_conditioning_map(bench, demo):
+    conf = bench.espnet_config(demo, 5, updates_per_epoch=100)
+    ec = conf["encoder_conf"]
+    assert tuple(demo.model.encoder.interctc_layers) == (2,) and demo.model.interctc_weight == 0.3
+    assert ec["interctc_layer_idx"] == [2] and ec["interctc_use_conditioning"] is False
+    assert conf["model_conf"]["interctc_weight"] == 0.3 and conf["encoder"] == "conformer"
+    cond = load_config(ROOT / "conf" / "mini_small.yaml", ["frontend.utterance_cmn=false",
+                                                          "model.encoder.interctc_layers=[3, 1]",
+                                                          "model.encoder.self_condition=true"])
+    ec = bench.espnet_config(cond, 5, updates_per_epoch=100)["encoder_conf"]
+    assert ec["interctc_layer_idx"] == [1, 3] and ec["interctc_use_conditioning"] is True
+    plain = bench.espnet_config(load_config(ROOT / "conf" / "tiny_ctc.yaml"), 1)
+    assert "interctc_layer_idx" not in plain["encoder_conf"] and "interctc_weight" not in plain["model_conf"]
+    iterated = load_config(ROOT / "conf" / "mini_small.yaml", ["frontend.utterance_cmn=false",
+                                                              "model.intermediate_loss=iterated"])
+    with pytest.raises(bench.BenchError, match="iterated"):
+        bench.espnet_config(iterated, 5, updates_per_epoch=100)
+
+
+def test_cosine_schedule_is_asrkits_one_update_later(bench, demo):
+    t, epochs, per_epoch = demo.train, 5, 77
+    conf = bench.espnet_config(demo, epochs, updates_per_epoch=per_epoch)
+    assert conf["scheduler"] == "cosineannealingwarmuprestarts"
+    sc = conf["scheduler_conf"]
+    total = epochs * per_epoch
+    assert sc == {"first_cycle_steps": total, "warmup_steps": t.warmup_steps, "max_lr": t.lr, "min_lr": 0.0}
+    ours = lr_factor(t.scheduler, t.warmup_steps, total)
+    w = sc["warmup_steps"]
+    for s in range(1, total + 1):
+        k = s - 1  # espnet2/schedulers/cosine_anneal_warmup_restart.py: update s runs at step_in_cycle s - 1
+        espnet = sc["max_lr"] * k / w if k < w else sc["max_lr"] * (1 + math.cos(math.pi * (k - w) / (total - w))) / 2
+        assert espnet == pytest.approx(t.lr * ours(s - 1), rel=1e-9, abs=1e-15)
+    with pytest.raises(bench.BenchError, match="updates per epoch"):
+        bench.espnet_config(demo, epochs)
+    with pytest.raises(bench.BenchError, match="not below the run's 300 updates"):
+        bench.espnet_config(demo, 3, updates_per_epoch=100)
+
+
+def test_config_command_sets_batches_and_cosine_length(bench, tmp_path):
+    train = tmp_path / "train"
+    train.mkdir()
+    durs = {f"u{i:03d}": 1.0 + 0.05 * i for i in range(120)}
+    (train / "utt2dur").write_text("".join(f"{u} {d}\n" for u, d in durs.items()))
+    (train / "text").write_text("".join(f"{u} HELLO WORLD\n" for u in durs))
+    (train / "wav.scp").write_text("".join(f"{u} /data/{u}.wav\n" for u in durs))
+    out = tmp_path / "esp"
+    assert bench.main(["config", "--asrkit-config", str(ROOT / "conf" / "mini_small.yaml"), "--set",
+                       "frontend.utterance_cmn=false", "--set", "data.max_frames=1500", "--set", "train.warmup_steps=50",
+                       "--epochs", "4",
+                       "--train", str(train), "--cmvn", "--out", str(out)]) == 0
+    batches = json.loads((out / "batches.json").read_text())
+    conf = yaml.safe_load((out / "asr.yaml").read_text())
+    assert 1 < batches["espnet"] <= batches["asrkit"] and conf["batch_bins"] == batches["espnet_batch_bins"]
+    assert conf["scheduler_conf"]["first_cycle_steps"] == 4 * batches["espnet"]
+    assert conf["encoder_conf"]["interctc_layer_idx"] == [2]
+    overrides = (out / "asrkit_overrides.txt").read_text().split()
+    assert overrides[:3] == ["frontend.utterance_cmn=false", "data.max_frames=1500", "train.warmup_steps=50"]
+    assert "train.epochs=4" in overrides and "model.encoder.conv_channels=144" in overrides
+
+
 def test_specaug_mask_ranges(bench, tiny):
     s = tiny.specaug
     conf = bench.espnet_config(tiny, 1, median_frames=1000.0)["specaug_conf"]
@@ -119,7 +185,8 @@ def test_attention_loss_normalisation_maps(bench, normalize, length_normalized):
 
 @pytest.mark.parametrize("override, key", [
     ("frontend.kind=kaldi_fbank", "frontend.kind"), ("speed_perturb.enabled=true", "speed_perturb"),
-    ("train.scheduler=constant", "train.scheduler"), ("model.encoder.interctc_layers=[2]", "interctc"),
+    ("train.scheduler=constant", "train.scheduler"), ("model.encoder.interctc_layers=[4]", "layers 1..3"),
+    ("model.encoder.dejavu_layer=2", "dejavu_layer"),
     ("frontend.utterance_cmn=true", "frontend.utterance_cmn"), ("frontend.dither=1.0", "frontend.dither 1.0"),
     ("frontend.log_floor=1e-6", "frontend.log_floor 1e-06")])
 def test_unmappable_settings_are_named(bench, override, key):
