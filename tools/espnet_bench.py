@@ -179,7 +179,7 @@ def espnet_config(cfg: Any, epochs: int, *, median_frames: Optional[float] = Non
         }
     if enc.kind == "conformer":
         # asrkit's conformer has rotary positions; ESPnet's standard relative positions stand in for them.
-        out["encoder_conf"].update({"pos_enc_layer_type": "rel_pos", "selfattn_layer_type": "rel_selfattn",
+        out["encoder_conf"].update({"pos_enc_layer_type": "rel_pos", "selfattention_layer_type": "rel_selfattn",
                                     "macaron_style": True, "use_cnn_module": True,
                                     "cnn_module_kernel": enc.conv_kernel, "activation_type": "swish",
                                     "rel_pos_type": "latest"})

@@ -171,6 +171,9 @@ def test_attention_decoder_and_conformer(bench):
     cfg = load_config(ROOT / "conf" / "tiny_conformer.yaml")
     conf = bench.espnet_config(cfg, 2)
     assert conf["encoder"] == "conformer" and conf["encoder_conf"]["cnn_module_kernel"] == cfg.model.encoder.conv_kernel
+    # ConformerEncoder's keyword names (espnet2/asr/encoder/conformer_encoder.py); a wrong one fails ESPnet's build
+    assert {"pos_enc_layer_type", "selfattention_layer_type", "macaron_style", "use_cnn_module",
+            "cnn_module_kernel", "activation_type", "rel_pos_type"} <= set(conf["encoder_conf"])
     if cfg.model.ctc_weight < 1.0:
         assert conf["decoder"] == "transformer"
         assert conf["decoder_conf"]["num_blocks"] == cfg.model.decoder.num_layers
