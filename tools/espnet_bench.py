@@ -293,6 +293,8 @@ def espnet_best_path(config: str, model_file: str, data_dir: str, out_dir: str) 
                 raise BenchError(f"utterance {utt}: {path} is {sr} Hz; the model was trained at {fs} Hz")
             speech = torch.from_numpy(wav)[None]  # (1, samples)
             enc, enc_lens = model.encode(speech, torch.tensor([speech.size(1)]))  # (1, T, D), (1,)
+            if isinstance(enc, tuple):  # with InterCTC layers: (final output, [(layer, output), ...])
+                enc = enc[0]
             ids = model.ctc.argmax(enc)[0, : int(enc_lens[0])]  # (T,)
             lines.append(f"{utt} {' '.join(best_path_words(ids.tolist(), tokens, utt))}".rstrip() + "\n")
     os.makedirs(out_dir, exist_ok=True)
