@@ -128,17 +128,17 @@ def test_config_command_sets_batches_and_cosine_length(bench, tmp_path):
     (train / "text").write_text("".join(f"{u} HELLO WORLD\n" for u in durs))
     (train / "wav.scp").write_text("".join(f"{u} /data/{u}.wav\n" for u in durs))
     out = tmp_path / "esp"
-    assert bench.main(["config", "--asrkit-config", str(ROOT / "conf" / "mini_small.yaml"), "--set",
-                       "frontend.utterance_cmn=false", "--set", "data.max_frames=1500", "--set", "train.warmup_steps=50",
-                       "--epochs", "4",
-                       "--train", str(train), "--cmvn", "--out", str(out)]) == 0
+    sets = ["frontend.utterance_cmn=false", "data.max_frames=1500", "train.warmup_steps=50"]
+    assert bench.main(["config", "--asrkit-config", str(ROOT / "conf" / "mini_small.yaml"),
+                       *[a for kv in sets for a in ("--set", kv)], "--epochs", "4", "--train", str(train), "--cmvn",
+                       "--out", str(out)]) == 0
     batches = json.loads((out / "batches.json").read_text())
     conf = yaml.safe_load((out / "asr.yaml").read_text())
     assert 1 < batches["espnet"] <= batches["asrkit"] and conf["batch_bins"] == batches["espnet_batch_bins"]
     assert conf["scheduler_conf"]["first_cycle_steps"] == 4 * batches["espnet"]
     assert conf["encoder_conf"]["interctc_layer_idx"] == [2]
     overrides = (out / "asrkit_overrides.txt").read_text().split()
-    assert overrides[:3] == ["frontend.utterance_cmn=false", "data.max_frames=1500", "train.warmup_steps=50"]
+    assert overrides[:3] == sets
     assert "train.epochs=4" in overrides and "model.encoder.conv_channels=144" in overrides
 
 
