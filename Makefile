@@ -19,11 +19,11 @@ install: $(STAMP) system-deps kenlm
 
 # espeak-ng, festival and flite voices (speech synthesis for the demo and tests), sox, flac.
 system-deps:
-	@bash tools/install_system_deps.sh
+	@bash tools/install/install_system_deps.sh
 
 # KenLM's lmplz (asrkit train-ngram: the demo's word n-gram LM), built once into tools/kenlm/bin (~1 min).
 kenlm: $(STAMP)
-	@PYTHON=$(PY) bash tools/install_kenlm.sh
+	@PYTHON=$(PY) bash tools/install/install_kenlm.sh
 
 test: install
 	$(PY) -m pytest -q tests

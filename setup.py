@@ -43,8 +43,8 @@ setup(
         "dev": ["pytest>=7", "pytest-timeout>=2.1", "kenlm>=0.2", "mutmut>=3.8",
                 # independent SRT and WebVTT parsers for the output-format tests
                 "srt>=3.5", "webvtt-py>=0.6"],
-        # Peer CTC decoders for tools/bench_decode.py only (pyctcdecode pins numpy<2: use a separate
-        # venv, tools/setup_bench_env.sh); flashlight-text backs torchaudio's ctc_decoder.
+        # Peer CTC decoders for tools/bench/bench_decode.py only (pyctcdecode pins numpy<2: use a separate
+        # venv, tools/install/setup_bench_env.sh); flashlight-text backs torchaudio's ctc_decoder.
         "bench": ["pyctcdecode>=0.5", "flashlight-text>=0.0.7", "kenlm>=0.2"],
     },
     entry_points={"console_scripts": ["asrkit=asrkit.cli:main"]},

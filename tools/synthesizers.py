@@ -123,7 +123,7 @@ def find_programs(synths: Sequence[str], binaries: Optional[Dict[str, str]] = No
         path = shutil.which(name)
         if path is None:
             raise FileNotFoundError(f"{PROGRAMS[synth]} not found ('{name}'), needed for the {synth} synthesizer; "
-                                    f"install it (apt-get install {PACKAGES[synth]}, or tools/install_system_deps.sh) "
+                                    f"install it (apt-get install {PACKAGES[synth]}, or tools/install/install_system_deps.sh) "
                                     f"or leave {synth} out of --train-synths/--unseen-synth")
         found[synth] = path
     return found

@@ -4,7 +4,7 @@ Word units: the LM's words are the transcript words (a word LM, applied at word 
 of any tokenizer). Token units: each transcript is first split into the tokenizer's pieces
 (chars with "▁" for spaces, or sentencepiece pieces) and the LM is over those pieces.
 lmplz is found in $ASRKIT_KENLM_BIN, then tools/kenlm/bin, then PATH; build it with
-tools/install_kenlm.sh. The estimator is lmplz's modified Kneser-Ney; --discount_fallback
+tools/install/install_kenlm.sh. The estimator is lmplz's modified Kneser-Ney; --discount_fallback
 is passed by default so that tiny corpora (no singletons/doubletons) still train, and
 --skip_symbols so that <s>, </s>, <unk> in the text are read as spaces.
 Output ending in .gz is gzip-compressed.
@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Sequence
 
 from asrkit.data.table import TableError, iter_table
 
-# tools/kenlm/bin of this checkout (filled by tools/install_kenlm.sh)
+# tools/kenlm/bin of this checkout (filled by tools/install/install_kenlm.sh)
 DEFAULT_KENLM_DIR = Path(__file__).resolve().parents[2] / "tools" / "kenlm" / "bin"
 
 
@@ -43,7 +43,7 @@ def find_kenlm_binary(name: str) -> str:
         return found
     raise KenlmNotFoundError(
         f"KenLM's {name} was not found (looked in $ASRKIT_KENLM_BIN={env or '<unset>'}, {DEFAULT_KENLM_DIR} "
-        f"and PATH). Build it with tools/install_kenlm.sh (about a minute), or set ASRKIT_KENLM_BIN to the "
+        f"and PATH). Build it with tools/install/install_kenlm.sh (about a minute), or set ASRKIT_KENLM_BIN to the "
         f"folder that holds {name}.")
 
 

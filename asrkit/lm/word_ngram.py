@@ -38,7 +38,7 @@ scores -inf, and a boundary or ``</s>`` is allowed only after a whole listed wor
 hypotheses score as with this scorer (no lexicon) fused with :class:`asrkit.search.lexicon.LexiconScorer`
 (tested); the look-ahead counts listed words only, and the work is one scorer's ops instead of two.
 The search's ``token_min_logp`` floor can cut exactly the tokens a lexicon search needs to spell a listed
-word near an unlisted one: on tools/bench_decode.py's char inputs (7.5% OOV words, beam 10) WER was 14.3%
+word near an unlisted one: on tools/bench/bench_decode.py's char inputs (7.5% OOV words, beam 10) WER was 14.3%
 with the default floor of -12 and 11.2% without it (no slower): pass ``token_min_logp=None`` with a lexicon.
 
 ``unk_offset`` (ln) is added to every word outside the LM and, with look-ahead, to partial words
@@ -46,7 +46,7 @@ that no LM word starts with (their look-ahead is then ``<unk>``'s plus the offse
 offset keeps the search from spelling out-of-vocabulary words, as pyctcdecode's
 ``unk_score_offset`` does. With 0 (the LM's own ``<unk>`` score) a misspelt word is often cheaper
 than two real ones, and the search glues words together. Default :data:`DEFAULT_UNK_OFFSET` = -10,
-measured with tools/bench_decode.py's text inputs (32 held-out utterances, word 3-gram, weight 0.5,
+measured with tools/bench/bench_decode.py's text inputs (32 held-out utterances, word 3-gram, weight 0.5,
 beam 10), WER at offsets 0 / -5 / -10 / -15 / -23: chars 11.6 / 7.2 / 5.3 / 5.4 / 5.4%, BPE-500
 6.9 / 3.7 / 3.4 / 3.0 / 3.3%.
 """

@@ -234,7 +234,7 @@ if run_stage 5 && [ "$lm" != none ]; then
       key="$(fingerprint "${text_opts[@]}" "$lm_order")"
       if is_done exp/lm "word${lm_order}gram" "$key"; then log 5 "exp/lm/word${lm_order}gram.arpa.gz is complete; skipped"
       else
-        log 5 "training a word $lm_order-gram on ${src:-data/train/text} (KenLM lmplz; tools/install_kenlm.sh builds it)"
+        log 5 "training a word $lm_order-gram on ${src:-data/train/text} (KenLM lmplz; tools/install/install_kenlm.sh builds it)"
         asrkit train-ngram --order "$lm_order" "${text_opts[@]}" "exp/lm/word${lm_order}gram.arpa.gz"
         mark_done exp/lm "word${lm_order}gram" "$key"
       fi ;;

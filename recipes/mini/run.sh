@@ -35,7 +35,7 @@
 #               without an LM (conf/decode_joint.yaml) and with it (--joint-decode-config, default
 #               conf/decode_joint_wordlm.yaml; conf/decode_joint.yaml with --lm-kind neural): rows decode_<set>_joint
 #               and decode_<set>_joint_lm. Needs a model with an attention decoder (--size small-joint).
-#   --lm-kind   ngram: word n-gram (KenLM lmplz, tools/install_kenlm.sh) and a lexicon of its words;
+#   --lm-kind   ngram: word n-gram (KenLM lmplz, tools/install/install_kenlm.sh) and a lexicon of its words;
 #               neural: the character LSTM LM of --lm-config on the same text
 #   stage 0: synthesize data/{train,dev,test,test_unseen}   stage 4: LM text (book text + train transcripts) and LM
 #   stage 1: validate the data dirs                         stage 5: LM weight and length bonus chosen on data/dev

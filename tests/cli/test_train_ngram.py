@@ -14,7 +14,7 @@ def _lmplz_or_skip():
     try:
         return cli.find_kenlm_binary("lmplz")
     except cli.KenlmNotFoundError:
-        pytest.skip("lmplz not built (tools/install_kenlm.sh)")
+        pytest.skip("lmplz not built (tools/install/install_kenlm.sh)")
 
 
 def test_missing_lmplz_names_the_install_script(tmp_path, monkeypatch, capsys):
@@ -25,7 +25,7 @@ def test_missing_lmplz_names_the_install_script(tmp_path, monkeypatch, capsys):
     text.write_text(TEXT, encoding="utf-8")
     assert cli.main(["--order", "3", "--text", str(text), str(tmp_path / "lm.arpa")]) == 1
     err = capsys.readouterr().err
-    assert "lmplz was not found" in err and "tools/install_kenlm.sh" in err
+    assert "lmplz was not found" in err and "tools/install/install_kenlm.sh" in err
     assert not (tmp_path / "lm.arpa").exists()
 
 

@@ -129,7 +129,7 @@ class Recipe:
 def recipe(tmp_path_factory) -> Dict[str, object]:
     """The slow part: corpus, stages 1-2, a training run killed after its first checkpoint, stages 3-7."""
     if shutil.which("espeak-ng") is None:
-        pytest.skip("espeak-ng is not installed (tools/install_system_deps.sh installs it)")
+        pytest.skip("espeak-ng is not installed (tools/install/install_system_deps.sh installs it)")
     root = tmp_path_factory.mktemp("librispeech")
     texts = make_librispeech_tree(root / "corpus")
     rec = Recipe(root / "work", root / "corpus", "ngram" if _lmplz_available() else "none")
@@ -219,7 +219,7 @@ def test_results_md_has_the_wer_of_every_decode_dir(recipe):
 
 def test_ngram_lm_fused(recipe):
     if recipe["rec"].lm == "none":
-        pytest.skip("KenLM's lmplz is not installed (tools/install_kenlm.sh): the recipe ran with --lm none")
+        pytest.skip("KenLM's lmplz is not installed (tools/install/install_kenlm.sh): the recipe ran with --lm none")
     exp = recipe["rec"].exp
     assert (recipe["rec"].work / "exp" / "lm" / "word3gram.arpa.gz").is_file()
     used = (exp / "decode_ctc_prefix_lm" / "test-clean" / "decode.yaml").read_text()

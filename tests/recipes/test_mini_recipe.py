@@ -34,7 +34,7 @@ def test_mini_recipe_runs_every_stage(tmp_path):
     if shutil.which("espeak-ng") is None or shutil.which("festival") is None:
         pytest.skip("espeak-ng/festival are not installed (make test installs them)")
     if not _lmplz_built():
-        pytest.skip("KenLM's lmplz is not built (make install builds it: tools/install_kenlm.sh)")
+        pytest.skip("KenLM's lmplz is not built (make install builds it: tools/install/install_kenlm.sh)")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     cmd = ["bash", str(REPO / "recipes" / "mini" / "run.sh"), "--workdir", str(tmp_path), "--num-train", "8",
            "--num-dev", "2", "--num-test", "2", "--num-test-unseen", "2", "--jobs", "1",

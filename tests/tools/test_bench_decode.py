@@ -1,4 +1,4 @@
-"""tools/bench_decode.py and its siblings bench_decode_inputs.py (log-probs, Setup) and bench_decode_peers.py
+"""tools/bench/bench_decode.py and its siblings bench_decode_inputs.py (log-probs, Setup) and bench_decode_peers.py
 (pyctcdecode, flashlight): runs tiny with asrkit's decoders only (no peers, no KenLM binaries)."""
 from __future__ import annotations
 
@@ -22,19 +22,19 @@ SENTENCES = ["THE CAT SAT ON THE MAT", "A DOG RAN IN THE PARK", "SHE READ A GOOD
 
 @pytest.fixture(scope="module")
 def inputs():
-    return load_tool("bench_decode_inputs")
+    return load_tool("bench/bench_decode_inputs")
 
 
 @pytest.fixture(scope="module")
 def peers(inputs):
-    return load_tool("bench_decode_peers")
+    return load_tool("bench/bench_decode_peers")
 
 
 @pytest.fixture(scope="module")
 def tool(inputs, peers):
     # After its siblings: bench_decode imports the modules load_tool registered, so
     # peers.Unsupported is the class bench_decode catches.
-    return load_tool("bench_decode")
+    return load_tool("bench/bench_decode")
 
 
 def _write_bigram_arpa(path: Path, sentences, split) -> None:
@@ -59,7 +59,7 @@ def _write_bigram_arpa(path: Path, sentences, split) -> None:
 
 @pytest.fixture(scope="module")
 def lm_dir(tmp_path_factory) -> Path:
-    """What tools/make_bench_lm.py writes, for a char tokenizer, with hand-made order-2 LMs."""
+    """What tools/bench/make_bench_lm.py writes, for a char tokenizer, with hand-made order-2 LMs."""
     root = tmp_path_factory.mktemp("bench_lm")
     (root / "heldout.txt").write_text("\n".join(SENTENCES) + "\n")
     tok = CharTokenizer.train(SENTENCES)

@@ -1,5 +1,5 @@
-"""tools/espnet_bench.py (asrkit config -> ESPnet2 asr.yaml dict, token list, text shapes, timing, best path)
-and tools/espnet_report.py (the table of stage 7).
+"""tools/espnet/espnet_bench.py (asrkit config -> ESPnet2 asr.yaml dict, token list, text shapes, timing, best path)
+and tools/espnet/espnet_report.py (the table of stage 7).
 
 ESPnet is never imported: its formulas (WarmupLR, randint's exclusive bound, the char tokenizer's
 <space>) are written out here as the references.
@@ -24,18 +24,18 @@ from asrkit.train.optim import lr_factor
 from tool_loader import load_tool
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOL = ROOT / "tools" / "espnet_bench.py"
+TOOL = ROOT / "tools" / "espnet" / "espnet_bench.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return load_tool("espnet_bench")
+    return load_tool("espnet/espnet_bench")
 
 
 @pytest.fixture(scope="module")
 def report(bench):
     """Loaded after espnet_bench, so its ``from espnet_bench import`` binds the module the tests hold."""
-    return load_tool("espnet_report")
+    return load_tool("espnet/espnet_report")
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ COUNTS = ["--num-train", "6", "--num-dev", "2", "--num-test", "3", "--num-test-u
 HAVE_ALL = all(shutil.which(p) for p in ("festival", "flite"))
 
 pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
-needs_all = pytest.mark.skipif(not HAVE_ALL, reason="festival or flite is not installed (tools/install_system_deps.sh)")
+needs_all = pytest.mark.skipif(not HAVE_ALL, reason="festival or flite is not installed (tools/install/install_system_deps.sh)")
 
 
 def _load_tool():
@@ -49,7 +49,7 @@ def corpora(tool, tmp_path_factory):
     Default synthesizers: espeak + festival for train/dev/test, flite awb/rms for test_unseen.
     """
     if not HAVE_ALL:
-        pytest.skip("festival or flite is not installed (tools/install_system_deps.sh)")
+        pytest.skip("festival or flite is not installed (tools/install/install_system_deps.sh)")
     root = tmp_path_factory.mktemp("synth")
     assert tool.main(["--out", str(root / "noisy"), *COUNTS, "--seed", "3", "--snr-db", "20",
                       "--no-progress"]) == 0

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark of ``asrkit transcribe``: real-time factor and where the time goes, and a long recording.
 
-    python tools/bench_transcribe.py --model recipes/mini/exp/small --data recipes/mini/data/test \
+    python tools/bench/bench_transcribe.py --model recipes/mini/exp/small --data recipes/mini/data/test \
         [--decode-config recipes/mini/exp/small/tune_dev/decode.yaml] [--minutes 60]
 
 1. The data dir's utterances as separate files (after the model is loaded): WER, RTF and its split
@@ -28,7 +28,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 import asrkit  # noqa: E402
 from asrkit.audio.io import load_audio  # noqa: E402

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Create a separate virtual environment with ESPnet2 for tools/bench_espnet.sh.
+# Create a separate virtual environment with ESPnet2 for tools/espnet/bench_espnet.sh.
 #
-# Usage: tools/setup_espnet_env.sh [--venv DIR] [--espnet SPEC]
+# Usage: tools/espnet/setup_espnet_env.sh [--venv DIR] [--espnet SPEC]
 #   --venv DIR     the venv to create or update (default: .venv-espnet in the repo root)
 #   --espnet SPEC  the pip requirement for ESPnet (default: espnet)
 #
@@ -15,7 +15,7 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/.." && pwd)"
+root="$(cd "$here/../.." && pwd)"
 venv="$root/.venv-espnet"
 espnet_spec="espnet"
 while [ $# -gt 0 ]; do

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Create a separate virtual environment for tools/bench_decode.py with the peer CTC decoders.
+# Create a separate virtual environment for tools/bench/bench_decode.py with the peer CTC decoders.
 #
-# Usage: tools/setup_bench_env.sh [--venv DIR] [--main-venv DIR] [--standalone]
+# Usage: tools/install/setup_bench_env.sh [--venv DIR] [--main-venv DIR] [--standalone]
 #   --venv DIR       the benchmark venv to create or update (default: .venv-bench in the repo root)
 #   --main-venv DIR  the toolkit's venv whose packages are reused (default: .venv; see below)
 #   --standalone     install asrkit and everything it needs into DIR (pip install -e '.[bench]':
@@ -16,11 +16,11 @@
 # torchaudio's `models.decoder.ctc_decoder` is flashlight-text's LexiconFreeDecoder behind a
 # Python wrapper; the benchmark uses it, or flashlight-text directly if torchaudio lacks it.
 # Idempotent; ends with an import check. Then run, e.g.:
-#   .venv-bench/bin/python tools/bench_decode.py --decoders prefix pyctcdecode flashlight
+#   .venv-bench/bin/python tools/bench/bench_decode.py --decoders prefix pyctcdecode flashlight
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/.." && pwd)"
+root="$(cd "$here/../.." && pwd)"
 venv="$root/.venv-bench"
 main_venv="$root/.venv"
 standalone=0
@@ -100,4 +100,4 @@ except Exception as exc:  # torchaudio without the decoder wrapper: flashlight-t
 print(f"bench venv ok: numpy {numpy.__version__}, torch {torch.__version__}, "
       f"pyctcdecode {getattr(pyctcdecode, '__version__', '?')}, flashlight via {fl}")
 EOF
-log "done; run tools/bench_decode.py with $venv/bin/python"
+log "done; run tools/bench/bench_decode.py with $venv/bin/python"

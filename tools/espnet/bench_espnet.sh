@@ -2,10 +2,10 @@
 # Side-by-side benchmark against ESPnet2 (issue 12): train both toolkits on the same Kaldi data dirs with the
 # same model, features, SpecAugment, optimizer, schedule and epochs; decode CTC without an LM (both by best
 # path, and ESPnet also by its own beam-1 prefix search); print one table of WER/CER (asrkit's scorer on the
-# same references) and training throughput (audio seconds per second). tools/bench_espnet_audit.md: what
+# same references) and training throughput (audio seconds per second). tools/espnet/bench_espnet_audit.md: what
 # differs between the two at tiny_ctc.yaml.
 #
-# Usage: tools/bench_espnet.sh --asrkit-config conf/tiny_ctc.yaml --data DIR --epochs N --out DIR
+# Usage: tools/espnet/bench_espnet.sh --asrkit-config conf/tiny_ctc.yaml --data DIR --epochs N --out DIR
 #                              [--threads 1] [--stage 0] [--stop-stage 100]
 #                              [--tokenizer DIR/lang/tokenizer.json] [--cmvn FILE | none]
 #                              [--overrides "KEY=VALUE ..."]
@@ -20,19 +20,19 @@
 #   stage 2: ESPnet training (timed)                   stage 3: asrkit training (timed), right after it
 #   stage 4: ESPnet decoding of test/, twice: its asr_inference (beam 1, ctc_weight 1.0: a label-synchronous
 #            CTC prefix search) into OUT/espnet/decode_test/, and best path (frame argmax, collapse, drop blank;
-#            tools/espnet_bench.py greedy) into OUT/espnet/decode_test_greedy/
+#            tools/espnet/espnet_bench.py greedy) into OUT/espnet/decode_test_greedy/
 #   stage 5: asrkit greedy (best-path) CTC decoding of test/ into OUT/asrkit/decode_test/
-#   stage 6: per-step time of both on identical batches (tools/espnet_step_time.py, interleaved, 2 rounds)
+#   stage 6: per-step time of both on identical batches (tools/espnet/espnet_step_time.py, interleaved, 2 rounds)
 #   stage 7: score all three decodings, print the table and write it to OUT/results.md
-#            (tools/espnet_report.py); the asrkit / ESPnet WER ratio is taken against ESPnet's best path (the
+#            (tools/espnet/espnet_report.py); the asrkit / ESPnet WER ratio is taken against ESPnet's best path (the
 #            same rule as asrkit's) and also printed against its prefix search
-# Needs .venv (make install) and .venv-espnet (tools/setup_espnet_env.sh). Both toolkits run with
+# Needs .venv (make install) and .venv-espnet (tools/espnet/setup_espnet_env.sh). Both toolkits run with
 # OMP_NUM_THREADS=--threads and one data-loader worker (data.num_workers of the config, for both).
 # Stages are idempotent: a timed training that finished is not run again (OUT/timings.json); decoding and
 # scoring stages rewrite their outputs.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/.." && pwd)"
+root="$(cd "$here/../.." && pwd)"
 
 asrkit_config=""
 data=""
@@ -57,8 +57,8 @@ cmvn="${cmvn:-$out/asrkit/cmvn.json}"
 py="$root/.venv/bin/python"
 esp="$root/.venv-espnet/bin/python"
 [ -x "$py" ] || { echo "$0: no $py (run make install)" >&2; exit 1; }
-[ -x "$esp" ] || { echo "$0: no $esp (run tools/setup_espnet_env.sh)" >&2; exit 1; }
-helper="$root/tools/espnet_bench.py"
+[ -x "$esp" ] || { echo "$0: no $esp (run tools/espnet/setup_espnet_env.sh)" >&2; exit 1; }
+helper="$root/tools/espnet/espnet_bench.py"
 data="$(cd "$data" && pwd)"
 mkdir -p "$out/espnet" "$out/asrkit"
 out="$(cd "$out" && pwd)"
@@ -155,12 +155,12 @@ if run_stage 6; then
   log 6 "per-step time on identical batches (asrkit, ESPnet, asrkit, ESPnet) into $out/step_time.json"
   rm -f "$out/step_time.json"
   for _ in 1 2; do
-    "$py" "$root/tools/espnet_step_time.py" --toolkit asrkit --out "$out" --data "$data"
-    "$esp" "$root/tools/espnet_step_time.py" --toolkit espnet --out "$out" --data "$data" 2>> "$out/espnet/step_time.log"
+    "$py" "$root/tools/espnet/espnet_step_time.py" --toolkit asrkit --out "$out" --data "$data"
+    "$esp" "$root/tools/espnet/espnet_step_time.py" --toolkit espnet --out "$out" --data "$data" 2>> "$out/espnet/step_time.log"
   done
 fi
 
 if run_stage 7; then
   log 7 "scoring; table in $out/results.md"
-  "$py" "$root/tools/espnet_report.py" --out "$out" --data "$data" --epochs "$epochs" --threads "$threads"
+  "$py" "$root/tools/espnet/espnet_report.py" --out "$out" --data "$data" --epochs "$epochs" --threads "$threads"
 fi

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""The table of tools/bench_espnet.sh (stage 7): WER, CER and training throughput of asrkit and ESPnet2.
+"""The table of tools/espnet/bench_espnet.sh (stage 7): WER, CER and training throughput of asrkit and ESPnet2.
 
 usage: espnet_report.py --out OUT --data DIR --epochs N [--threads T]
 
 Scores asrkit's and ESPnet's hypotheses (ESPnet: best path and its beam-1 prefix search) on DIR/test/text with
-asrkit's scorer, takes the training wall times from OUT/timings.json (tools/espnet_bench.py timed), the epochs'
+asrkit's scorer, takes the training wall times from OUT/timings.json (tools/espnet/espnet_bench.py timed), the epochs'
 training parts from both training logs, the per-step times from OUT/step_time.json
-(tools/espnet_step_time.py) and the batch counts from OUT/espnet/batches.json (tools/espnet_bench.py config);
+(tools/espnet/espnet_step_time.py) and the batch counts from OUT/espnet/batches.json (tools/espnet/espnet_bench.py config);
 writes OUT/results.md and prints it. A row whose hypotheses or training time are missing is left out, with a
 line on stderr. Run it with the toolkit's .venv (it imports asrkit).
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # espnet_bench beside this file
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # asrkit from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # asrkit from a checkout without installing
 
 from espnet_bench import BenchError, load_record  # noqa: E402
 

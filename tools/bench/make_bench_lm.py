@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Build the tokenizers and n-gram LMs that tools/bench_decode.py uses in its text mode.
+"""Build the tokenizers and n-gram LMs that tools/bench/bench_decode.py uses in its text mode.
 
-Usage: tools/make_bench_lm.py [--out exp/bench_decode] [--text tools/corpus/sentences.txt]
+Usage: tools/bench/make_bench_lm.py [--out exp/bench_decode] [--text tools/corpus/sentences.txt]
                               [--heldout 1000] [--order 4] [--bpe-size 500] [--force]
 
 The last --heldout sentences of --text are kept out of every tokenizer and LM and written to
@@ -14,7 +14,7 @@ text. From the other sentences (OUT/train.txt) it writes
   OUT/bpe500/4gram.arpa       asrkit train-ngram --units token (an LM over the BPE pieces)
   OUT/word_4gram.arpa         asrkit train-ngram --units word
 
-through the same Python functions as those subcommands (KenLM's lmplz: tools/install_kenlm.sh).
+through the same Python functions as those subcommands (KenLM's lmplz: tools/install/install_kenlm.sh).
 Existing outputs are kept unless --force. Takes a few seconds.
 """
 from __future__ import annotations
@@ -24,11 +24,11 @@ import os
 import sys
 from typing import List, Optional
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from asrkit.cli.train_ngram import KenlmNotFoundError, train_ngram  # noqa: E402
 from asrkit.cli.train_tokenizer import train_tokenizer  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+TOOLS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _write_lines(path: str, lines: List[str]) -> None:
@@ -69,7 +69,7 @@ def build(out: str, text: str, heldout: int, order: int, bpe_size: int, force: b
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="make_bench_lm.py", description=__doc__.splitlines()[0])
     p.add_argument("--out", default="exp/bench_decode", help="output folder (default: exp/bench_decode)")
-    p.add_argument("--text", default=os.path.join(HERE, "corpus", "sentences.txt"),
+    p.add_argument("--text", default=os.path.join(TOOLS, "corpus", "sentences.txt"),
                    help="plain sentences, one per line (default: tools/corpus/sentences.txt)")
     p.add_argument("--heldout", type=int, default=1000, help="last sentences kept for the benchmark inputs")
     p.add_argument("--order", type=int, default=4)

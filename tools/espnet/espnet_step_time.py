@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Per-step training time of asrkit and ESPnet2 on identical batches (a part of tools/bench_espnet.sh).
+"""Per-step training time of asrkit and ESPnet2 on identical batches (a part of tools/espnet/bench_espnet.sh).
 
 usage: espnet_step_time.py --toolkit asrkit|espnet --out OUT --data DIR [--batch-size 8] [--batches 6]
 
 Run it with the toolkit's own venv (.venv for asrkit, .venv-espnet for ESPnet), after both trained into
-OUT (tools/bench_espnet.sh stages 2 and 3): each model is built afresh from its experiment's config
+OUT (tools/espnet/bench_espnet.sh stages 2 and 3): each model is built afresh from its experiment's config
 (random weights: the time does not depend on them) and takes one warm-up step, then one step per batch:
 forward, backward, gradient clipping and the optimizer update, as in their trainers, without data
 loading. The batches: --batches x --batch-size utterances of DIR/train, consecutive in sorted id order
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # espnet_bench beside this file
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # asrkit from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # asrkit from a checkout without installing
 
 from espnet_bench import SPACE, BenchError, load_record, read_table  # noqa: E402
 

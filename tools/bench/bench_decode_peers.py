@@ -1,8 +1,8 @@
-"""The peer CTC decoders of tools/bench_decode.py: pyctcdecode and flashlight (torchaudio's ctc_decoder).
+"""The peer CTC decoders of tools/bench/bench_decode.py: pyctcdecode and flashlight (torchaudio's ctc_decoder).
 
-Not a script: tools/bench_decode.py imports the builders for its DECODERS table and checks with
-:func:`check_peers` that their modules import (they are optional: tools/setup_bench_env.sh makes
-.venv-bench with them). A builder takes the setup (tools/bench_decode_inputs.py), beam, LM kind and
+Not a script: tools/bench/bench_decode.py imports the builders for its DECODERS table and checks with
+:func:`check_peers` that their modules import (they are optional: tools/install/setup_bench_env.sh makes
+.venv-bench with them). A builder takes the setup (tools/bench/bench_decode_inputs.py), beam, LM kind and
 the parsed arguments, runs outside the timing, and returns a function rows -> top hypotheses:
   pyctcdecode_decoder         pyctcdecode.build_ctcdecoder(...).decode_beams; LM: word (KenLM)
   flashlight_decoder          lexicon-free ctc_decoder (flashlight-text directly if torchaudio lacks it); LM: token
@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 _TOOLS = os.path.dirname(os.path.abspath(__file__))
-if _TOOLS not in sys.path:  # bench_decode_inputs beside this file; appended, so tools/kenlm & co. shadow nothing
+if _TOOLS not in sys.path:  # bench_decode_inputs beside this file; appended, so it shadows nothing
     sys.path.append(_TOOLS)
 from bench_decode_inputs import Hyp, Setup  # noqa: E402
 
@@ -204,5 +204,5 @@ def check_peers(needs: Sequence[Tuple[str, str]]) -> Optional[str]:
     if not missing:
         return None
     return (f"peer decoder(s) not installed: {', '.join(missing)}. They are optional benchmark "
-            f"dependencies: run tools/setup_bench_env.sh and use .venv-bench/bin/python "
+            f"dependencies: run tools/install/setup_bench_env.sh and use .venv-bench/bin/python "
             f"(or pip install -e '.[bench]' where numpy<2 is acceptable).")

@@ -1,10 +1,10 @@
-"""The inputs of tools/bench_decode.py: seeded CTC log-probs that every decoder row decodes alike.
+"""The inputs of tools/bench/bench_decode.py: seeded CTC log-probs that every decoder row decodes alike.
 
-Not a script: tools/bench_decode.py imports it and builds its setups from its arguments (see its
+Not a script: tools/bench/bench_decode.py imports it and builds its setups from its arguments (see its
 --help for the two kinds of input): :func:`peaky_log_probs` (random "peaky" log-probs, an integer
 vocab) and :func:`text_log_probs` spelling texts of :func:`pick_texts` (a tokenizer's name). A
 :class:`Setup` holds one vocabulary's inputs, converts a decoder's hypotheses (:data:`Hyp`) between
-token ids and text, and loads the asrkit LM scorers; tools/bench_decode_peers.py reads it too.
+token ids and text, and loads the asrkit LM scorers; tools/bench/bench_decode_peers.py reads it too.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark CTC decoders (asrkit's prefix beam search and peers) on identical, seeded log-probs.
 
-Usage: tools/bench_decode.py [--vocabs 29 500 5000 | char bpe500] [--batch 32] [--frames 250]
+Usage: tools/bench/bench_decode.py [--vocabs 29 500 5000 | char bpe500] [--batch 32] [--frames 250]
            [--beams 10 50] [--threads 1 2] [--lms none token word] [--repeats 3]
            [--decoders prefix prefix-exact prefix-lexicon api greedy pyctcdecode flashlight flashlight-lexicon]
            [--lm-dir exp/bench_decode] [--order 4]
@@ -10,19 +10,19 @@ Usage: tools/bench_decode.py [--vocabs 29 500 5000 | char bpe500] [--batch 32] [
            [--markdown FILE] [--profile N]
 
 Inputs (every decoder sees the same log-probs; one utterance = 10 s = 250 frames of 40 ms; the
-log-probs come from tools/bench_decode_inputs.py):
+log-probs come from tools/bench/bench_decode_inputs.py):
   * an integer vocab (default 29 500 5000): random "peaky" log-probs, one random dominant class per
     frame (:func:`peaky_log_probs`); tokens are meaningless, so no LM runs on them.
   * a name (char, bpe500): log-probs made from real text. Sentences of LM_DIR/heldout.txt
-    (sentences no LM saw; tools/make_bench_lm.py writes it, the tokenizers and the LMs) are
+    (sentences no LM saw; tools/bench/make_bench_lm.py writes it, the tokenizers and the LMs) are
     tokenized with LM_DIR/NAME/tokenizer.json, each token spread over 1-3 frames with blanks
     between, --confusion of the tokens get a competitor (another token or blank) with 25-65% of
     the mass, every frame gets noise (:func:`text_log_probs`). LMs: "token" = LM_DIR/NAME/ORDERgram.arpa
     (over the tokenizer's pieces), "word" = LM_DIR/word_ORDERgram.arpa (ORDER = --order, default 4;
-    for 3-grams run tools/make_bench_lm.py --order 3 and pass --order 3).
+    for 3-grams run tools/bench/make_bench_lm.py --order 3 and pass --order 3).
 
 Decoders ("prefix" etc. need only asrkit; the peers come with `pip install -e '.[bench]'`, best in
-a separate venv made by tools/setup_bench_env.sh; their builders are in tools/bench_decode_peers.py):
+a separate venv made by tools/install/setup_bench_env.sh; their builders are in tools/bench/bench_decode_peers.py):
   prefix        asrkit.search.ctc_prefix_beam_search with the pruning flags
   prefix-exact  the same search with no token pruning and no blank-frame skipping
   api           asrkit.search.decode_ctc (the checked entry point) with the prefix settings
@@ -76,8 +76,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 _TOOLS = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(_TOOLS))
-if _TOOLS not in sys.path:  # the bench_decode_* siblings; appended, so tools/kenlm & co. shadow nothing
+sys.path.insert(0, os.path.dirname(os.path.dirname(_TOOLS)))  # asrkit from a checkout without installing
+if _TOOLS not in sys.path:  # the bench_decode_* siblings (tools/bench); appended, so they shadow nothing
     sys.path.append(_TOOLS)
 import asrkit.search.ctc_prefix as ctc_prefix  # noqa: E402
 from asrkit.search.api import decode_ctc  # noqa: E402
@@ -108,7 +108,7 @@ def text_setup(name: str, args: argparse.Namespace) -> Setup:
     heldout = os.path.join(args.lm_dir, "heldout.txt")
     for path in (tok_path, heldout):
         if not os.path.exists(path):
-            raise FileNotFoundError(f"{path} is missing: run tools/make_bench_lm.py --out {args.lm_dir}")
+            raise FileNotFoundError(f"{path} is missing: run tools/bench/make_bench_lm.py --out {args.lm_dir}")
     tok = load_tokenizer(tok_path)
     with open(heldout, encoding="utf-8") as fh:
         sentences = [line.strip() for line in fh if line.strip()]
@@ -408,7 +408,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="worker processes (see above)")
     p.add_argument("--decoders", nargs="+", default=["prefix"], help="from " + " ".join(DECODERS))
     p.add_argument("--lms", nargs="+", default=["none"], choices=LM_KINDS)
-    p.add_argument("--lm-dir", default="exp/bench_decode", help="tools/make_bench_lm.py output")
+    p.add_argument("--lm-dir", default="exp/bench_decode", help="tools/bench/make_bench_lm.py output")
     p.add_argument("--order", type=int, default=4, help="n-gram order of the LM files")
     p.add_argument("--lm-weight", type=float, default=0.5, help="weight of ln P_lm (all decoders)")
     p.add_argument("--unk-offset", type=float, default=0.0,
@@ -480,7 +480,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 if lm != "none" and setup.tokenizer is None:
                     continue  # random tokens: an LM means nothing
                 if lm != "none" and not os.path.exists(setup.lm_paths[lm]):
-                    print(f"bench_decode.py: {setup.lm_paths[lm]} is missing: run tools/make_bench_lm.py",
+                    print(f"bench_decode.py: {setup.lm_paths[lm]} is missing: run tools/bench/make_bench_lm.py",
                           file=sys.stderr)
                     return 1
                 for beam in args.beams:

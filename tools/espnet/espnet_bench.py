@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The logic of tools/bench_espnet.sh: asrkit config -> ESPnet2 asr.yaml, ESPnet inputs, timing, best path.
+"""The logic of tools/espnet/bench_espnet.sh: asrkit config -> ESPnet2 asr.yaml, ESPnet inputs, timing, best path.
 
 usage:
   espnet_bench.py config --asrkit-config C [--set K=V ...] --epochs N --train DIR --out DIR
@@ -17,7 +17,7 @@ usage:
 
 Runs with the toolkit's .venv (config, tokens import asrkit), .venv-espnet (greedy imports espnet2, inside the
 function only) or any Python (text-shapes, timed). Per-step times on identical batches:
-tools/espnet_step_time.py; the table (stage 7): tools/espnet_report.py.
+tools/espnet/espnet_step_time.py; the table (stage 7): tools/espnet/espnet_report.py.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
 SPACE = "<space>"  # ESPnet's char tokenizer spells a space like this; asrkit's char tokenizer as "▁"
 ASRKIT_SPACE = "\u2581"
@@ -275,7 +275,7 @@ def espnet_best_path(config: str, model_file: str, data_dir: str, out_dir: str) 
         from espnet2.tasks.asr import ASRTask
         from tqdm import tqdm
     except ImportError as exc:
-        raise BenchError(f"{exc}: run greedy with .venv-espnet's Python (tools/setup_espnet_env.sh)") from None
+        raise BenchError(f"{exc}: run greedy with .venv-espnet's Python (tools/espnet/setup_espnet_env.sh)") from None
     model, train_args = ASRTask.build_model_from_file(config, model_file, device="cpu")
     model.eval()
     tokens = list(model.token_list)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: tools/install_system_deps.sh
+# Usage: tools/install/install_system_deps.sh
 # Installs the Debian packages asrkit's demo and tests need if any is missing: the speech synthesizers of
 # tools/make_synthetic_corpus.py (espeak-ng; festival with the kal, ked and slt HTS voices; flite), sox, flac.
 set -euo pipefail

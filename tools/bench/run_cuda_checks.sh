@@ -2,13 +2,13 @@
 # The checks that need a CUDA GPU, for a machine that has one (CI and the development machines have none, so
 # these tests are skipped there), then the GPU rows of the CTC prefix search benchmark.
 #
-#   bash tools/run_cuda_checks.sh OUT_DIR [BENCH_LM_DIR]   (from the repository root; asrkit importable)
+#   bash tools/bench/run_cuda_checks.sh OUT_DIR [BENCH_LM_DIR]   (from the repository root; asrkit importable)
 #
-# OUT_DIR gets cuda_tests.log and bench_*.md/.log. BENCH_LM_DIR is what tools/make_bench_lm.py writes (default
+# OUT_DIR gets cuda_tests.log and bench_*.md/.log. BENCH_LM_DIR is what tools/bench/make_bench_lm.py writes (default
 # exp/bench_decode, orders 4 and 3); without it the benchmark runs its random-vocabulary rows only.
 # Exit status: the tests'.
 set -euo pipefail
-out="${1:?usage: tools/run_cuda_checks.sh OUT_DIR [BENCH_LM_DIR]}"
+out="${1:?usage: tools/bench/run_cuda_checks.sh OUT_DIR [BENCH_LM_DIR]}"
 lm_dir="${2:-exp/bench_decode}"
 mkdir -p "$out"
 python - <<'EOF'
@@ -34,7 +34,7 @@ texts=""
 [ -d "$lm_dir" ] && texts="char bpe500"
 bench() {  # TABLE ARGS...
   local table=$1; shift
-  python tools/bench_decode.py --beams 10 50 --threads 1 --decoders prefix --lm-dir "$lm_dir" --repeats 3 \
+  python tools/bench/bench_decode.py --beams 10 50 --threads 1 --decoders prefix --lm-dir "$lm_dir" --repeats 3 \
     --markdown "$out/bench_$table.md" "$@" 2>&1 | tee -a "$out/bench.log"
 }
 for run in eager graph graph512 cpu; do

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Training throughput and peak memory per model config, and the SDPA speedup over plain attention.
 
-usage: tools/bench_train.py [--steps N] [--batch-size B] [--seconds S] [--device DEV] [--amp none|bf16|fp16]
+usage: tools/bench/bench_train.py [--steps N] [--batch-size B] [--seconds S] [--device DEV] [--amp none|bf16|fp16]
                             [--threads T] [CONFIG.yaml ...]
 
 For each config (default: every conf/tiny_*.yaml) the model is built (random init, no CMVN) and
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
 import torch  # noqa: E402
 
@@ -38,7 +38,7 @@ from asrkit.models.registry import build_model  # noqa: E402
 from asrkit.nets.attention import MultiHeadAttention  # noqa: E402
 from asrkit.train.optim import build_optimizer  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 VOCAB = 32
 
 
@@ -149,7 +149,7 @@ def bench_attention(device: torch.device, reps: int = 10, b: int = 16, t: int = 
 
 
 def main(argv: List[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="tools/bench_train.py", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="tools/bench/bench_train.py", description=__doc__.split("\n")[0])
     p.add_argument("configs", nargs="*", help="model configs (default: conf/tiny_*.yaml)")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=8)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Build KenLM's lmplz and build_binary into tools/kenlm/bin (used by `asrkit train-ngram`).
 #
-# Usage: tools/install_kenlm.sh [--jobs N] [--prefix DIR]
+# Usage: tools/install/install_kenlm.sh [--jobs N] [--prefix DIR]
 #   --jobs N      parallel compile jobs (default: number of cores)
-#   --prefix DIR  install directory (default: tools/kenlm next to this script); binaries go to DIR/bin
+#   --prefix DIR  install directory (default: tools/kenlm of this checkout); binaries go to DIR/bin
 #
 # The source is the kenlm source distribution from the Python package registry (it ships the
 # lmplz builder too), fetched with `pip download`; set KENLM_SPEC to build another version
@@ -14,7 +14,8 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-prefix="$here/kenlm"
+root="$(cd "$here/../.." && pwd)"
+prefix="$root/tools/kenlm"
 jobs="$(nproc 2>/dev/null || echo 2)"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -56,7 +57,7 @@ fi
 # Prefer the project's virtual environment for pip (any pip can download an sdist).
 python="${PYTHON:-}"
 if [ -z "$python" ]; then
-  if [ -x "$here/../.venv/bin/python" ]; then python="$here/../.venv/bin/python"; else python=python3; fi
+  if [ -x "$root/.venv/bin/python" ]; then python="$root/.venv/bin/python"; else python=python3; fi
 fi
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/kenlm_build.XXXXXX")"
