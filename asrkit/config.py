@@ -33,23 +33,47 @@ class ConfigError(ValueError):
     """An invalid configuration; the message names the key (and file)."""
 
 
+# Each frontend kind's window and dither when a config leaves them unset: kaldi_fbank takes Kaldi compute-fbank's
+# (povey window, --dither 1.0); logmel dithers never.
+FRONTEND_KIND_DEFAULTS: Dict[str, Tuple[str, float]] = {"logmel": ("hann", 0.0), "kaldi_fbank": ("povey", 1.0)}
+
+
 @dataclass(frozen=True)
 class FrontendConfig:
-    """Feature extraction. ``kind``: ``logmel`` (torch.stft) or ``kaldi_fbank`` (torchaudio.compliance.kaldi)."""
+    """Feature extraction. ``kind``: ``logmel`` (torch.stft) or ``kaldi_fbank`` (torchaudio.compliance.kaldi).
+
+    ``window`` and ``dither`` left unset (None) take the kind's defaults (:data:`FRONTEND_KIND_DEFAULTS`) when the
+    config is built, so a loaded config, and the config.yaml a run writes, states the values it uses.
+    """
     kind: str = "logmel"
     sample_rate: int = 16000
     n_fft: int = 512
     win_length: int = 400  # samples (25 ms at 16 kHz)
     hop_length: int = 160  # samples (10 ms at 16 kHz)
-    window: str = "hann"  # hann | hamming | povey (kaldi_fbank only: povey, hamming, hanning, ...)
+    # None: the kind's (logmel: hann; kaldi_fbank: povey, Kaldi's). logmel: hann | hamming; kaldi_fbank: povey |
+    # hamming | hann (hanning) | rectangular | blackman
+    window: Optional[str] = None
     n_mels: int = 80
     fmin: float = 20.0
     fmax: Optional[float] = None  # None: sample_rate / 2
     log_floor: float = 1e-10
-    dither: float = 0.0  # kaldi_fbank only; applied in training only
+    # kaldi_fbank only: Gaussian noise of this standard deviation in int16 units (Kaldi's --dither), added in
+    # training only, so decoding, validation and CMVN stats are deterministic. None: the kind's (kaldi_fbank: 1.0)
+    dither: Optional[float] = None
     # subtract each utterance's mean feature vector before global CMVN (asrkit.audio.utterance_cmn): removes
     # gain and channel/spectral-tilt offsets, so voices and recordings unlike the training ones read better
     utterance_cmn: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in FRONTEND_KIND_DEFAULTS:
+            raise ConfigError(f"frontend.kind '{self.kind}' is unknown "
+                              f"(choose from: {', '.join(FRONTEND_KIND_DEFAULTS)})")
+        window, dither = FRONTEND_KIND_DEFAULTS[self.kind]
+        # A frozen dataclass: the unset fields are filled in here, once, as the config is built.
+        if self.window is None:
+            object.__setattr__(self, "window", window)
+        if self.dither is None:
+            object.__setattr__(self, "dither", dither)
 
 
 @dataclass(frozen=True)

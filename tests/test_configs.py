@@ -66,6 +66,18 @@ def test_every_model_family_and_decoding_mode_has_configs():
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_config_states_its_frontend_window_and_dither(path):
+    """window and dither default by frontend kind (kaldi_fbank: Kaldi's povey and 1.0): a shipped config says
+    which it uses instead of leaving the reader to know the kind's defaults."""
+    import yaml
+
+    frontend = yaml.safe_load(path.read_text(encoding="utf-8"))["frontend"]
+    assert {"kind", "window", "dither"} <= set(frontend), path.name
+    cfg = load_config(path).frontend
+    assert (cfg.kind, cfg.window, cfg.dither) == (frontend["kind"], frontend["window"], frontend["dither"])
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_config_builds_and_trains_one_step(path):
     cfg = load_config(path)
     torch.manual_seed(0)

@@ -151,9 +151,17 @@ class KaldiFbank(_Framed):
     as raw integers, so this scaling reproduces Kaldi's feature values for a
     16-bit file that was loaded as float in [-1, 1]. Kaldi options not in the
     config keep Kaldi's defaults (pre-emphasis 0.97, DC removal, power
-    spectrum, float-epsilon log floor -- ``log_floor`` is not used). Dither
-    (``cfg.dither``, in int16 units like Kaldi's ``--dither``) is added in
-    training mode only. ``n_fft`` must equal ``win_length`` rounded up to a
+    spectrum, float-epsilon log floor -- ``log_floor`` is not used); so do
+    ``window`` (povey) and ``dither`` (1.0) when the config leaves them unset
+    (:class:`~asrkit.config.FrontendConfig`). The config's own keys keep
+    asrkit's defaults (80 mel bins where Kaldi has 23, 20 Hz low cut as Kaldi).
+
+    Dither (``cfg.dither``, Gaussian, in int16 units like Kaldi's
+    ``--dither``) is added in training mode only. Kaldi dithers whenever it
+    computes features, decoding included; here ``.eval()`` (decoding,
+    validation, ``compute-cmvn``, export) never dithers, so the same audio
+    always gives the same features and transcript, equal to Kaldi's at
+    ``--dither=0``. ``n_fft`` must equal ``win_length`` rounded up to a
     power of two, which is what Kaldi uses.
     """
 
@@ -204,14 +212,10 @@ class KaldiFbank(_Framed):
 
 
 def build_frontend(cfg: FrontendConfig) -> nn.Module:
-    """The feature extractor named by ``cfg.kind`` (``logmel`` or ``kaldi_fbank``)."""
+    """The feature extractor named by ``cfg.kind`` (``logmel`` or ``kaldi_fbank``; the config checks the kind)."""
     if cfg.sample_rate <= 0:
         raise ConfigError(f"frontend.sample_rate must be positive, got {cfg.sample_rate}")
-    if cfg.kind == "logmel":
-        return LogMel(cfg)
-    if cfg.kind == "kaldi_fbank":
-        return KaldiFbank(cfg)
-    raise ConfigError(f"frontend.kind '{cfg.kind}' is unknown (choose from: logmel, kaldi_fbank)")
+    return LogMel(cfg) if cfg.kind == "logmel" else KaldiFbank(cfg)
 
 
 def _check_stats_frontend(stats: CMVNStats, frontend: FrontendConfig) -> None:

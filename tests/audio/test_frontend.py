@@ -9,7 +9,7 @@ import torchaudio.compliance.kaldi as kaldi
 
 from asrkit.audio.cmvn import GlobalCMVN
 from asrkit.audio.frontend import Frontend, KaldiFbank, LogMel, build_frontend, mel_filterbank
-from asrkit.config import ConfigError, FrontendConfig, SpecAugmentConfig, SpeedPerturbConfig
+from asrkit.config import ConfigError, FrontendConfig, SpecAugmentConfig, SpeedPerturbConfig, load_config, to_dict
 
 
 def _speechlike(n: int, seed: int, sr: int = 16000) -> torch.Tensor:
@@ -203,7 +203,7 @@ def test_numpy_kaldi_reference_agrees_with_torchaudio():
 def test_kaldi_dither_only_in_training():
     fe = build_frontend(FrontendConfig(kind="kaldi_fbank", window="povey", dither=1.0))
     wav, lens = _batch([4000, 3000], seed=2)
-    clean = build_frontend(FrontendConfig(kind="kaldi_fbank", window="povey"))(wav, lens)[0]
+    clean = build_frontend(FrontendConfig(kind="kaldi_fbank", window="povey", dither=0.0))(wav, lens)[0]
     assert torch.equal(fe.eval()(wav, lens)[0], clean)
     fe.train()
     torch.manual_seed(7)
@@ -268,3 +268,44 @@ def test_specaugment_masks_become_zero_after_cmvn():
     zero_bins = (feats[0] == 0).all(0)  # masked mel bins, across all frames of utterance 0
     assert 1 <= int(zero_bins.sum()) <= 20
     assert not (fe.eval()(wav, lens)[0][0] == 0).all(0).any()
+
+
+def test_kaldi_fbank_defaults_are_kaldis_and_decoding_is_deterministic():
+    """kind kaldi_fbank without window/dither: Kaldi compute-fbank's povey window and dither 1.0 (training only)."""
+    cfg = FrontendConfig(kind="kaldi_fbank")
+    assert (cfg.window, cfg.dither) == ("povey", 1.0)
+    assert (FrontendConfig().window, FrontendConfig().dither) == ("hann", 0.0)  # logmel's are unchanged
+    # An explicit setting wins over the kind's default, and 0 is a setting, not "unset".
+    explicit = FrontendConfig(kind="kaldi_fbank", window="hamming", dither=0.0)
+    assert (explicit.window, explicit.dither) == ("hamming", 0.0)
+    fe = build_frontend(cfg)
+    lengths = [6000, 4500]
+    wav, lens = _batch(lengths, seed=11)
+    # Eval mode (decoding, validation, compute-cmvn): no dither, so the same input gives the same features,
+    # equal to Kaldi's with the povey window at dither 0.
+    fe.eval()
+    first, feat_lens = fe(wav, lens)
+    assert torch.equal(first, fe(wav, lens)[0])
+    for b, n in enumerate(lengths):
+        ref = _kaldi_fbank_numpy(wav[b, :n].double().numpy() * 32768.0, 16000, 400, 160, 80, 20.0, 0.0, "povey")
+        assert int(feat_lens[b]) == ref.shape[0]
+        np.testing.assert_allclose(first[b, :ref.shape[0]].double().numpy(), ref, atol=5e-4, rtol=0)
+    # Training mode dithers by default (Gaussian, 1.0 in int16 units): every draw differs, by little.
+    fe.train()
+    a, b = fe(wav, lens)[0], fe(wav, lens)[0]
+    assert not torch.equal(a, first) and not torch.equal(a, b)
+    assert (a - first).abs().max() < 1.0
+    assert torch.equal(build_frontend(explicit).train()(wav, lens)[0],
+                       build_frontend(explicit).eval()(wav, lens)[0])  # dither 0: none in training either
+
+
+def test_frontend_defaults_are_written_out_when_loaded(tmp_path):
+    """A config that leaves window/dither to the kind records what it used (config.yaml of an experiment)."""
+    path = tmp_path / "c.yaml"
+    path.write_text("frontend:\n  kind: kaldi_fbank\n", encoding="utf-8")
+    cfg = load_config(path)
+    assert to_dict(cfg)["frontend"]["window"] == "povey" and to_dict(cfg)["frontend"]["dither"] == 1.0
+    with pytest.raises(ConfigError, match=r"c.yaml: frontend.kind 'mfcc' is unknown \(choose from: logmel, "
+                                          r"kaldi_fbank\)"):
+        path.write_text("frontend:\n  kind: mfcc\n", encoding="utf-8")
+        load_config(path)
