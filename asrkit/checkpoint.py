@@ -31,33 +31,29 @@ import logging
 import os
 import pickle
 import random
+import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
+from asrkit.atomic import atomic_write
+
 FORMAT_VERSION = 2
 MODEL_FILE = "model.pt"
 INDEX_FILE = "checkpoints.json"
 METRICS = {"valid_loss": "min", "valid_acc": "max"}  # best_metric -> which end is better
+# The only names the trainer gives checkpoints: an index naming anything else (``../x``, an absolute path) is
+# refused, since pruning deletes the files an index names.
+CHECKPOINT_NAME = re.compile(r"(epoch|step)[0-9]+\.pt")
 
 log = logging.getLogger("asrkit.train")
 
 
 def save_atomic(obj: Any, path: str | os.PathLike) -> None:
     """torch.save to a temporary file in the same directory, fsync, then rename: a kill never leaves a torn file."""
-    path = os.fspath(path)
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    with atomic_write(path, "wb", fsync=True) as fh:
+        torch.save(obj, fh)
 
 
 def save_model_weights(model: torch.nn.Module, path: str | os.PathLike, **meta: Any) -> None:
@@ -103,13 +99,15 @@ def set_rng_state(state: Dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
 
+def _excerpt(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters: an error quotes a value from a file, never a flood of it."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _write_json_atomic(path: str, obj: Any) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with atomic_write(path, fsync=True) as fh:
         json.dump(obj, fh, indent=1)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 class CheckpointIndex:
@@ -129,6 +127,27 @@ class CheckpointIndex:
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise ValueError(f"{self.path}: unreadable checkpoint index ({exc}); delete it and the *.pt "
                                  f"files to start again") from exc
+            for i, entry in enumerate(self.entries):
+                self._check_entry(entry, f"entry {i}")
+            if self.latest is not None:
+                self._check_name(self.latest, "latest")
+
+    def _check_name(self, name: Any, where: str) -> None:
+        if not (isinstance(name, str) and CHECKPOINT_NAME.fullmatch(name)):
+            raise ValueError(f"{self.path}: {where}: {_excerpt(name)} is not a checkpoint name the trainer writes "
+                             f"(epochN.pt or stepN.pt in the experiment dir); delete the index and the *.pt "
+                             f"files to start again")
+
+    def _check_entry(self, entry: Any, where: str) -> None:
+        """An entry as the trainer writes it: a mapping with a checkpoint ``file`` name and integer ``epoch``
+        and ``step`` (they order the entries)."""
+        if not isinstance(entry, dict):
+            raise ValueError(f"{self.path}: {where}: expected a mapping with file, epoch and step, got "
+                             f"{_excerpt(entry)}")
+        self._check_name(entry.get("file"), f"{where}: file")
+        for key in ("epoch", "step"):
+            if type(entry.get(key)) is not int:  # bool is an int subclass, and no count
+                raise ValueError(f"{self.path}: {where}: {key} must be an integer, got {_excerpt(entry.get(key))}")
 
     def latest_entry(self) -> Optional[Dict[str, Any]]:
         return next((e for e in self.entries if e["file"] == self.latest), None)
@@ -136,6 +155,7 @@ class CheckpointIndex:
     def add(self, entry: Dict[str, Any], keep_best: int, best_metric: str) -> List[str]:
         """Record ``entry`` (its file already written) as the latest, save the index, and return the
         files no longer needed (not among the best ``keep_best`` epoch checkpoints, not the latest)."""
+        self._check_entry(entry, "new entry")
         self.entries = [e for e in self.entries if e["file"] != entry["file"]] + [entry]
         self.latest = entry["file"]
         keep = {self.latest} | {e["file"] for e in self.best(keep_best, best_metric)}

@@ -82,3 +82,49 @@ def test_average_cli_averages_the_best_checkpoints_by_validation_loss(corpus, tm
     assert torch.equal(load_checkpoint(exp / MODEL_FILE)["model"]["ctc.proj.weight"],
                        chosen[0]["ctc.proj.weight"])
     assert average_main(["--model", str(tmp_path / "nothing"), "--best", "1"]) == 2
+
+
+@pytest.mark.parametrize("entry, latest, what", [
+    ({"file": "../victim.txt", "epoch": 0, "step": 1}, "epoch9.pt", "'../victim.txt'"),
+    ({"file": "/tmp/epoch1.pt", "epoch": 0, "step": 1}, "epoch9.pt", "'/tmp/epoch1.pt'"),
+    ({"file": "epoch1.pt/../../x.pt", "epoch": 0, "step": 1}, "epoch9.pt", "'epoch1.pt/../../x.pt'"),
+    ({"file": "epoch1.pt", "epoch": 0, "step": 1}, "../model.pt", "'../model.pt'"),
+    ({"file": "epoch1.pt", "epoch": 0, "step": "1"}, "epoch9.pt", "step"),
+    ("epoch1.pt", "epoch9.pt", "entry 0"),
+])
+def test_an_index_naming_files_the_trainer_does_not_write_is_refused(tmp_path, entry, latest, what):
+    """checkpoints.json is data: a crafted one must not make pruning delete files outside the checkpoints."""
+    import json
+
+    fake = [{"file": f"epoch{e}.pt", "epoch": e, "step": e, "end_of_epoch": True, "valid_loss": 0.1}
+            for e in range(5, 10)]
+    (tmp_path / "checkpoints.json").write_text(json.dumps({"latest": latest, "checkpoints": [entry] + fake}))
+    with pytest.raises(ValueError) as err:
+        CheckpointIndex(str(tmp_path))
+    msg = str(err.value)
+    assert str(tmp_path / "checkpoints.json") in msg and what in msg and "\n" not in msg
+
+
+def test_a_crafted_index_does_not_make_a_resumed_run_delete_a_file(corpus, tmp_path, capsys):
+    """The attack of issue 28: '../victim.txt' beside five better fake epochs, then a resumed `asrkit train`."""
+    import json
+
+    from asrkit.cli.train import main as train_main
+    from trainkit import cli_args
+
+    exp = tmp_path / "exp"
+    assert train_main(cli_args(corpus, exp, ["train.epochs=1", "data.max_batch_size=8"], valid=False)) == 0
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    index = json.loads((exp / "checkpoints.json").read_text())
+    index["checkpoints"] = [{"file": "../victim.txt", "epoch": 0, "step": 0, "end_of_epoch": True,
+                             "valid_loss": 9.0}] + [
+        {"file": f"epoch{e}.pt", "epoch": 0, "step": 0, "end_of_epoch": True, "valid_loss": 0.1}
+        for e in range(5, 10)] + index["checkpoints"]
+    (exp / "checkpoints.json").write_text(json.dumps(index))
+    capsys.readouterr()
+    rc = train_main(cli_args(corpus, exp, ["train.epochs=2", "data.max_batch_size=8"], valid=False))
+    assert victim.read_text() == "keep me"
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "checkpoints.json" in err and "../victim.txt" in err
