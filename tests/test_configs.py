@@ -123,3 +123,30 @@ def test_lm_config_builds_and_trains_one_step(path):
     before = [p.detach().clone() for p in lm.parameters()]
     optimizer.step()
     assert any(not torch.equal(a, p) for a, p in zip(before, lm.parameters())), path.name
+
+
+# Deja-vu as Tjandra et al. 2020 (sec. 3, Fig. 2) train it: the iterated loss, Z0 = the input features, one split.
+PAPER_DEJAVU = {"model.intermediate_loss": ("iterated",), "model.encoder.dejavu_input": ("stacked_fbank",),
+                "model.encoder.dejavu_combine": ("a", "b")}
+
+
+@pytest.mark.parametrize("path", [p for p in CONFIGS if "dejavu" in p.name], ids=lambda p: p.name)
+def test_dejavu_config_header_says_what_differs_from_the_paper(path):
+    """A config named Deja-vu that leaves the paper's setting says so in its header, naming each key."""
+    from asrkit.config import flatten_dict, to_dict
+
+    flat = flatten_dict(to_dict(load_config(path)))
+    header = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        header.append(line)
+    header = " ".join(header)
+    assert flat["model.encoder.dejavu_layer"] > 0, path.name
+    differ = [key for key, paper in PAPER_DEJAVU.items() if flat[key] not in paper]
+    if differ:
+        assert "extension of Deja-vu" in header and "not the paper's setting" in header, path.name
+    for key in differ:
+        assert f"{key}: {flat[key]}" in header, (path.name, key)
+    # asrkit has no VGG front end: a config holding the paper's setting says what stands in for it.
+    assert differ or ("VGG" in header and f"model.encoder.input_layer: {flat['model.encoder.input_layer']}" in header)

@@ -17,9 +17,10 @@ Choices where the paper leaves room (documented here because they change the mod
   query rows needed by ``combine`` computed. Each query row attends to all valid rows of O; the layer
   has the usual residual from its queries and a position-wise feed-forward block, with the encoder's
   pre-LN/post-LN choice and dropout.
-- ``combine``: ``a`` or ``b`` keeps one split (the paper's two variants), ``sum`` adds them frame by
-  frame, ``concat`` (default) joins them on the feature axis so W3 sees both ((2(d_c + d_e), d_model)).
-  Frame s of A and frame s of B describe the same time step, so both merges keep the S-frame timing.
+- ``combine``: ``a`` (default) or ``b`` keeps one split (the paper's two variants); two extensions
+  beyond the paper merge both: ``sum`` adds them frame by frame, ``concat`` joins them on the feature axis
+  so W3 sees both ((2(d_c + d_e), d_model)). Frame s of A and frame s of B describe the same time step, so
+  both merges keep the S-frame timing.
 - E is the sinusoidal table of frame indices 0..S-1, the same for both halves, so a feature frame and
   the activation at the same time step carry the same position code. E is not scaled.
 - Padding: with padded length S and valid length n, rows [0, n) and [S, S + n) of O are valid; the key
@@ -49,7 +50,7 @@ class FeatureRepresentation(nn.Module):
 
     def __init__(self, input_dim: int, d_model: int, num_heads: int, ffn_dim: int, feat_dim: int = 0,
                  pos_dim: int = 0, dropout: float = 0.1, attention_dropout: float = 0.0,
-                 normalize_before: bool = True, combine: str = "concat"):
+                 normalize_before: bool = True, combine: str = "a"):
         super().__init__()
         if combine not in COMBINE:
             raise ValueError(f"Deja-vu combine must be one of {COMBINE}, got '{combine}'")

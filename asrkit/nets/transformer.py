@@ -18,9 +18,10 @@ Optional extras inside the layer stack (1-based layer indices, all before the la
 At an intermediate layer k the order is: layer k -> h_k (norm(x) or x) is returned for the auxiliary loss
 -> self-conditioning (if on) -> re-presentation (if k is the Deja-vu layer).
 
-Deja-vu input Z0 (``dejavu_input``): ``subsampled`` = the subsampling module's output (what layer 1
-receives, positions included); ``stacked_fbank`` = the raw filterbank frames, ``factor`` consecutive
-frames concatenated per encoder frame, the window centred in that frame's receptive field.
+Deja-vu input Z0 (``dejavu_input``): ``stacked_fbank`` (default, the paper's) = the raw filterbank frames,
+``factor`` consecutive frames concatenated per encoder frame, the window centred in that frame's receptive
+field; ``subsampled`` (an extension) = the subsampling module's output (what layer 1 receives, positions
+included).
 """
 from __future__ import annotations
 
@@ -85,8 +86,8 @@ class TransformerEncoder(nn.Module):
                  num_layers: int = 12, dropout: float = 0.1, attention_dropout: float = 0.0,
                  normalize_before: bool = True, input_layer: str = "conv2d", *,
                  interctc_layers: Sequence[int] = (), self_condition: bool = False, vocab_size: int = 0,
-                 dejavu_layer: int = 0, dejavu_input: str = "subsampled", dejavu_dim: int = 0,
-                 dejavu_pos_dim: int = 0, dejavu_combine: str = "concat", conv_channels: int = 0,
+                 dejavu_layer: int = 0, dejavu_input: str = "stacked_fbank", dejavu_dim: int = 0,
+                 dejavu_pos_dim: int = 0, dejavu_combine: str = "a", conv_channels: int = 0,
                  intermediate_norm: bool = True, layer_builder: Optional[Callable[[], nn.Module]] = None,
                  positional: bool = True):
         """``intermediate_norm``: intermediate outputs pass through the final LayerNorm (InterCTC reads them

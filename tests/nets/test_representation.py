@@ -199,3 +199,24 @@ def test_bad_arguments_are_named():
     rep = FeatureRepresentation(12, 16, num_heads=4, ffn_dim=24)
     with pytest.raises(ValueError, match=r"disagree on \(batch, frames\): \(2, 5\) vs \(2, 6\)"):
         rep(torch.randn(2, 5, 12), torch.randn(2, 6, 16), torch.ones(2, 6, dtype=torch.bool))
+
+
+def test_defaults_are_the_papers():
+    """Without arguments the block and the encoder build the paper's Deja-vu (split A over Z0 = the stacked
+    input features), the same as the config's defaults; sum, concat and the subsampled Z0 are opt-in."""
+    import inspect
+
+    from asrkit.config import TransformerEncoderConfig
+
+    torch.manual_seed(0)
+    rep = FeatureRepresentation(12, 16, num_heads=2, ffn_dim=24, feat_dim=10, pos_dim=6).eval()
+    assert rep.combine == "a" and rep.out[0].in_features == 16  # W3 reads one split (d_c + d_e), not both
+    z0, zk, mask = torch.randn(2, 5, 12), torch.randn(2, 5, 16), torch.arange(5)[None] < torch.tensor([[5], [3]])
+    torch.testing.assert_close(rep(z0, zk, mask)[mask], reference(rep, z0, zk, mask, "a")[mask],
+                               atol=1e-5, rtol=1e-5)
+    enc = TransformerEncoder(20, d_model=16, num_heads=2, ffn_dim=32, num_layers=3, dejavu_layer=2)
+    assert enc.dejavu_input == "stacked_fbank" and enc.dejavu.combine == "a"
+    assert enc.dejavu.input_proj.in_features == 20 * enc.subsampling_factor  # W1 reads stacked filterbank frames
+    cfg, params = TransformerEncoderConfig(), inspect.signature(TransformerEncoder).parameters
+    assert (params["dejavu_input"].default, params["dejavu_combine"].default) == (cfg.dejavu_input, cfg.dejavu_combine)
+    assert inspect.signature(FeatureRepresentation).parameters["combine"].default == cfg.dejavu_combine
