@@ -33,6 +33,15 @@ class ConfigError(ValueError):
     """An invalid configuration; the message names the key (and file)."""
 
 
+def _check_least(cfg: Any, section: str, least: Mapping[str, int]) -> None:
+    """Refuse a count or interval of ``cfg`` below its least value (``least``: field -> value), naming the key:
+    a 0 there is a division by zero or an empty loop far from the config that set it."""
+    for key, low in least.items():
+        value = getattr(cfg, key)
+        if value < low:
+            raise ConfigError(f"{section}.{key} must be at least {low}, got {value}")
+
+
 # Each frontend kind's window and dither when a config leaves them unset: kaldi_fbank takes Kaldi compute-fbank's
 # (povey window, --dither 1.0); logmel dithers never.
 FRONTEND_KIND_DEFAULTS: Dict[str, Tuple[str, float]] = {"logmel": ("hann", 0.0), "kaldi_fbank": ("povey", 1.0)}
@@ -105,6 +114,10 @@ class DataConfig:
     # Kaldi data dirs only (a tar-shard stream has no global order).
     sortagrad_epochs: int = 0
     shard_buffer: int = 2000  # utterances in the bucketing buffer when training from tar shards (--train-shards)
+
+    def __post_init__(self) -> None:
+        _check_least(self, "data", {"max_frames": 1, "max_batch_size": 1, "num_workers": 0, "sortagrad_epochs": 0,
+                                    "shard_buffer": 1})
 
 
 @dataclass(frozen=True)
@@ -245,8 +258,16 @@ class TrainConfig:
     # errors over the model's own N-best (mwer_nbest hypotheses; joint search with mwer_ctc_weight when the
     # model has a decoder and a CTC head). 0 = off.
     mwer_weight: float = 0.0
-    mwer_nbest: int = 4
+    mwer_nbest: int = 4  # at least 2: the expected errors need alternatives
     mwer_ctc_weight: float = 0.3
+
+    def __post_init__(self) -> None:
+        _check_least(self, "train", {"epochs": 1, "warmup_steps": 0, "accum_grad": 1, "log_interval": 1,
+                                     "save_every_steps": 0, "keep_best": 0, "max_nonfinite_steps": 1,
+                                     "plot_attention": 0, "mwer_nbest": 2})
+        for key in ("mwer_weight", "mwer_ctc_weight"):
+            if not 0.0 <= getattr(self, key) <= 1.0:
+                raise ConfigError(f"train.{key} must be in [0, 1], got {getattr(self, key)}")
 
 
 @dataclass(frozen=True)
@@ -322,6 +343,9 @@ class LMDataConfig:
     max_batch_size: int = 128
     max_len: int = 256  # longer training sentences are dropped (counted in the log); dev sentences are kept
     bucket_width: int = 4  # tokens: sentences shuffled within buckets of similar length
+
+    def __post_init__(self) -> None:
+        _check_least(self, "data", {"max_tokens": 1, "max_batch_size": 1, "max_len": 1, "bucket_width": 1})
 
 
 @dataclass(frozen=True)

@@ -235,3 +235,43 @@ def test_saved_config_keeps_the_field_order(tmp_path):
     save_config(ExperimentConfig(), tmp_path / "c.yaml")
     sections = [line.rstrip(":") for line in (tmp_path / "c.yaml").read_text().splitlines() if not line[0].isspace()]
     assert sections[:3] == ["frontend", "specaug", "speed_perturb"] and sections[-1].startswith("cmvn")
+
+
+# Every count and interval key and the least value it takes: one below is refused at load, naming the key.
+COUNT_KEYS = {"train.epochs": 1, "train.warmup_steps": 0, "train.accum_grad": 1, "train.log_interval": 1,
+              "train.save_every_steps": 0, "train.keep_best": 0, "train.max_nonfinite_steps": 1,
+              "train.plot_attention": 0, "train.mwer_nbest": 2, "data.max_frames": 1, "data.max_batch_size": 1,
+              "data.num_workers": 0, "data.sortagrad_epochs": 0, "data.shard_buffer": 1}
+LM_COUNT_KEYS = {"data.max_tokens": 1, "data.max_batch_size": 1, "data.max_len": 1, "data.bucket_width": 1}
+
+
+@pytest.mark.parametrize("key, least", sorted(COUNT_KEYS.items()))
+def test_a_count_or_interval_below_its_least_value_is_refused_at_load(tmp_path, key, least):
+    """train.log_interval=0 was a ZeroDivisionError at the first logged step; now every such key is checked."""
+    path = tmp_path / "c.yaml"
+    path.write_text("{}\n")
+    assert load_config(path, [f"{key}={least}"])  # the least value itself is fine
+    with pytest.raises(ConfigError, match=f"^{path}: {key} must be at least {least}, got {least - 1}$"):
+        load_config(path, [f"{key}={least - 1}"])
+
+
+@pytest.mark.parametrize("key, least", sorted(LM_COUNT_KEYS.items()))
+def test_an_lm_count_below_its_least_value_is_refused_at_load(tmp_path, key, least):
+    path = tmp_path / "lm.yaml"
+    path.write_text("{}\n")
+    assert load_lm_config(path, [f"{key}={least}"])
+    with pytest.raises(ConfigError, match=f"^{path}: {key} must be at least {least}, got {least - 1}$"):
+        load_lm_config(path, [f"{key}={least - 1}"])
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("mwer_weight", 1.5, r"train.mwer_weight must be in \[0, 1\], got 1.5"),
+    ("mwer_weight", -0.1, r"train.mwer_weight must be in \[0, 1\], got -0.1"),
+    ("mwer_ctc_weight", 2.0, r"train.mwer_ctc_weight must be in \[0, 1\], got 2.0"),
+])
+def test_train_weights_outside_their_range_are_refused(key, value, message):
+    from asrkit.config import TrainConfig
+
+    assert TrainConfig(**{key: 1.0}) and TrainConfig(**{key: 0.0})
+    with pytest.raises(ConfigError, match=f"^{message}$"):
+        TrainConfig(**{key: value})

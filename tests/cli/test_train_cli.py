@@ -69,3 +69,11 @@ def test_option_errors(data, tmp_path, capsys):
     assert "fp16 needs a CUDA device" in capsys.readouterr().err
     assert main(cli_args(data, tmp_path / "y", ["train.best_metric=wer"])) == 2
     assert "train.best_metric 'wer'" in capsys.readouterr().err
+
+
+def test_a_zero_log_interval_is_one_line_before_anything_is_written(data, tmp_path, capsys):
+    exp = tmp_path / "exp"
+    assert main(cli_args(data, exp, ["train.log_interval=0"])) == 2
+    err = capsys.readouterr().err
+    assert err.endswith("train.log_interval must be at least 1, got 0\n") and err.count("\n") == 1
+    assert not exp.exists()
