@@ -17,6 +17,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Ty
 
 import yaml
 
+from asrkit.atomic import atomic_write
+
 T = TypeVar("T")
 
 # Keys that format-1 configs had, with what replaced them (format 2: models composed of parts).
@@ -539,5 +541,5 @@ def save_config(cfg: Any, path: str | os.PathLike) -> None:
     if isinstance(cfg, DecodeConfig):
         cfg = dataclasses.replace(cfg, lm=None if cfg.lm is None else os.path.abspath(cfg.lm),
                                   lexicon=None if cfg.lexicon is None else os.path.abspath(cfg.lexicon))
-    with open(path, "w", encoding="utf-8") as fh:
+    with atomic_write(path) as fh:
         yaml.safe_dump(to_dict(cfg), fh, sort_keys=False)

@@ -21,6 +21,8 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
+from asrkit.atomic import atomic_write
+
 __all__ = ["CMVNStats", "CMVNError", "GlobalCMVN", "DEFAULT_VAR_FLOOR"]
 
 FORMAT = "asrkit-cmvn"
@@ -122,12 +124,9 @@ class CMVNStats:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write JSON atomically (a crash never leaves a half-written stats file)."""
-        path = os.fspath(path)
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as fh:
+        with atomic_write(path) as fh:
             json.dump(self.to_dict(), fh, indent=1)
             fh.write("\n")
-        os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "CMVNStats":

@@ -86,10 +86,7 @@ def compute_cmvn(data_dir: str | os.PathLike, out: Optional[str | os.PathLike] =
                         f"utterances skipped)")
     stats.meta.update(num_utts=result.used, num_skipped=len(result.skipped))
     if out is not None:
-        parent = os.path.dirname(os.fspath(out))
-        if parent:
-            os.makedirs(parent, exist_ok=True)
-        stats.save(out)
+        stats.save(out)  # its parent directories created
     return result
 
 

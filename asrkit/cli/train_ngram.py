@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from asrkit.atomic import atomic_write
 from asrkit.data.table import TableError, iter_table
 
 # tools/kenlm/bin of this checkout (filled by tools/install/install_kenlm.sh)
@@ -102,7 +103,6 @@ def train_ngram(text_path: str, out_path: str, order: int, units: str = "word",
     texts = read_sentences(text_path, plain_text)
     if units == "token":
         texts = to_pieces(texts, tokenizer_path)  # type: ignore[arg-type]
-    out_dir = os.path.dirname(os.path.abspath(out_path))
     with tempfile.TemporaryDirectory(prefix="asrkit_lmplz_") as tmp:
         corpus = os.path.join(tmp, "corpus.txt")
         with open(corpus, "w", encoding="utf-8") as fh:
@@ -119,14 +119,12 @@ def train_ngram(text_path: str, out_path: str, order: int, units: str = "word",
             tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
             raise RuntimeError(f"lmplz failed (exit {proc.returncode}) on {text_path}:\n{tail}")
         counts = arpa_counts(arpa)
-        os.makedirs(out_dir, exist_ok=True)
-        partial = f"{out_path}.tmp{os.getpid()}"
-        if out_path.endswith(".gz"):
-            with open(arpa, "rb") as src, gzip.open(partial, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-        else:
-            shutil.copyfile(arpa, partial)
-        os.replace(partial, out_path)
+        with open(arpa, "rb") as src, atomic_write(out_path, "wb") as fh:
+            if out_path.endswith(".gz"):
+                with gzip.GzipFile(fileobj=fh, mode="wb") as dst:
+                    shutil.copyfileobj(src, dst)
+            else:
+                shutil.copyfileobj(src, fh)
     return counts
 
 

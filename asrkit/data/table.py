@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from typing import Dict, Iterable, Iterator, Mapping, Tuple
 
+from asrkit.atomic import atomic_write
+
 
 class TableError(ValueError):
     """A malformed Kaldi table file; the message names the file and line."""
@@ -85,9 +87,6 @@ def write_table(path: str | os.PathLike, records: Mapping[str, str] | Iterable[T
     items = list(records.items()) if isinstance(records, Mapping) else list(records)
     if sort:
         items.sort(key=lambda kv: kv[0])
-    path = os.fspath(path)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with atomic_write(path) as fh:
         for key, value in items:
             fh.write(f"{key} {value}\n" if value != "" else f"{key}\n")
-    os.replace(tmp, path)

@@ -28,6 +28,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple
 
+from asrkit.atomic import atomic_write
 from asrkit.pipeline.results import Result, Word
 
 FORMATS = ("text", "jsonl", "ctm", "srt", "vtt")
@@ -302,7 +303,7 @@ def write_results(results: Iterable[Result], fmt: str, out_dir: Optional[str | o
             continue
         text = _one_line(result.text) + "\n" if fmt == "text" else format_result(result, fmt)
         path = os.path.join(os.fspath(out_dir), f"{stem}.{EXTENSIONS[fmt]}")
-        with open(path, "w", encoding="utf-8", newline="\n") as fh:
+        with atomic_write(path, newline="\n") as fh:
             fh.write(text)
         written.append(path)
     return written

@@ -14,6 +14,8 @@ import json
 import os
 from typing import Iterable, List, Protocol, Sequence
 
+from asrkit.atomic import atomic_write
+
 BLANK, UNK, SOS_EOS = "<blank>", "<unk>", "<sos/eos>"
 SPECIALS = (BLANK, UNK, SOS_EOS)
 # The special ids, defined here only: models, LMs and the pipeline import them. (search/ imports torch
@@ -124,10 +126,8 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, model_type: str =
 
 
 def _write_json(path: str | os.PathLike, obj: dict) -> None:
-    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with atomic_write(path) as fh:
         json.dump(obj, fh, ensure_ascii=False)
-    os.replace(tmp, path)
 
 
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
