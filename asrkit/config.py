@@ -456,8 +456,27 @@ def flatten_dict(tree: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
     return flat
 
 
-def apply_overrides(data: Dict[str, Any], overrides: Sequence[str]) -> Dict[str, Any]:
-    """Apply ``a.b.c=value`` overrides (value parsed as YAML) to a nested dict, in place."""
+_YAML_NULLS = ("", "~", "null", "Null", "NULL")
+
+
+def _field_type(cls: Any, parts: Sequence[str]) -> Any:
+    """The type of the field at key path ``parts`` of dataclass ``cls``; None if there is none (or the kinds of a
+    section of several kinds disagree on it)."""
+    tp = cls
+    for part in parts:
+        sections = [a for a in (typing.get_args(tp) or (tp,)) if dataclasses.is_dataclass(a)]
+        found = {typing.get_type_hints(c).get(part) for c in sections}
+        if len(found) != 1:
+            return None
+        tp = found.pop()
+    return tp
+
+
+def apply_overrides(data: Dict[str, Any], overrides: Sequence[str], cls: Optional[type] = None) -> Dict[str, Any]:
+    """Apply ``a.b.c=value`` overrides to a nested dict, in place. The value is parsed as YAML, except for a
+    string field of dataclass ``cls``: that takes the text as written (YAML would cut ``a #b`` at its comment,
+    and read ``yes`` or ``1`` as other types); an optional string is unset by YAML's null (``null``, ``~`` or
+    nothing), as in the YAML files."""
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override '{item}' is not of the form key.path=value")
@@ -468,6 +487,10 @@ def apply_overrides(data: Dict[str, Any], overrides: Sequence[str]) -> Dict[str,
             node = node.setdefault(p, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override '{item}': '{p}' is not a section")
+        tp = _field_type(cls, parts) if cls is not None else None
+        if tp is str or set(typing.get_args(tp)) == {str, type(None)}:
+            node[parts[-1]] = None if tp is not str and raw in _YAML_NULLS else raw
+            continue
         try:
             node[parts[-1]] = yaml.load(raw, Loader=_StrictLoader)
         except (ConfigError, yaml.YAMLError) as exc:
@@ -512,7 +535,7 @@ def load_yaml_as(cls: Type[T], path: str | os.PathLike, overrides: Sequence[str]
         raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping of keys")
-    apply_overrides(data, overrides)
+    apply_overrides(data, overrides, cls)
     try:
         return from_dict(cls, data)
     except ConfigError as exc:
@@ -527,7 +550,7 @@ def load_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> Exper
 def load_decode_config(path: Optional[str | os.PathLike] = None, overrides: Sequence[str] = ()) -> DecodeConfig:
     """A decoding YAML (``conf/decode_*.yaml``) plus overrides; defaults (greedy CTC) when ``path`` is None."""
     if path is None:
-        return from_dict(DecodeConfig, apply_overrides({}, overrides))
+        return from_dict(DecodeConfig, apply_overrides({}, overrides, DecodeConfig))
     return load_yaml_as(DecodeConfig, path, overrides)
 
 

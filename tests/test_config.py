@@ -237,6 +237,42 @@ def test_saved_config_keeps_the_field_order(tmp_path):
     assert sections[:3] == ["frontend", "specaug", "speed_perturb"] and sections[-1].startswith("cmvn")
 
 
+def test_string_fields_take_an_override_literally():
+    # YAML would cut `a #b` at its comment and read `yes` as True; a string field takes the text as written. An
+    # optional string is unset by YAML's null, as in the files (`lm: null`); a plain string never is.
+    cfg = load_decode_config(None, ["lm=a #b", "lexicon='x'", "lm_units=~", "lm_word_boundary=yes"])
+    assert (cfg.lm, cfg.lexicon, cfg.lm_units, cfg.lm_word_boundary) == ("a #b", "'x'", "~", "yes")
+    for null in ("", "~", "null", "Null", "NULL"):
+        assert load_decode_config(CONF / "decode_ctc_prefix_wordlm.yaml", ["lm=x.arpa", f"lm={null}"]).lm is None
+    assert load_decode_config(None, ["lm=null1", "mode=", "lm_units=null"]) == DecodeConfig(lm="null1", mode="",
+                                                                                          lm_units="null")
+    # Other types still read YAML; a string inside a section of several kinds too.
+    cfg = load_decode_config(None, ["token_topk=null", "beam=3", "lm_weight=1e-1"])
+    assert (cfg.token_topk, cfg.beam, cfg.lm_weight) == (None, 3, 0.1)
+    exp = load_config(CONF / "tiny_ctc.yaml", ["cmvn=a #b", "model.decoder.kind=none", "model.encoder.d_model=8"])
+    assert exp.cmvn == "a #b" and type(exp.model.decoder).__name__ == "NoDecoderConfig"
+    assert exp.model.encoder.d_model == 8
+    # Without a config class (or for a key it lacks) values are YAML, and unknown keys are still refused.
+    assert apply_overrides({}, ["lm=null"]) == {"lm": None}
+    with pytest.raises(ConfigError, match="unknown config key 'lm_wieght'"):
+        load_decode_config(None, ["lm_wieght=null"])
+    with pytest.raises(ConfigError, match=r"^lm: expected a string, got \{'x': 1\}$"):
+        load_decode_config(None, ["lm.x=1"])
+
+
+def test_the_cli_lm_option_is_a_literal_path():
+    import argparse
+
+    from asrkit.cli.decode_options import add_decode_options, decode_config_from_args
+
+    p = argparse.ArgumentParser()
+    add_decode_options(p)
+    # --lm is a path, as written: "null" is a file of that name (YAML read it as no LM, silently)
+    assert decode_config_from_args(p.parse_args(["--lm", "null"])).lm == "null"
+    args = p.parse_args(["--lm", "a #b", "--set", "lm=x", "--mode", "joint", "--beam", "3", "--lm-weight", "0.25"])
+    assert decode_config_from_args(args) == DecodeConfig(lm="a #b", mode="joint", beam=3, lm_weight=0.25)
+
+
 # Every count and interval key and the least value it takes: one below is refused at load, naming the key.
 COUNT_KEYS = {"train.epochs": 1, "train.warmup_steps": 0, "train.accum_grad": 1, "train.log_interval": 1,
               "train.save_every_steps": 0, "train.keep_best": 0, "train.max_nonfinite_steps": 1,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from asrkit.config import DecodeConfig, load_decode_config
 
@@ -18,10 +19,8 @@ def add_decode_options(p: argparse.ArgumentParser) -> None:
 
 
 def decode_config_from_args(args: argparse.Namespace) -> DecodeConfig:
-    """The DecodeConfig the arguments describe; raises ConfigError naming a bad key."""
-    overrides = list(args.overrides)
-    for key in ("mode", "beam", "lm", "lm_weight"):
-        value = getattr(args, key)
-        if value is not None:
-            overrides.append(f"{key}={value}")
-    return load_decode_config(args.decode_config, overrides)
+    """The DecodeConfig the arguments describe; raises ConfigError naming a bad key. The shortcut options win over
+    ``--set`` and keep the values argparse gave them: ``--lm null`` is a file named null, not YAML's "no LM"."""
+    cfg = load_decode_config(args.decode_config, args.overrides)
+    given = {key: getattr(args, key) for key in ("mode", "beam", "lm", "lm_weight")}
+    return replace(cfg, **{key: value for key, value in given.items() if value is not None})

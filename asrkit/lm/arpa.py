@@ -48,12 +48,13 @@ class ArpaLM:
 
 
 def _open_text(path: str):
-    # Detect gzip by its magic bytes, not the name: recipes often drop the .gz suffix.
+    # Detect gzip by its magic bytes, not the name: recipes often drop the .gz suffix. utf-8-sig: a byte order
+    # mark (editors on Windows write one) is read, not taken as part of the \data\ line.
     with open(path, "rb") as fh:
         magic = fh.read(2)
     if magic == b"\x1f\x8b":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
+        return gzip.open(path, "rt", encoding="utf-8-sig")
+    return open(path, encoding="utf-8-sig")
 
 
 def _lines(path: str) -> Iterator[Tuple[int, str]]:
@@ -76,6 +77,9 @@ def _parse_float(text: str, path: str, lineno: int, what: str) -> float:
         raise ArpaError(f"{path}:{lineno}: {what} '{text}' is not a number") from None
     if math.isnan(value):
         raise ArpaError(f"{path}:{lineno}: {what} is NaN")
+    if math.isinf(value):  # inf - inf in the back-off sums scores garbage
+        hint = " (write -99 for a probability of 0, as SRILM does)" if what == "log-probability" else ""
+        raise ArpaError(f"{path}:{lineno}: {what} {text} is not finite{hint}")
     return value
 
 
@@ -83,7 +87,7 @@ def read_arpa(path: str | os.PathLike) -> ArpaLM:
     """Parse an ARPA file (plain text or gzip) into an :class:`ArpaLM` (log10 values).
 
     Checks the ``\\data\\`` counts against the sections, the number of fields per line,
-    numbers, positive log-probabilities, duplicate n-grams and the ``\\end\\`` marker.
+    numbers (finite), positive log-probabilities, duplicate n-grams and the ``\\end\\`` marker.
     """
     path = os.fspath(path)
     lines = _lines(path)

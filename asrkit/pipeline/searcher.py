@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import math
 import os
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any, Dict, Optional
 
 import torch
@@ -45,6 +45,10 @@ def check_decode_config(cfg: DecodeConfig, model: Optional[AsrModel]) -> None:
     model, CTC log-probs only)."""
     if cfg.mode not in MODES:
         raise ConfigError(f"decode.mode '{cfg.mode}' is unknown (choose from: {', '.join(MODES)})")
+    for key in fields(cfg):  # a NaN or infinite weight, bonus or offset empties every hypothesis
+        value = getattr(cfg, key.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"decode.{key.name} must be a finite number, got {value}")
     if model is None and cfg.mode not in ("greedy", "ctc_prefix"):
         raise ConfigError(f"decode.mode '{cfg.mode}' needs the attention decoder, which an exported model does not "
                           f"have (it ends at the CTC head): use greedy or ctc_prefix")
@@ -70,8 +74,6 @@ def check_decode_config(cfg: DecodeConfig, model: Optional[AsrModel]) -> None:
         raise ConfigError("decode.lm is set but decode.mode is greedy (LM fusion needs a beam search)")
     if cfg.pre_beam < 0 or cfg.max_len_ratio <= 0:
         raise ConfigError("decode.pre_beam must be >= 0 and decode.max_len_ratio > 0")
-    if not math.isfinite(cfg.length_penalty):
-        raise ConfigError(f"decode.length_penalty must be a finite number, got {cfg.length_penalty}")
     if (cfg.length_penalty or cfg.lm_full) and cfg.mode not in ("attention", "joint"):
         raise ConfigError(f"decode.length_penalty and decode.lm_full apply to the label-synchronous search "
                           f"(mode attention or joint), not to mode {cfg.mode}")

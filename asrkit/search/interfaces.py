@@ -8,6 +8,7 @@ values), so a search can call scorers inside its per-frame loop.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Mapping, Optional, Protocol, Tuple, runtime_checkable
 
 import torch
@@ -78,12 +79,15 @@ def active_scorers(scorers: Mapping[str, BatchScorer], weights: Mapping[str, flo
     """Check a fusion's scorers against its weights; drop the scorers weighted 0.
 
     Every scorer needs a weight and every weight a scorer, except ``length_bonus``, which without a
-    scorer of that name is a constant per emitted token. Returns (active scorers, their weights as
-    floats, that constant bonus or 0).
+    scorer of that name is a constant per emitted token; every weight is a finite number (a NaN or an
+    infinite weight would empty every hypothesis). Returns (active scorers, their weights as floats, that
+    constant bonus or 0).
     """
-    for name in weights:
+    for name, weight in weights.items():
         if name not in scorers and name != LENGTH_BONUS:
             raise ValueError(f"weight {name!r} has no scorer; scorers: {sorted(scorers)}")
+        if not math.isfinite(float(weight)):
+            raise ValueError(f"weight {name!r} is {float(weight)}: weights must be finite numbers")
     for name in scorers:
         if name not in weights:
             raise ValueError(f"scorer {name!r} has no weight; give weights={{{name!r}: ...}}")

@@ -48,6 +48,11 @@ GOOD = "\\data\\\nngram 1=3\nngram 2=1\n\n\\1-grams:\n-1\t<s>\t-0.5\n-0.5\tA\t-0
     ("-0.5\tA\t-0.2", "x\tA\t-0.2", ":7: log-probability 'x' is not a number"),
     ("-0.5\tA\t-0.2", "nan\tA\t-0.2", ":7: log-probability is NaN"),
     ("-0.5\tA\t-0.2", "-0.5\tA\tNaN", ":7: back-off is NaN"),
+    # Infinite values score garbage (inf - inf in the back-off sums): refused, each named.
+    ("-0.5\tA\t-0.2", "-0.5\tA\tinf", ":7: back-off inf is not finite"),
+    ("-0.5\tA\t-0.2", "-0.5\tA\t-inf", ":7: back-off -inf is not finite"),
+    ("-0.5\tA\t-0.2", "-inf\tA\t-0.2", ":7: log-probability -inf is not finite (write -99"),
+    ("-0.5\tA\t-0.2", "inf\tA\t-0.2", ":7: log-probability inf is not finite"),
     # A duplicate of a multi-word n-gram is named with its words space-separated.
     ("-0.1\t<s> A\n", "-0.1\t<s> A\n-0.2\t<s> A\n", ":12: duplicate 2-gram '<s> A'"),
     ("-0.1\t<s> A\n", "-0.1\t<s> A\n\\2-grams:\n-0.2\tA </s>\n", ":12: section \\2-grams: appears twice"),
@@ -138,3 +143,14 @@ def test_utf8_words_read_whatever_the_locale(tmp_path, c_locale):
         lm = read_arpa(path)
         assert lm.vocab == ["<s>", "CAFÉ", "</s>"], path
         assert lm.ngrams[1] == {("<s>", "CAFÉ"): (-0.1, 0.0)}
+
+
+def test_a_utf8_byte_order_mark_is_read(tmp_path):
+    # Editors on Windows write a BOM: a reader that keeps it sees "\ufeff\\data\\" and finds no header.
+    plain = tmp_path / "bom.arpa"
+    plain.write_bytes(b"\xef\xbb\xbf" + GOOD.encode("utf-8"))
+    gz = tmp_path / "bom.arpa.gz"
+    gz.write_bytes(gzip.compress(b"\xef\xbb\xbf" + GOOD.encode("utf-8")))
+    want = read_arpa(_write(tmp_path, GOOD, "good.arpa")).ngrams
+    for path in (plain, gz):
+        assert read_arpa(path).ngrams == want, path

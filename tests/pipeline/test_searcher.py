@@ -160,6 +160,11 @@ def test_lm_fusion_through_the_pipeline(overfit, tmp_path):
     (dict(mode="ctc_prefix", length_penalty=0.5), "decode.length_penalty"),
     (dict(mode="joint", length_penalty=float("nan")), "decode.length_penalty"),
     (dict(mode="joint", lm_full=True), "decode.lm_full"),
+    # Non-finite weights emptied every hypothesis (exit 0, no text): refused, the key named.
+    (dict(mode="ctc_prefix", lm_weight=float("nan")), "decode.lm_weight must be a finite number, got nan"),
+    (dict(mode="joint", length_bonus=float("-inf")), "decode.length_bonus must be a finite number, got -inf"),
+    (dict(mode="ctc_prefix", lm_unk_offset=float("inf")), "decode.lm_unk_offset"),
+    (dict(mode="ctc_prefix", token_min_logp=float("nan")), "decode.token_min_logp"),
 ])
 def test_bad_settings_are_named(overfit, change, key):
     _, model, cfg, tok, _, _ = overfit

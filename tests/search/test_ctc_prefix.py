@@ -272,6 +272,7 @@ def test_token_frames_and_nbest_shape() -> None:
     (dict(nbest=5, beam=4), "nbest"),
     (dict(weights={"lm": 1.0}), "weight 'lm' has no scorer"),
     (dict(scorers={"lm": LengthBonus()}), "scorer 'lm' has no weight"),
+    (dict(weights={"length_bonus": float("-inf")}), "weight 'length_bonus' is -inf: weights must be finite"),
     (dict(blank_skip_threshold=1.5), "blank_skip_threshold"),
     # Catches: the open interval (0, 1) of blank_skip_threshold closed at either end; a token_topk
     # error that does not name the value.
