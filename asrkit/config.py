@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import reprlib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -33,6 +34,28 @@ FORMAT_1_KEYS = {
 
 class ConfigError(ValueError):
     """An invalid configuration; the message names the key (and file)."""
+
+
+# An error quotes a short excerpt of a value, never all of it: a value may be a long string or list from a file.
+_EXCERPT = reprlib.Repr()
+_EXCERPT.maxstring = _EXCERPT.maxother = 40
+_EXCERPT.maxlist = _EXCERPT.maxtuple = _EXCERPT.maxdict = _EXCERPT.maxset = 4
+_EXCERPT.maxlevel = 2
+EXCERPT_CHARS = 80
+
+
+def _quote(value: Any) -> str:
+    """``repr(value)`` cut to at most :data:`EXCERPT_CHARS` characters (strings and containers shortened inside)."""
+    return _cut(_EXCERPT.repr(value))
+
+
+def _clip(text: str) -> str:
+    """A string from a file for a one-line message, unquoted: escaped (no newline) and cut to :data:`EXCERPT_CHARS`."""
+    return _cut(repr(text[:EXCERPT_CHARS])[1:-1])
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS - 3] + "..."
 
 
 def _check_least(cfg: Any, section: str, least: Mapping[str, int]) -> None:
@@ -77,7 +100,7 @@ class FrontendConfig:
 
     def __post_init__(self) -> None:
         if self.kind not in FRONTEND_KIND_DEFAULTS:
-            raise ConfigError(f"frontend.kind '{self.kind}' is unknown "
+            raise ConfigError(f"frontend.kind {_quote(self.kind)} is unknown "
                               f"(choose from: {', '.join(FRONTEND_KIND_DEFAULTS)})")
         window, dither = FRONTEND_KIND_DEFAULTS[self.kind]
         # A frozen dataclass: the unset fields are filled in here, once, as the config is built.
@@ -365,7 +388,7 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
     args = typing.get_args(tp)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
-            raise ConfigError(f"{where}: expected a mapping for section, got {value!r}")
+            raise ConfigError(f"{where}: expected a mapping for section, got {_quote(value)}")
         return from_dict(tp, value, where)
     if origin is typing.Union or origin is types.UnionType:  # Optional[X] / Union[X, Y] or X | Y
         if value is None and type(None) in args:
@@ -376,7 +399,7 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         return _convert(value, inner[0], where)
     if origin in (tuple, Tuple, list, List, Sequence):
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
+            raise ConfigError(f"{where}: expected a list, got {_quote(value)}")
         item_tp = args[0] if args else Any
         items = [_convert(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin in (tuple, Tuple) else items
@@ -384,23 +407,23 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         return value
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true/false, got {value!r}")
+            raise ConfigError(f"{where}: expected true/false, got {_quote(value)}")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
+            raise ConfigError(f"{where}: expected a number, got {_quote(value)}")
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+            raise ConfigError(f"{where}: expected an integer, got {_quote(value)}")
         return value
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
+            raise ConfigError(f"{where}: expected a string, got {_quote(value)}")
         return value
     if origin in (dict, Dict):
         if not isinstance(value, Mapping):
-            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{where}: expected a mapping, got {_quote(value)}")
         return dict(value)
     return value
 
@@ -408,11 +431,11 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
 def _convert_kind(value: Any, choices: Sequence[Any], where: str) -> Any:
     """A section that is one of several dataclasses, chosen by its ``kind`` key (default: the first's)."""
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected a mapping for section, got {value!r}")
+        raise ConfigError(f"{where}: expected a mapping for section, got {_quote(value)}")
     kinds = {dataclasses.fields(c)[0].default: c for c in choices}  # each section's first field is kind
     kind = value.get("kind", next(iter(kinds)))
     if kind not in kinds:
-        raise ConfigError(f"{where}.kind '{kind}' is unknown (choose from: {', '.join(kinds)})")
+        raise ConfigError(f"{where}.kind {_quote(kind)} is unknown (choose from: {', '.join(kinds)})")
     return from_dict(kinds[kind], value, where)
 
 
@@ -427,7 +450,7 @@ def from_dict(cls: Type[T], data: Mapping[str, Any], where: str = "") -> T:
             if path in FORMAT_1_KEYS:
                 raise ConfigError(f"'{path}' is a key of config format 1 (asrkit before composed models, checkpoint "
                                   f"format 1): {FORMAT_1_KEYS[path]}")
-            raise ConfigError(f"unknown config key '{path}' (valid keys here: {', '.join(sorted(names))})")
+            raise ConfigError(f"unknown config key {_quote(path)} (valid keys here: {', '.join(sorted(names))})")
         kwargs[key] = _convert(value, hints[key], path)
     return cls(**kwargs)
 
@@ -499,7 +522,16 @@ def apply_overrides(data: Dict[str, Any], overrides: Sequence[str], cls: Optiona
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects a key repeated in one mapping (PyYAML silently keeps the last one)."""
+    """SafeLoader that rejects a key repeated in one mapping (PyYAML silently keeps the last one) and every alias
+    (``*name``): nested aliases expand a file of a few KB to gigabytes (10 aliases a level, 7 levels: 10**7
+    values), and asrkit's files have no use for them."""
+
+    def compose_node(self, parent: Optional[yaml.Node], index: Any) -> Optional[yaml.Node]:
+        if self.check_event(yaml.AliasEvent):  # refused as it is read, before anything is expanded
+            event = self.peek_event()
+            raise ConfigError(f"line {event.start_mark.line + 1}: a YAML alias (*{_clip(event.anchor)}) is "
+                              f"not accepted: write the value out")
+        return super().compose_node(parent, index)
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Dict[Any, Any]:
@@ -507,7 +539,7 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
-            raise ConfigError(f"line {key_node.start_mark.line + 1}: duplicate key '{key}' "
+            raise ConfigError(f"line {key_node.start_mark.line + 1}: duplicate key {_quote(key)} "
                               f"(first on line {seen[key]})")
         seen[key] = key_node.start_mark.line + 1
     return loader.construct_mapping(node, deep=deep)
@@ -521,18 +553,35 @@ _StrictLoader.add_implicit_resolver(
     list("-+.0123456789"))
 
 
-def load_yaml_as(cls: Type[T], path: str | os.PathLike, overrides: Sequence[str] = ()) -> T:
-    """Load a YAML file (plus ``--set`` overrides) into the checked dataclass ``cls``."""
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML syntax error in one line: the line and the problem, not PyYAML's excerpt of the file."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        return f"line {exc.problem_mark.line + 1}: {_clip(exc.problem or exc.context or '')}"
+    return _clip(str(exc))
+
+
+def read_yaml(path: str | os.PathLike) -> Any:
+    """Parse a YAML file from a user: the one loader for every YAML asrkit reads (configs, decode configs, an
+    experiment's config.yaml). Plain data only (safe), a duplicated key or an alias is an error, exponent floats
+    read as YAML 1.2 reads them; every error is one :class:`ConfigError` line naming the file."""
     path = os.fspath(path)
     try:
         with open(path, encoding="utf-8") as fh:
-            data = yaml.load(fh, Loader=_StrictLoader) or {}
+            return yaml.load(fh, Loader=_StrictLoader)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from exc
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a YAML file (not UTF-8 text)") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+        raise ConfigError(f"{path}: invalid YAML: {_yaml_problem(exc)}") from None
+
+
+def load_yaml_as(cls: Type[T], path: str | os.PathLike, overrides: Sequence[str] = ()) -> T:
+    """Load a YAML file (plus ``--set`` overrides) into the checked dataclass ``cls``."""
+    path = os.fspath(path)
+    data = read_yaml(path) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping of keys")
     apply_overrides(data, overrides, cls)

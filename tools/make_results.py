@@ -26,12 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from asrkit import __version__  # noqa: E402
+from asrkit.config import ConfigError, read_yaml  # noqa: E402
 
 # "%WER 12.34 [ 5 / 40, 1 ins, 2 del, 2 sub ]" and "%SER 50.00 [ 1 / 2 ]": the first lines of asrkit score's report
 _ERR_RE = re.compile(r"%(WER|CER) (\S+) \[ (\d+) / (\d+), (\d+) ins, (\d+) del, (\d+) sub \]")
@@ -105,9 +104,9 @@ def collect(exp: str, settings: Sequence[str] = ()) -> List[Row]:
         except OSError as exc:
             raise ResultsError(f"{decode_path}: cannot read ({exc.strerror}); {result} has no decoding config") from None
         try:
-            decode = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ResultsError(f"{decode_path}: not YAML: {exc}") from None
+            decode = read_yaml(decode_path)  # the one loader for YAML from users: no aliases, short errors
+        except ConfigError as exc:
+            raise ResultsError(str(exc)) from None
         if not isinstance(decode, dict):
             raise ResultsError(f"{decode_path}: expected a mapping of decoding settings")
         rows.append(Row(os.path.basename(set_dir), setting, decode, text, parse_result(result),

@@ -1,0 +1,98 @@
+"""Every YAML asrkit reads from users (configs, decode configs, an experiment's config.yaml) goes through one loader:
+aliases, which let a few bytes expand to gigabytes, are refused, and no error quotes more than a short excerpt."""
+from __future__ import annotations
+
+import pytest
+
+from asrkit.config import ConfigError, load_config, load_decode_config, load_lm_config, read_yaml
+
+LONGEST_ERROR = 400  # characters: a message names file, line and key, and quotes a short excerpt
+
+
+def _alias_bomb(levels: int) -> str:
+    """Each level a list of ten aliases to the one before: 10**levels leaves from a file of ~70 bytes a level."""
+    lines = ["l0: &l0 [xxxxxxxxxxxxxxxx]"]
+    for k in range(1, levels + 1):
+        lines.append(f"l{k}: &l{k} [{', '.join([f'*l{k - 1}'] * 10)}]")
+    return "\n".join(lines + [f"model: *l{levels}", ""])
+
+
+@pytest.mark.parametrize("load", [load_config, load_decode_config, load_lm_config])
+def test_nested_aliases_are_refused_before_they_expand(tmp_path, load):
+    path = tmp_path / "config.yaml"
+    path.write_text(_alias_bomb(6), encoding="utf-8")  # a million leaves; 7 levels were 80 MB of message
+    assert path.stat().st_size < 1000
+    with pytest.raises(ConfigError) as err:
+        load(path)
+    message = str(err.value)
+    assert len(message) < LONGEST_ERROR and "\n" not in message
+    assert message.startswith(f"{path}: line 2: a YAML alias (*l0)") and "write the value out" in message
+
+
+def test_a_single_alias_is_refused_in_overrides_and_in_merge_keys(tmp_path):
+    path = tmp_path / "decode.yaml"
+    path.write_text("base: &b {beam: 4}\n<<: *b\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"decode.yaml: line 2: a YAML alias \(\*b\)"):
+        load_decode_config(path)
+    with pytest.raises(ConfigError, match=r"override 'beam=\*b'"):
+        load_decode_config(None, ["beam=*b"])
+
+
+def test_long_values_are_quoted_short_in_errors(tmp_path):
+    path = tmp_path / "c.yaml"
+    long_value = "9" * 20 + "x" * 100_000
+    long_key = long_value[:1000]  # YAML's longest plain key is 1024 characters
+    for text in (f"model:\n  ctc_weight: '{long_value}'\n",  # a wrong type quotes the value
+                 f"model:\n  {long_key}: 1\n",  # an unknown key names the key
+                 f"model:\n  encoder:\n    kind: {long_value}\n",  # an unknown kind names it
+                 f"frontend:\n  kind: {long_value}\n",
+                 f"train:\n  {long_key}: 1\n  {long_key}: 2\n",  # a duplicated key
+                 f"model:\n  ctc_weight: [{', '.join([long_value[:50]] * 2000)}]\n"):  # a long list
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(ConfigError) as err:
+            load_config(path)
+        message = str(err.value)
+        assert len(message) < LONGEST_ERROR and "\n" not in message, message[:200]
+        assert "99999" in message  # the excerpt still shows where the value starts
+
+
+def test_read_yaml_is_the_one_loader(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("a: 1e-3\nb: [1, 2]\n", encoding="utf-8")
+    assert read_yaml(path) == {"a": 1e-3, "b": [1, 2]}  # YAML 1.2 exponent floats, as the config loader reads
+    path.write_text("a: &x 1\nb: *x\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"x.yaml: line 2: a YAML alias \(\*x\)"):
+        read_yaml(path)
+    path.write_text("a: 1\na: 2\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"x.yaml: line 2: duplicate key 'a' \(first on line 1\)"):
+        read_yaml(path)
+    path.write_text("a: 1\nb: [1\nc: 2\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"x.yaml: invalid YAML: line 3: expected ',' or ']', but got ':'$"):
+        read_yaml(path)
+    path.write_bytes(b"a: \xff\xfe\n")
+    with pytest.raises(ConfigError, match=r"x.yaml: not a YAML file \(not UTF-8 text\)$"):
+        read_yaml(path)
+
+
+def test_no_other_yaml_parser_in_the_package_or_its_tools():
+    """Catches a new ``yaml.safe_load`` of a user's file beside :func:`read_yaml` (aliases, long errors again)."""
+    import ast
+    import pathlib
+
+    repo = pathlib.Path(__file__).resolve().parents[1]
+    # tools/mutation.py reads the project's own tools/mutation/modules.yaml, and must not import the asrkit modules
+    # it mutates; apply_overrides parses a --set value with the same loader.
+    allowed = {"asrkit/config.py": {"_StrictLoader"}, "tools/mutation.py": {"safe_load"}}
+    parsers = {"load", "safe_load", "full_load", "unsafe_load", "load_all", "safe_load_all", "full_load_all",
+               "unsafe_load_all", "compose", "compose_all", "parse"}
+    found = []
+    for path in sorted([*repo.glob("asrkit/**/*.py"), *repo.glob("tools/**/*.py"), *repo.glob("recipes/**/*.py")]):
+        rel = path.relative_to(repo).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in parsers
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "yaml"):
+                loader = next((kw.value.id for kw in node.keywords if kw.arg == "Loader"
+                               and isinstance(kw.value, ast.Name)), node.func.attr)
+                if loader not in allowed.get(rel, ()):
+                    found.append(f"{rel}:{node.lineno}: yaml.{node.func.attr}")
+    assert not found, "parse YAML with asrkit.config.read_yaml: " + ", ".join(found)
