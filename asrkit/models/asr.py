@@ -144,15 +144,9 @@ class AsrModel(nn.Module):
         self.lsm_weight, self.lsm_normalize = lsm_weight, lsm_normalize
 
     # -- encoding ---------------------------------------------------------------------------------------------
-    def _encode(self, wav: torch.Tensor, wav_lens: torch.Tensor
-                ) -> Tuple[torch.Tensor, torch.Tensor, List[torch.Tensor]]:
-        feats, feat_lens = self.frontend(wav, wav_lens)
-        return self.encoder(feats, feat_lens, self.ctc)
-
     def encode(self, wav: torch.Tensor, wav_lens: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """(B, S) waveforms, (B,) lengths -> (B, T, D) encodings, (B,) lengths."""
-        enc, lens, _ = self._encode(wav, wav_lens)
-        return enc, lens
+        return self.encode_features(*self.frontend(wav, wav_lens))
 
     def encode_features(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """(B, T, F) features from ``self.frontend``, (B,) lengths -> (B, T', D) encodings, (B,) lengths.
@@ -218,8 +212,14 @@ class AsrModel(nn.Module):
         return interctc_combine(loss_ctc, inter, self.interctc_weight), terms
 
     def forward(self, batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-        enc, enc_lens, intermediates = self._encode(batch["wav"], batch["wav_lens"])
-        tokens, token_lens = batch["tokens"], batch["token_lens"]
+        feats, feat_lens = self.frontend(batch["wav"], batch["wav_lens"])
+        return self.forward_features(feats, feat_lens, batch["tokens"], batch["token_lens"])[0]
+
+    def forward_features(self, feats: torch.Tensor, feat_lens: torch.Tensor, tokens: torch.Tensor,
+                         token_lens: torch.Tensor) -> Tuple[Dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+        """:meth:`forward` from features ``self.frontend`` computed (B, T, F), (B,): the named loss terms, and the
+        encodings (B, T', D) and lengths (B,) they came from (MWER scores its N-best on the same ones)."""
+        enc, enc_lens, intermediates = self.encoder(feats, feat_lens, self.ctc)
         out: Dict[str, torch.Tensor] = {}
         loss = enc.new_zeros(())
         if self.ctc is not None:
@@ -236,4 +236,4 @@ class AsrModel(nn.Module):
             if not self.training:  # alignments for the trainer's attention plots
                 out["attention"] = self.decoder.attention_weights(ys_in, ys_lens, enc.detach(), enc_lens)
         out["loss"] = loss
-        return out
+        return out, enc, enc_lens

@@ -21,10 +21,16 @@ def ctc_loss(log_probs: torch.Tensor, lengths: torch.Tensor, targets: torch.Tens
     """
     per_utt = F.ctc_loss(log_probs.transpose(0, 1).float(), targets.clamp(min=0), lengths, target_lengths,
                          blank=blank, reduction="none", zero_infinity=True)
+    infeasible = ~ctc_feasible(targets, target_lengths, lengths)
+    return per_utt.sum() / max(log_probs.size(0), 1), infeasible.sum()
+
+
+def ctc_feasible(targets: torch.Tensor, target_lengths: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """(B,) bool: can CTC emit each of ``targets`` (B, L), padded, in its ``lengths`` (B,) frames? It needs one
+    frame per label plus a blank between equal neighbours (:func:`ctc_min_frames` on tensors)."""
     valid = torch.arange(targets.size(1), device=targets.device)[None] < target_lengths[:, None]  # (B, L)
     repeats = ((targets[:, 1:] == targets[:, :-1]) & valid[:, 1:]).sum(dim=1)  # (B,)
-    infeasible = target_lengths + repeats > lengths
-    return per_utt.sum() / max(log_probs.size(0), 1), infeasible.sum()
+    return target_lengths + repeats <= lengths
 
 
 def ctc_min_frames(tokens: Sequence[int]) -> int:

@@ -20,7 +20,7 @@ from asrkit.config import ExperimentConfig
 from asrkit.models.registry import build_model
 from asrkit.text.tokenizer import load_tokenizer
 from asrkit.train.loader import build_loader
-from asrkit.train.mwer import mwer_loss
+from asrkit.train.mwer import mwer_forward
 
 Batch = Dict[str, Any]
 
@@ -88,15 +88,14 @@ class AsrTask:
         return train, valid
 
     def forward(self, model: nn.Module, batch: Batch) -> Dict[str, torch.Tensor]:
-        """``model(batch)``, and with ``train.mwer_weight`` w: ``(1 - w) * loss + w * loss_mwer``."""
-        out = model(batch)
-        w = self.cfg.train.mwer_weight
-        if w > 0:
-            t = self.cfg.train
-            mwer = mwer_loss(model, batch, self.tokenizer, t.mwer_nbest, t.mwer_ctc_weight)
-            out = {**out, "loss_mwer": mwer["loss_mwer"].detach(), "mwer_errors": mwer["mwer_errors"],
-                   "loss": (1.0 - w) * out["loss"] + w * mwer["loss_mwer"]}
-        return out
+        """``model(batch)``, and with ``train.mwer_weight`` w: ``(1 - w) * loss + w * loss_mwer``, both terms on
+        one draw of the batch's features (:func:`~asrkit.train.mwer.mwer_forward`)."""
+        t = self.cfg.train
+        if t.mwer_weight == 0:
+            return model(batch)
+        w = t.mwer_weight
+        out = mwer_forward(model, batch, self.tokenizer, t.mwer_nbest, t.mwer_ctc_weight)
+        return {**out, "loss_mwer": out["loss_mwer"].detach(), "loss": (1.0 - w) * out["loss"] + w * out["loss_mwer"]}
 
     def count(self, batch: Batch) -> int:
         return len(batch["utts"])
