@@ -10,11 +10,12 @@ LONGEST_ERROR = 400  # characters: a message names file, line and key, and quote
 
 
 def _alias_bomb(levels: int) -> str:
-    """Each level a list of ten aliases to the one before: 10**levels leaves from a file of ~70 bytes a level."""
-    lines = ["l0: &l0 [xxxxxxxxxxxxxxxx]"]
+    """One value (a list where a section belongs, so its error quotes it), each level a list of ten aliases to the
+    one before: 10**levels leaves from a file of ~70 bytes a level."""
+    lines = ["model:", "  - &l0 [xxxxxxxxxxxxxxxx]"]
     for k in range(1, levels + 1):
-        lines.append(f"l{k}: &l{k} [{', '.join([f'*l{k - 1}'] * 10)}]")
-    return "\n".join(lines + [f"model: *l{levels}", ""])
+        lines.append(f"  - &l{k} [{', '.join([f'*l{k - 1}'] * 10)}]")
+    return "\n".join(lines + [""])
 
 
 @pytest.mark.parametrize("load", [load_config, load_decode_config, load_lm_config])
@@ -26,7 +27,7 @@ def test_nested_aliases_are_refused_before_they_expand(tmp_path, load):
         load(path)
     message = str(err.value)
     assert len(message) < LONGEST_ERROR and "\n" not in message
-    assert message.startswith(f"{path}: line 2: a YAML alias (*l0)") and "write the value out" in message
+    assert message.startswith(f"{path}: line 3: a YAML alias (*l0)") and "write the value out" in message
 
 
 def test_a_single_alias_is_refused_in_overrides_and_in_merge_keys(tmp_path):
