@@ -23,6 +23,7 @@ from asrkit.audio.cmvn import CMVNError, CMVNStats
 from asrkit.audio.frontend import build_frontend
 from asrkit.audio.utterance_cmn import UtteranceCMN
 from asrkit.audio.io import AudioError, load_audio
+from asrkit.cli.device import DeviceError, add_device_option, resolve_device
 from asrkit.config import ConfigError, FrontendConfig, load_config, to_dict
 from asrkit.data.datadir import DataDirError, Utterance, read_data_dir
 from asrkit.data.table import TableError
@@ -98,18 +99,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a value of --config, as for asrkit train (repeatable)")
     parser.add_argument("--max-utts", type=int, help="use at most N utterances, evenly spaced over the data dir")
-    parser.add_argument("--device", default="cpu", help="torch device for feature extraction (default: cpu)")
+    add_device_option(parser, "where the features are computed")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     if args.max_utts is not None and args.max_utts < 1:
         parser.error(f"--max-utts must be >= 1, got {args.max_utts}")
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        parser.error(f"--device {args.device}: CUDA is not available")
+    try:
+        device = resolve_device(args.device)
+    except DeviceError as exc:
+        print(f"asrkit compute-cmvn: {exc}", file=sys.stderr)
+        return 2
     if args.overrides and not args.config:
         parser.error("--set overrides a value of --config: give --config too")
     try:
         cfg = load_config(args.config, args.overrides).frontend if args.config else FrontendConfig()
-        res = compute_cmvn(args.data_dir, args.out, cfg, max_utts=args.max_utts, device=args.device,
+        res = compute_cmvn(args.data_dir, args.out, cfg, max_utts=args.max_utts, device=device,
                            progress=not args.no_progress)
     except (ConfigError, CMVNError, DataDirError, TableError) as exc:
         print(f"asrkit compute-cmvn: error: {exc}", file=sys.stderr)

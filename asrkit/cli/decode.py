@@ -12,6 +12,7 @@ import sys
 from typing import List, Optional
 
 from asrkit.cli.decode_options import add_decode_options, decode_config_from_args
+from asrkit.cli.device import DeviceError, add_device_option, resolve_device
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -22,12 +23,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--out", required=True, help="output dir; hypotheses go to OUT/text, settings to OUT/decode.yaml")
     p.add_argument("--checkpoint", help="checkpoint file (default: MODEL/model.pt)")
     p.add_argument("--batch-size", type=int, help="utterances per batch (default: the config's batch_size)")
-    p.add_argument("--device", default="cpu")
+    add_device_option(p, "with --nj, cuda spreads the shards over the visible GPUs")
     p.add_argument("--nj", type=int, default=1,
                    help="number of shards, each decoded by its own local process with cpus/N threads "
                         "(OUT/split<N>/<k>, logs in OUT/log/decode.<k>.log); under torchrun the number of ranks")
     add_decode_options(p)
     args = p.parse_args(argv)
+    try:
+        device = resolve_device(args.device)
+    except DeviceError as exc:
+        print(f"asrkit decode: {exc}", file=sys.stderr)
+        return 2
     if args.batch_size is not None and args.batch_size < 1:
         p.error("--batch-size must be >= 1")
     if args.nj < 1:
@@ -49,7 +55,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         decode = decode_config_from_args(args)
         # built once here even when shards decode: a bad model dir, checkpoint or search setting is one clear
         # message now rather than one traceback per shard
-        transcriber = Transcriber.from_dir(args.model, device="cpu" if world > 1 or args.nj > 1 else args.device,
+        transcriber = Transcriber.from_dir(args.model, device="cpu" if world > 1 or args.nj > 1 else device,
                                            checkpoint=args.checkpoint, decode=decode)
     except (FileNotFoundError, ValueError) as exc:  # ConfigError is a ValueError
         print(f"asrkit decode: {exc}", file=sys.stderr)
@@ -58,7 +64,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         transcriber.decode_data_dir(args.data, args.out, batch_size=args.batch_size)
         return 0
     del transcriber  # the shards' processes load their own
-    job = DecodeJob(args.model, decode, args.checkpoint, args.device, args.batch_size)
+    job = DecodeJob(args.model, decode, args.checkpoint, device, args.batch_size)
     try:
         if world > 1:
             decode_distributed(job, args.data, args.out)

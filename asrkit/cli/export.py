@@ -15,35 +15,38 @@ import os
 import sys
 from typing import List, Optional
 
+from asrkit.cli.device import DeviceError, resolve_device
+
 
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="asrkit export", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="experiment dir written by 'asrkit train'")
     p.add_argument("--format", required=True, choices=["onnx", "torchscript"], help="file format to write")
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
-                   help="TorchScript only: the device the trace runs on (a trace runs there only); ONNX is exported "
-                        "on the CPU and runs on any onnxruntime provider")
+    p.add_argument("--device", default="cpu",
+                   help="TorchScript only: cpu, cuda or cuda:N, the device the trace runs on and is bound to (default: "
+                        "cpu, unlike the other commands, so that the file loads on any machine); ONNX is exported on "
+                        "the CPU and runs on any onnxruntime provider")
     p.add_argument("--checkpoint", help="weights to export instead of MODEL/model.pt (e.g. an epoch checkpoint)")
     p.add_argument("out", help="output file (e.g. model.onnx, model.ts)")
     args = p.parse_args(argv)
+    if args.device != "cpu" and args.format == "onnx":
+        p.error(f"--device {args.device} applies to --format torchscript (an ONNX file runs on any device)")
+    try:
+        resolve_device(args.device)
+    except DeviceError as exc:
+        print(f"asrkit export: {exc}", file=sys.stderr)
+        return 2
     if not os.path.isfile(os.path.join(args.model, "config.yaml")):
         print(f"asrkit export: {args.model}: not an experiment directory (no config.yaml)", file=sys.stderr)
         return 2
     if args.checkpoint and not os.path.isfile(args.checkpoint):
         print(f"asrkit export: --checkpoint {args.checkpoint}: no such file", file=sys.stderr)
         return 2
-    if args.device == "cuda" and args.format == "onnx":
-        p.error("--device cuda applies to --format torchscript (an ONNX file runs on any device)")
     if os.path.isdir(args.out):
         print(f"asrkit export: {args.out} is a directory; give the output file's name", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    import torch
-
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("asrkit export: --device cuda, but torch sees no CUDA device", file=sys.stderr)
-        return 2
     from asrkit.config import ConfigError
     from asrkit.pipeline.export import ExportError, export_from_dir
 

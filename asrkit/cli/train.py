@@ -20,6 +20,7 @@ import argparse
 import sys
 from typing import List, Optional
 
+from asrkit.cli.device import DeviceError, add_device_option, resolve_device
 from asrkit.cli.run_options import add_run_options, resume_mode
 from asrkit.config import ConfigError, load_config
 
@@ -38,13 +39,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--out", required=True, help="experiment dir (created; resumed if it holds checkpoints)")
     p.add_argument("--tokenizer", help="tokenizer JSON (default: the config's tokenizer.path)")
     p.add_argument("--cmvn", help="global CMVN stats from 'asrkit compute-cmvn' (default: the config's cmvn)")
-    p.add_argument("--device", help="torch device (default: cuda if available, else cpu; under torchrun: "
-                                    "cuda:LOCAL_RANK)")
+    add_device_option(p, "under torchrun, cuda is cuda:LOCAL_RANK")
     add_run_options(p, "checkpoints, weights and logs of the experiment")
     args = p.parse_args(argv)
     try:
+        device = resolve_device(args.device)
         cfg = load_config(args.config, args.overrides)
-    except ConfigError as exc:
+    except (DeviceError, ConfigError) as exc:
         print(f"asrkit train: {exc}", file=sys.stderr)
         return 2
     from asrkit.data.datadir import DataDirError
@@ -52,7 +53,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     resume = resume_mode(args)
     try:
-        train(cfg, args.out, args.train_data or args.train_shards, args.valid_data, args.tokenizer, args.cmvn, args.device, resume)
+        train(cfg, args.out, args.train_data or args.train_shards, args.valid_data, args.tokenizer, args.cmvn, device, resume)
     except (FileNotFoundError, ValueError, ConfigError, DataDirError) as exc:
         # ExperimentError and checkpoint problems are ValueErrors with a message naming the file.
         print(f"asrkit train: {exc}", file=sys.stderr)

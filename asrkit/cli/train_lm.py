@@ -16,6 +16,7 @@ import os
 import sys
 from typing import List, Optional
 
+from asrkit.cli.device import DeviceError, add_device_option, resolve_device
 from asrkit.cli.run_options import add_run_options, resume_mode
 from asrkit.config import ConfigError, load_lm_config
 
@@ -31,12 +32,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="the text files hold one sentence per line, no utterance ids")
     p.add_argument("--tokenizer", help="tokenizer JSON (default: the config's tokenizer.path)")
     p.add_argument("--out", required=True, help="LM dir (created; resumed if it holds checkpoints)")
-    p.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    add_device_option(p, "under torchrun, cuda is cuda:LOCAL_RANK")
     add_run_options(p, "checkpoints and weights")
     args = p.parse_args(argv)
     try:
+        device = resolve_device(args.device)
         cfg = load_lm_config(args.config, args.overrides)
-    except ConfigError as exc:
+    except (DeviceError, ConfigError) as exc:
         print(f"asrkit train-lm: {exc}", file=sys.stderr)
         return 2
     from asrkit.train.lm_task import train_lm
@@ -44,7 +46,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     resume = resume_mode(args)
     try:
-        summary = train_lm(cfg, args.out, args.text, args.dev_text, args.tokenizer, args.plain_text, args.device,
+        summary = train_lm(cfg, args.out, args.text, args.dev_text, args.tokenizer, args.plain_text, device,
                            resume)
     except (FileNotFoundError, ValueError, ConfigError) as exc:
         # ExperimentError, text and tokenizer problems are ValueErrors whose message names the file.

@@ -17,6 +17,7 @@ import sys
 from typing import List, Optional
 
 from asrkit.cli.decode_options import add_decode_options, decode_config_from_args
+from asrkit.cli.device import DeviceError, add_device_option, resolve_device
 from asrkit.pipeline.formats import FORMATS, write_results
 from asrkit.pipeline.inputs import expand_arguments
 from asrkit.pipeline.stream import SEGMENTERS
@@ -32,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(.onnx, or TorchScript .pt/.ts: CTC searches only)")
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="audio file, directory, wav.scp, or - (paths on stdin)")
     p.add_argument("--checkpoint", help="checkpoint file (default: MODEL/model.pt)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
+    add_device_option(p)
     p.add_argument("--batch-seconds", type=float, default=120.0,
                    help="audio per batch, counting padding (default 120)")
     p.add_argument("--num-workers", type=int, default=min(2, max(0, (os.cpu_count() or 1) - 1)),
@@ -50,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
+    try:
+        device = resolve_device(args.device)
+    except DeviceError as exc:
+        print(f"asrkit transcribe: {exc}", file=sys.stderr)
+        return 2
     if args.batch_seconds <= 0:
         p.error("--batch-seconds must be > 0")
     if args.num_workers < 0:
@@ -69,9 +75,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         decode = decode_config_from_args(args)
         options = dict(segmenter=args.segmenter, batch_seconds=args.batch_seconds)
         if exported:
-            transcriber = Transcriber.from_exported(args.model, device=args.device, decode=decode, **options)
+            transcriber = Transcriber.from_exported(args.model, device=device, decode=decode, **options)
         else:
-            transcriber = Transcriber.from_dir(args.model, device=args.device, checkpoint=args.checkpoint,
+            transcriber = Transcriber.from_dir(args.model, device=device, checkpoint=args.checkpoint,
                                                decode=decode, **options)
     except (FileNotFoundError, ValueError) as exc:  # ConfigError and TableError are ValueErrors
         print(f"asrkit transcribe: {exc}", file=sys.stderr)

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import List, Optional
 
 from asrkit.cli.decode_options import add_decode_options, decode_config_from_args
+from asrkit.cli.device import DeviceError, add_device_option, resolve_device
 from asrkit.config import save_config
 from asrkit.data.table import read_table
 from asrkit.score.wer import score_texts
@@ -29,9 +30,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--length-bonuses", type=float, nargs="+", default=[0.0], metavar="B")
     p.add_argument("--cer", action="store_true", help="choose by character error rate instead of WER")
     p.add_argument("--batch-size", type=int, help="utterances per batch (default: the config's batch_size)")
-    p.add_argument("--device", default="cpu")
+    add_device_option(p)
     add_decode_options(p)
     args = p.parse_args(argv)
+    try:
+        device = resolve_device(args.device)
+    except DeviceError as exc:
+        print(f"asrkit tune-fusion: {exc}", file=sys.stderr)
+        return 2
     for path, what in ((args.model, "--model"), (args.data, "--data")):
         if not os.path.isdir(path):
             p.error(f"{what} {path}: no such directory")
@@ -45,7 +51,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         decode = decode_config_from_args(args)
         if decode.lm is None:
             raise ValueError("no LM to tune: give --lm or a decode config with lm set")
-        transcriber = Transcriber.from_dir(args.model, device=args.device, decode=decode)
+        transcriber = Transcriber.from_dir(args.model, device=device, decode=decode)
         refs = read_table(text)
     except (FileNotFoundError, ValueError) as exc:  # ConfigError and TableError are ValueErrors
         print(f"asrkit tune-fusion: {exc}", file=sys.stderr)
