@@ -6,7 +6,8 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "asrkit"
-LEVEL = {"atomic": -1, "config": 0, "checkpoint": 0, "text": 1, "audio": 1, "nets": 1, "data": 2, "models": 2, "lm": 2,
+LEVEL = {"atomic": -1, "rundir_lock": -1, "config": 0, "checkpoint": 0, "text": 1, "audio": 1, "nets": 1,
+         "data": 2, "models": 2, "lm": 2,
          "pipeline": 3, "train": 3, "score": 3, "cli": 4, "__init__": 5, "__main__": 5}
 
 

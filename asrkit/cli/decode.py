@@ -9,10 +9,15 @@ import argparse
 import logging
 import os
 import sys
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 from asrkit.cli.decode_options import add_decode_options, decode_config_from_args
 from asrkit.cli.device import DeviceError, add_device_option, resolve_device
+from asrkit.pipeline.decode_dir import MAX_UTTERANCE_SECONDS
+
+if TYPE_CHECKING:
+    from asrkit.config import DecodeConfig
+    from asrkit.pipeline import Transcriber
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -27,6 +32,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--nj", type=int, default=1,
                    help="number of shards, each decoded by its own local process with cpus/N threads "
                         "(OUT/split<N>/<k>, logs in OUT/log/decode.<k>.log); under torchrun the number of ranks")
+    p.add_argument("--max-utt-seconds", type=float, default=MAX_UTTERANCE_SECONDS, metavar="S",
+                   help=f"utterances longer than S seconds (default {MAX_UTTERANCE_SECONDS:g}) are split at pauses and "
+                        f"decoded in segments, as 'asrkit transcribe' splits recordings, then joined; shorter ones "
+                        f"are decoded whole")
     add_decode_options(p)
     args = p.parse_args(argv)
     try:
@@ -38,6 +47,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         p.error("--batch-size must be >= 1")
     if args.nj < 1:
         p.error(f"--nj must be >= 1, got {args.nj}")
+    if not args.max_utt_seconds > 0:
+        p.error(f"--max-utt-seconds must be > 0, got {args.max_utt_seconds}")
     for path, what in ((args.model, "--model"), (args.data, "--data")):
         if not os.path.isdir(path):
             p.error(f"{what} {path}: no such directory")
@@ -49,7 +60,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 f"(leave --nj out)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from asrkit.pipeline import Transcriber
-    from asrkit.pipeline.sharded import DecodeJob, ShardError, decode_distributed, decode_sharded
+    from asrkit.rundir_lock import RunDirBusy, RunDirLock
 
     try:
         decode = decode_config_from_args(args)
@@ -60,17 +71,40 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (FileNotFoundError, ValueError) as exc:  # ConfigError is a ValueError
         print(f"asrkit decode: {exc}", file=sys.stderr)
         return 1
-    if world == 1 and args.nj == 1:
-        transcriber.decode_data_dir(args.data, args.out, batch_size=args.batch_size)
-        return 0
-    del transcriber  # the shards' processes load their own
-    job = DecodeJob(args.model, decode, args.checkpoint, device, args.batch_size)
+    if world > 1 or args.nj > 1:
+        transcriber = None  # the shards' processes load their own
     try:
-        if world > 1:
-            decode_distributed(job, args.data, args.out)
-        else:
-            decode_sharded(job, args.data, args.out, args.nj)
-    except (ShardError, ValueError, OSError) as exc:
+        with RunDirLock(args.out, enabled=rank == 0):  # one decode per out dir; torchrun's ranks share rank 0's
+            return _decode(args, transcriber, decode, device, world)
+    except RunDirBusy as exc:
         print(f"asrkit decode: {exc}", file=sys.stderr)
         return 1
+
+
+def _decode(args: argparse.Namespace, transcriber: Optional[Transcriber], decode: DecodeConfig, device: str,
+            world: int) -> int:
+    """Decode ``args.data`` into ``args.out``: with ``transcriber`` in this process, else in shards' processes
+    (``--nj``) or torchrun's ranks."""
+    from asrkit.pipeline.decode_dir import decode_data_dir
+    from asrkit.pipeline.sharded import DecodeJob, ShardError, decode_distributed, decode_sharded
+
+    try:
+        if transcriber is not None:
+            counts = decode_data_dir(transcriber, args.data, args.out, args.batch_size, args.max_utt_seconds)
+        else:
+            job = DecodeJob(args.model, decode, args.checkpoint, device, args.batch_size, args.max_utt_seconds)
+            counts = (decode_distributed(job, args.data, args.out) if world > 1 else
+                      decode_sharded(job, args.data, args.out, args.nj))
+    except (ShardError, ValueError, OSError) as exc:  # DataDirError and TableError are ValueErrors
+        print(f"asrkit decode: {exc}", file=sys.stderr)
+        return 1
+    if counts is None or not counts["failed"]:  # (None: a torchrun rank other than 0, which merges and reports)
+        return 0
+    listed = os.path.join(args.out, "failed")
+    if not counts["decoded"]:
+        print(f"asrkit decode: no utterance could be decoded ({counts['failed']} failed, listed in {listed})",
+              file=sys.stderr)
+        return 1
+    print(f"asrkit decode: {counts['failed']} of {counts['decoded'] + counts['failed']} utterances failed "
+          f"(listed in {listed}); the others are in {os.path.join(args.out, 'text')}", file=sys.stderr)
     return 0

@@ -36,6 +36,8 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from asrkit.config import ConfigError, ExperimentConfig, TrainConfig
+from asrkit.rundir_lock import RunDirBusy, RunDirLock
+from asrkit.extras import require
 from asrkit.train import distributed as dist_util
 from asrkit.checkpoint import (FORMAT_VERSION, METRICS, MODEL_FILE, CheckpointIndex, load_checkpoint, rng_state,
                                      save_atomic, save_model_weights, set_rng_state)
@@ -89,6 +91,8 @@ class Trainer:
         self.ctx = ctx or dist_util.init_distributed(device)
         self.device = self.ctx.device
         check_train_config(t, self.device)
+        if t.plot_attention:  # at the start, not at the first validation
+            require("matplotlib", "train.plot_attention")
         seed_everything(t.seed)  # same initial weights on every rank
         self.raw_model = task.build_model().to(self.device)
         self.train_loader, self.valid_loader = task.build_loaders(self.raw_model, self.device.type == "cuda")
@@ -397,10 +401,13 @@ def run_experiment(train_cfg: TrainConfig, exp_dir: str, prepare: Callable[[bool
     """Check, prepare ``exp_dir``, train; the last epoch's summary. The driver of ``asrkit train`` and
     ``asrkit train-lm`` alike, which run under ``torchrun`` unchanged: every rank checks the experiment dir
     with ``prepare(False)``, rank 0 writes it with ``prepare(True)``; both return the resolved config, from
-    which ``make_task`` makes the task (after logging is set up, so it may log)."""
+    which ``make_task`` makes the task (after logging is set up, so it may log). Rank 0 holds ``exp_dir``'s
+    :class:`~asrkit.rundir_lock.RunDirLock` throughout: another run into it is refused (:class:`RunDirBusy`)."""
     ctx = dist_util.init_distributed(device)
+    lock = RunDirLock(exp_dir, enabled=ctx.is_main)  # the ranks of one run share rank 0's lock
     try:
         check_train_config(train_cfg, ctx.device)  # before anything is written
+        _acquire_on_every_rank(lock, ctx)
         # Every rank checks first (same verdict everywhere, so no rank waits for a failed one); rank 0 writes.
         resolved = prepare(False)
         dist_util.barrier(ctx)
@@ -415,7 +422,20 @@ def run_experiment(train_cfg: TrainConfig, exp_dir: str, prepare: Callable[[bool
         dist_util.barrier(ctx)
         return summary
     finally:
+        lock.release()
         dist_util.cleanup()
+
+
+def _acquire_on_every_rank(lock: RunDirLock, ctx: DistContext) -> None:
+    """Rank 0 takes ``lock``; every rank raises :class:`RunDirBusy` if it could not (so none waits for it)."""
+    refused = None
+    try:
+        lock.acquire()
+    except RunDirBusy as exc:
+        refused = str(exc)
+    refused = gather_objects(refused, ctx)[0]
+    if refused is not None:
+        raise RunDirBusy(refused)
 
 
 def train(cfg: ExperimentConfig, exp_dir: str, train_dir: str, valid_dir: Optional[str] = None,
