@@ -3,18 +3,24 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+STAMP := $(VENV)/.installed-dev
 
 .PHONY: test demo install system-deps kenlm clean-demo mutation
 
-# Reinstall only when the package metadata changes.
-$(STAMP): setup.py
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
-	@touch $(STAMP)
+$(PY):
+	$(PYTHON) -m venv $(VENV)
 
-install: $(STAMP) system-deps kenlm
+# asrkit with the extras named after the dash (setup.py), reinstalled only when the package metadata changes:
+# .installed-dev is everything (make install, make test), .installed-synth the core and the demo's corpus synthesis.
+$(VENV)/.installed-%: setup.py | $(PY)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[$*]'
+	@touch $@
+
+install: $(STAMP) system-deps kenlm native
+
+.PHONY: native
+native: | $(PY)
 	@$(PY) -c "from asrkit.search import native_build; native_build.build()" || echo "asrkit: the native CTC prefix search did not build (a C++ compiler?); searches use the torch loop"
 
 # espeak-ng, festival and flite voices (speech synthesis for the demo and tests), sox, flac.
@@ -22,7 +28,7 @@ system-deps:
 	@bash tools/install/install_system_deps.sh
 
 # KenLM's lmplz (asrkit train-ngram: the demo's word n-gram LM), built once into tools/kenlm/bin (~1 min).
-kenlm: $(STAMP)
+kenlm: | $(PY)
 	@PYTHON=$(PY) bash tools/install/install_kenlm.sh
 
 test: install
@@ -34,7 +40,7 @@ mutation: install
 
 # DEMO_OPTS: more recipes/mini/run.sh options, e.g. DEMO_OPTS="--size small-joint" (README, Results).
 DEMO_OPTS ?=
-demo: install
+demo: $(VENV)/.installed-synth system-deps kenlm native
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash recipes/mini/run.sh $(DEMO_OPTS)
 
 clean-demo:

@@ -63,3 +63,18 @@ def c_locale():
         yield
     finally:
         locale.setlocale(locale.LC_CTYPE, old)
+
+
+@pytest.fixture
+def not_installed(monkeypatch):
+    """``not_installed("onnx", ...)``: until the test ends, importing these packages (or their submodules) fails as
+    it does where they are not installed (sys.modules[name] = None makes ``import name`` raise
+    ModuleNotFoundError)."""
+    def hide(*packages: str) -> None:
+        for name in list(sys.modules):
+            if name.split(".")[0] in packages:
+                monkeypatch.delitem(sys.modules, name)
+        for package in packages:
+            monkeypatch.setitem(sys.modules, package, None)
+
+    return hide

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from asrkit.data.datadir import DataDirError  # noqa: E402
 from asrkit.data.shards import ShardError, write_shards  # noqa: E402
+from asrkit.extras import MissingExtraError  # noqa: E402
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -39,7 +40,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         shard_set = write_shards(args.data_dir, args.out_dir, args.utts_per_shard, args.sample_rate,
                                  shuffle_seed=None if args.shuffle_seed < 0 else args.shuffle_seed,
                                  progress=not args.no_progress)
-    except (DataDirError, ShardError, OSError) as exc:
+    except (DataDirError, ShardError, MissingExtraError, OSError) as exc:
         print(f"make_shards.py: {exc}", file=sys.stderr)
         return 1
     n = sum(len(s.entries) for s in shard_set.shards)

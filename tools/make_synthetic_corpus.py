@@ -52,13 +52,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import soundfile
-from scipy.fft import next_fast_len
 from tqdm import tqdm
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)  # run as a script from anywhere: asrkit lives in the repo root
 
 from asrkit.data.table import write_table  # noqa: E402
+from asrkit.extras import MissingExtraError, require  # noqa: E402
 
 
 def _load_synthesizers() -> ModuleType:
@@ -280,6 +280,8 @@ def make_noise(kind: str, num_samples: int, rng: np.random.Generator) -> np.ndar
     elif kind in ("pink", "brown"):
         # Shape a block of an FFT-friendly length and keep its start: an FFT of a length with a large
         # prime factor is 15x slower, and that was most of the time spent outside the synthesizers.
+        from scipy.fft import next_fast_len  # the synth extra, required by make_corpus
+
         size = next_fast_len(num_samples, real=True)
         spec = np.fft.rfft(rng.standard_normal(size))
         freqs_hz = np.fft.rfftfreq(size, d=1.0 / SAMPLE_RATE)
@@ -371,6 +373,7 @@ def make_corpus(out_dir: str, num_train: int, num_dev: int, num_test: int, seed:
 
     ``binaries`` maps synthesizer -> program name (``espeak_binary`` is espeak's); returns the plan.
     """
+    require("scipy", "synthesizing speech")  # resampling and noise; here, before the worker processes start
     synths = synths or SynthChoice(dict(DEFAULT_TRAIN_SYNTHS))
     counts = {"train": num_train, "dev": num_dev, "test": num_test, "test_unseen": num_test_unseen}
     plan = plan_corpus(load_sentences(sentences_path), counts, seed, snr_db, out_dir, audio_dir, synths)
@@ -473,7 +476,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     sentences_path=args.sentences, espeak_binary=args.espeak, progress=not args.no_progress,
                     num_test_unseen=args.num_test_unseen, synths=synths,
                     binaries={"festival": args.festival, "flite": args.flite})
-    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+    except (ValueError, FileNotFoundError, RuntimeError, MissingExtraError) as exc:
         print(f"make_synthetic_corpus.py: error: {exc}", file=sys.stderr)
         return 1
     return 0

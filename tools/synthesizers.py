@@ -30,7 +30,6 @@ from typing import Dict, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 import soundfile
-from scipy.signal import resample_poly
 
 SAMPLE_RATE = 16000
 SYNTHS = ("espeak", "festival", "flite")
@@ -136,6 +135,8 @@ def to_16k(audio: np.ndarray, sr: float, utt_id: str) -> np.ndarray:
         return audio
     if den <= 0:
         raise RuntimeError(f"utterance {utt_id}: bad sample rate {sr}")
+    from scipy.signal import resample_poly  # the synth extra (make_synthetic_corpus.make_corpus requires it)
+
     g = np.gcd(num, den)
     return resample_poly(audio, num // g, den // g)
 

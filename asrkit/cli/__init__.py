@@ -10,6 +10,8 @@ import os
 import sys
 from typing import List, Optional
 
+from asrkit.extras import MissingExtraError
+
 # name -> (module, one-line help)
 SUBCOMMANDS = {
     "average": ("asrkit.cli.average", "average the best K epoch checkpoints of an experiment into model.pt"),
@@ -68,6 +70,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         raise
     try:
         return int(module.main(rest) or 0)
+    except MissingExtraError as exc:  # an optional package this command needs: one line naming its extra
+        print(f"asrkit: {exc}", file=sys.stderr)
+        return 1
     except BrokenPipeError:
         # The reader went away (`asrkit score ... | head -n 1`): stop quietly, as Unix tools do on SIGPIPE,
         # and point stdout at /dev/null so the interpreter's final flush does not raise again.

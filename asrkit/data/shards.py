@@ -38,6 +38,7 @@ from asrkit.audio.io import AudioError, load_audio, resample
 from asrkit.data.datadir import DataDirError, read_data_dir
 from asrkit.data.dataset import collate
 from asrkit.data.sampler import FRAMES_PER_SECOND, pack_batches
+from asrkit.extras import require
 
 log = logging.getLogger("asrkit.data")
 INDEX_FILE = "shards.json"
@@ -75,7 +76,7 @@ def write_shards(data_dir: str, out_dir: str, utts_per_shard: int, sample_rate: 
     ``shards.json`` into ``out_dir``, in an order shuffled by ``shuffle_seed`` (None: the dir's order; a
     shuffle spreads long and short utterances over the shards). Audio is resampled to ``sample_rate``; an
     utterance without audio entry or text, or with unreadable audio, is an error naming it."""
-    import webdataset as wds  # the format's reference writer
+    wds = require("webdataset", "writing shards")  # the format's reference writer
 
     if utts_per_shard < 1:
         raise ValueError(f"utts_per_shard must be at least 1, got {utts_per_shard}")
@@ -210,6 +211,7 @@ class ShardStream(IterableDataset):
     def __init__(self, shard_set: ShardSet, tokens: Sequence[Sequence[int]], keep: Sequence[bool], *,
                  sample_rate: int, max_frames: int, max_batch_size: int, bucket_width: float, buffer_size: int,
                  seed: int, rank: int, world_size: int, num_workers: int):
+        require("webdataset", "reading shards")  # here, not in the loader's workers: an error before training
         self.shard_set, self.sample_rate = shard_set, sample_rate
         self.items = [(s, e) for s, shard in enumerate(shard_set.shards) for e in shard.entries]
         if not len(tokens) == len(keep) == len(self.items):
@@ -281,7 +283,7 @@ class ShardStream(IterableDataset):
             skip = 0
 
     def __iter__(self) -> Iterator[Dict[str, object]]:
-        from webdataset.tariterators import shardlist, tarfile_samples
+        from webdataset.tariterators import shardlist, tarfile_samples  # there: required by __init__
 
         info = get_worker_info()
         if (info.num_workers if info is not None else 1) != self.num_workers:

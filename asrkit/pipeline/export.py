@@ -46,6 +46,7 @@ import torch
 from torch import Tensor, nn
 
 from asrkit.audio.frontend import KaldiFbank, LogMel
+from asrkit.extras import require
 from asrkit.nets.lstm import BLSTMEncoder
 from asrkit.nets.positional import PositionalEncoding
 from asrkit.text.tokenizer import Tokenizer, load_tokenizer
@@ -237,7 +238,8 @@ _EXPORTER_NOISE = (r".*axis name: \w+ will not be used", r".*were assigned durin
 
 
 def _export_onnx(graph: CtcLogProbs, example: Tuple[Tensor, Tensor], out: str, meta: dict) -> None:
-    import onnx  # optional at import time: only export and ONNX loading need it
+    onnx = require("onnx", "exporting to ONNX")
+    require("onnxscript", "exporting to ONNX")  # torch.onnx.export(dynamo=True) writes the graph with it
 
     # The exporter's registry logs a warning per torchvision op it skips when torchvision is absent (asrkit needs none).
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
@@ -376,8 +378,7 @@ class ExportedModel:
 
 
 def _onnx_runner(path: str, device: torch.device, num_threads: Optional[int]):
-    import onnxruntime as ort
-
+    ort = require("onnxruntime", f"{path}: an ONNX model")
     options = ort.SessionOptions()
     if num_threads:
         options.intra_op_num_threads = num_threads

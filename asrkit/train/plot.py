@@ -12,6 +12,8 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from asrkit.extras import require
+
 
 def plot_attention(weights: torch.Tensor | np.ndarray, path: str | os.PathLike, title: str = "",
                    tokens: Optional[Sequence[str]] = None, frame_shift: Optional[float] = None) -> None:
@@ -23,8 +25,7 @@ def plot_attention(weights: torch.Tensor | np.ndarray, path: str | os.PathLike, 
     w = weights.detach().float().cpu().numpy() if torch.is_tensor(weights) else np.asarray(weights, dtype=np.float32)
     if w.ndim != 2 or w.shape[0] == 0 or w.shape[1] == 0:
         raise ValueError(f"attention weights must be a non-empty (L, T) matrix, got shape {tuple(w.shape)}")
-    import matplotlib
-
+    matplotlib = require("matplotlib", "plotting attention")
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 

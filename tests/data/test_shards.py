@@ -17,6 +17,7 @@ from asrkit.data.sampler import FRAMES_PER_SECOND
 from asrkit.data.shards import (ShardError, ShardStream, assign_shards, read_shard_set, round_robin_skips,
                                 write_shards)
 from asrkit.data.table import write_table
+from asrkit.extras import MissingExtraError
 from tool_loader import load_tool
 
 REPO = Path(__file__).resolve().parents[2]
@@ -202,3 +203,16 @@ def test_make_shards_tool(shards, tmp_path, capsys):
                                                        "shards.json"]
     assert tool.main([str(tmp_path / "nope"), str(out)]) == 1
     assert "nope" in capsys.readouterr().err
+
+
+def test_without_the_shards_extra_writing_and_reading_are_one_line_naming_it(shards, not_installed, tmp_path,
+                                                                             capsys):
+    not_installed("webdataset")
+    with pytest.raises(MissingExtraError, match=r"^writing shards needs webdataset, .*'asrkit\[shards\]'$"):
+        write_shards(str(shards["data"]), str(tmp_path / "w"), utts_per_shard=4, progress=False)
+    assert not (tmp_path / "w").exists()
+    assert load_tool("make_shards").main(["--no-progress", str(shards["data"]), str(tmp_path / "t")]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "make_shards.py: writing shards needs webdataset, which is not installed: pip install 'asrkit[shards]'"]
+    with pytest.raises(MissingExtraError, match=r"^reading shards needs webdataset, .*'asrkit\[shards\]'$"):
+        stream(shards["dir"], 0, 1, 0)  # built before the loader starts, so training fails at once

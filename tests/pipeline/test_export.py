@@ -16,6 +16,7 @@ from asrkit.audio.io import load_audio
 from asrkit.checkpoint import save_model_weights
 from asrkit.cli import main
 from asrkit.config import load_config, save_config
+from asrkit.extras import MissingExtraError
 from asrkit.models.registry import build_model
 from asrkit.pipeline.export import (CtcLogProbs, ExportError, _example, check_exportable, export_from_dir,
                                     export_model, load_exported)
@@ -168,6 +169,18 @@ def test_short_inputs_and_empty_batches(exported):
     too_long = em._meta["max_samples"] + 1
     with pytest.raises(ValueError, match="longer than this exported model takes"):
         em.log_probs(torch.zeros(1, too_long), torch.tensor([too_long]))
+
+
+def test_without_the_export_extra_onnx_is_one_line_naming_it(exported, not_installed, tmp_path, capsys):
+    exp, _, _, files = exported["tiny_ctc"]
+    not_installed("onnxscript")  # what torch.onnx.export(dynamo=True) writes with
+    assert main(["export", "--model", exp, "--format", "onnx", str(tmp_path / "m.onnx")]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "asrkit: exporting to ONNX needs onnxscript, which is not installed: pip install 'asrkit[export]'"]
+    assert list(tmp_path.iterdir()) == []
+    not_installed("onnxruntime")
+    with pytest.raises(MissingExtraError, match=r"tiny_ctc.onnx: an ONNX model needs onnxruntime, .*\[export\]'$"):
+        load_exported(files["onnx"])
 
 
 def test_a_model_without_ctc_is_refused(tmp_path):

@@ -439,3 +439,14 @@ def test_bad_input_gives_clear_errors(tool, tmp_path, capsys):
         with pytest.raises(SystemExit):
             tool.main(["--out", "x", "--num-train", "1", "--num-dev", "0", "--num-test", "0", *args])
         assert msg in capsys.readouterr().err, args
+
+
+def test_without_the_synth_extra_the_tool_says_which_in_one_line(tool, not_installed, tmp_path, capsys):
+    """scipy resamples the synthesizers' speech: a core install without it gets the extra's name, not a traceback."""
+    not_installed("scipy")
+    assert tool.main(["--out", str(tmp_path / "data"), "--num-train", "1", "--num-dev", "0", "--num-test", "0",
+                      "--num-test-unseen", "0", "--train-synths", "espeak", "--no-progress"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "make_synthetic_corpus.py: error: synthesizing speech needs scipy, which is not installed: "
+        "pip install 'asrkit[synth]'"]
+    assert not (tmp_path / "data").exists()

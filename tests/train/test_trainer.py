@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from asrkit.config import ConfigError
+from asrkit.extras import MissingExtraError
 from asrkit.models.asr import AsrModel
 from asrkit.text.tokenizer import CharTokenizer
 from asrkit.train.experiment import prepare_experiment
@@ -172,6 +173,13 @@ def test_bf16_autocast_on_cpu_trains_close_to_fp32(corpus, tmp_path):
 def test_fp16_needs_cuda(corpus, tmp_path):
     with pytest.raises(ConfigError, match="fp16 needs a CUDA device"):
         make_trainer(corpus, tmp_path / "exp", ["train.amp=fp16"])
+
+
+def test_attention_plots_without_the_plot_extra_fail_before_training(corpus, tmp_path, not_installed):
+    not_installed("matplotlib")
+    with pytest.raises(MissingExtraError, match=r"^train.plot_attention needs matplotlib, .*'asrkit\[plot\]'$"):
+        make_trainer(corpus, tmp_path / "exp", ["train.plot_attention=3"])
+    make_trainer(corpus, tmp_path / "exp2", ["train.plot_attention=0"])  # no plots: no matplotlib needed
 
 
 def test_attention_outputs_are_plotted_for_validation_utterances(corpus, tmp_path, monkeypatch):

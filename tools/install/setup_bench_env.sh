@@ -59,8 +59,9 @@ import ast, sys
 tree = ast.parse(open(sys.argv[1]).read())
 for node in ast.walk(tree):
     if isinstance(node, ast.keyword) and node.arg == "extras_require":
-        extras = ast.literal_eval(node.value)
-        print("\n".join(extras["bench"]))
+        # only the bench entry is a literal (the others are built from setup.py's EXTRAS)
+        extras = {k.value: v for k, v in zip(node.value.keys, node.value.values) if isinstance(k, ast.Constant)}
+        print("\n".join(ast.literal_eval(extras["bench"])))
         break
 else:
     sys.exit("setup.py has no extras_require['bench']")

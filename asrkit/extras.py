@@ -1,0 +1,40 @@
+"""Optional dependencies: which pip extra installs each, and one error line naming it when it is missing.
+
+The core install holds what transcription and training need; the commands that need more import it through
+:func:`require`, so that a missing package reads ``asrkit export --format onnx needs onnx, which is not
+installed: pip install 'asrkit[export]'`` instead of a traceback. setup.py's ``EXTRAS`` lists the same
+extras (tests/test_packaging.py holds the two together).
+"""
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+# top-level module -> the extra of setup.py that installs it
+EXTRA_OF = {
+    "onnx": "export",
+    "onnxruntime": "export",
+    "onnxscript": "export",
+    "webdataset": "shards",
+    "matplotlib": "plot",
+    "scipy": "synth",
+}
+
+
+class MissingExtraError(ImportError):
+    """An optional dependency is not installed; the message names the extra that installs it."""
+
+
+def require(module: str, purpose: str) -> ModuleType:
+    """``module`` (e.g. ``"scipy.signal"``) imported, or :class:`MissingExtraError` when its package is not
+    installed: '``purpose`` needs <package>, which is not installed: pip install 'asrkit[<extra>]''. A package
+    that is installed but fails to import (a dependency of its own missing) raises as it is."""
+    package = module.split(".")[0]
+    extra = EXTRA_OF[package]  # a KeyError here is a programming error: every optional package has an extra
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] != package:
+            raise
+        raise MissingExtraError(f"{purpose} needs {package}, which is not installed: "
+                                f"pip install 'asrkit[{extra}]'") from None
