@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: test demo install system-deps kenlm clean-demo mutation
+.PHONY: test demo install system-deps kenlm clean-demo mutation docs
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ kenlm: | $(PY)
 
 test: install
 	$(PY) -m pytest -q tests
+
+# The documentation site (mkdocs.yml, docs/) into site/; --strict: a broken link or reference fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # Mutation score of the core modules (tools/mutation/modules.yaml); a benchmark, not part of CI.
 mutation: install

@@ -324,7 +324,8 @@ class DecodeConfig:
     # LM shallow fusion: an ARPA file (.arpa or .arpa.gz) or a neural LM dir from 'asrkit train-lm'.
     # Relative: to the working directory; a decode.yaml that asrkit writes holds it absolute (save_config).
     lm: Optional[str] = None
-    lm_units: str = "token"  # ARPA only: token (the LM's words are the tokenizer's tokens) | word
+    # ARPA only: word (a word LM, asrkit train-ngram's default) | token (the LM's words are the tokenizer's tokens)
+    lm_units: str = "word"
     lm_lookahead: bool = True  # word ARPA only: unigram look-ahead for partial words
     lm_unk_offset: float = -10.0  # word ARPA only: ln score added to OOV words (measured: README, Language models)
     lm_word_boundary: Optional[str] = None  # word ARPA only: the mark word-initial tokens start with (None: ▁, | or space)

@@ -10,7 +10,7 @@ whole suite per mutant). Mutants listed in tools/mutation/equivalent.txt (one pe
 ``mutant_name  # why it is equivalent``) are counted apart: the score is
 killed / (mutants - equivalent). "No tests" mutants (code the module's tests never reach) count as
 survivors. A listed equivalent that the tests now kill, or that no longer exists, is reported as
-stale. It is a benchmark, not a CI step: the figures go in README.
+stale. It is a benchmark, not a CI step: the figures go in docs/development.md.
 """
 from __future__ import annotations
 
@@ -87,9 +87,9 @@ def run_module(module: str, tests: List[str], jobs: int, work: Path) -> ModuleRe
     copied = ["asrkit", "tests", "tools", "conf", "recipes"]
     for name in copied:
         shutil.copytree(REPO / name, work / name, ignore=_scratch_ignore)
-    shutil.copy2(REPO / "README.md", work / "README.md")  # tests run its code examples (decode_ctc's)
+    shutil.copytree(REPO / "docs", work / "docs", ignore=_scratch_ignore)  # tests run its examples (decode_ctc's)
     selection = "\n    ".join(tests)
-    also_copy = "\n    ".join(copied[2:] + ["README.md"])
+    also_copy = "\n    ".join(copied[2:] + ["docs"])
     (work / "setup.cfg").write_text(
         "[mutmut]\nsource_paths = asrkit\n"
         f"also_copy =\n    {also_copy}\n"

@@ -14,13 +14,14 @@ from typing import Optional, Sequence, Union
 import torch
 
 from asrkit.lm.arpa import ArpaError, ArpaLM, read_arpa
-from asrkit.lm.ngram import DENSE_MAX_ENTRIES, LN10, NgramLM, NgramScorer, NgramState, NgramStates, load_ngram
+from asrkit.lm.ngram import (DENSE_MAX_ENTRIES, LN10, NgramLM, NgramScorer, NgramState, NgramStates, UnitsError,
+                             load_ngram)
 from asrkit.lm.neural import (LSTMLM, NeuralLMScorer, NeuralLMState, TransformerLM, build_lm, load_neural_lm,
                               make_lm_batch, sentence_log_likelihood)
 from asrkit.lm.word_ngram import BOUNDARY_MARKS, DEFAULT_UNK_OFFSET, WordNgramScorer, WordNgramState
 
 __all__ = ["ArpaError", "ArpaLM", "read_arpa", "LN10", "NgramLM", "NgramScorer", "NgramState", "NgramStates",
-           "load_ngram", "BOUNDARY_MARKS", "DEFAULT_UNK_OFFSET", "WordNgramScorer", "WordNgramState", "ngram_scorer",
+           "UnitsError", "load_ngram", "BOUNDARY_MARKS", "DEFAULT_UNK_OFFSET", "WordNgramScorer", "WordNgramState", "ngram_scorer",
            "LSTMLM", "TransformerLM",
            "NeuralLMScorer", "NeuralLMState", "build_lm", "load_neural_lm", "make_lm_batch", "sentence_log_likelihood"]
 

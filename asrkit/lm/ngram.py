@@ -238,29 +238,35 @@ class NgramLM(torch.nn.Module):
         Built one order at a time from the back-off recursion, in float64 (no gather per n-gram
         lookup): row s is the row of s's suffix (s minus its first word) plus bo(s), with the listed
         (k+1)-grams s + w written over it; ``next_state`` the same, with s + w as the next state
-        where it is one (k+1 < order). Memory: 8 bytes per entry, plus float64 work rows.
+        where it is one (k+1 < order). The work rows hold only the distinct words of ``columns`` and
+        </s> (U <= C + 1), never the whole vocabulary: memory is 8 bytes per entry, plus 12 bytes per
+        entry of one order's (rows, U) work.
         """
-        dev, n_words = self.device, len(self.vocab)
+        dev = self.device
         cols = columns.to(dev, torch.long)
+        words, col_of = torch.unique(torch.cat([cols, cols.new_tensor([self.eos_id])]), return_inverse=True)  # (U,)
+        col_of, eos_col = col_of[:-1], col_of[-1]  # each column's and </s>'s place among the U words
         logp = torch.empty(self.num_states, len(cols), dtype=torch.float32, device=dev)
         next_state = torch.zeros(self.num_states, len(cols), dtype=torch.int32, device=dev) if self.order == 1 \
             else torch.empty(self.num_states, len(cols), dtype=torch.int32, device=dev)  # every row written
         eos = torch.empty(self.num_states, dtype=torch.float32, device=dev)
-        lp = self.prob_1[:n_words].double().unsqueeze(0)  # (1, V): the empty context
-        st = torch.arange(n_words, dtype=torch.int32, device=dev).unsqueeze(0)  # (1, V): unigram states
+        lp = self.prob_1.take(words).double().unsqueeze(0)  # (1, U): the empty context
+        st = words.to(torch.int32).unsqueeze(0)  # (1, U): the unigram states
         if self.order == 1:
-            logp.copy_(lp.index_select(1, cols))
-            eos.copy_(lp[:, self.eos_id])
+            logp.copy_(lp.index_select(1, col_of))
+            eos.copy_(lp[:, eos_col])
             return logp, next_state, eos
         for k, (offset, rows, parent, bo, prefix, last, _) in enumerate(self._levels(), 1):
-            lp = lp.index_select(0, parent).add_(bo.double().unsqueeze(1))  # (rows, V): backed off to the suffix
-            st = st.index_select(0, parent)  # (rows, V)
-            lp[prefix, last] = getattr(self, f"prob_{k + 1}")[:-1].double()  # the listed (k+1)-grams
+            lp = lp.index_select(0, parent).add_(bo.double().unsqueeze(1))  # (rows, U): backed off to the suffix
+            st = st.index_select(0, parent)  # (rows, U)
+            at = torch.searchsorted(words, last).clamp_(max=len(words) - 1)  # the listed (k+1)-grams, of the U words
+            kept = (words.take(at) == last).nonzero().squeeze(1)
+            lp[prefix.take(kept), at.take(kept)] = getattr(self, f"prob_{k + 1}").take(kept).double()
             if k + 1 < self.order:
-                st[prefix, last] = torch.arange(len(last), dtype=torch.int32, device=dev) + (offset + rows)
-            logp[offset:offset + rows] = lp.index_select(1, cols)
-            next_state[offset:offset + rows] = st.index_select(1, cols)
-            eos[offset:offset + rows] = lp[:, self.eos_id]
+                st[prefix.take(kept), at.take(kept)] = (kept + (offset + rows)).to(torch.int32)
+            logp[offset:offset + rows] = lp.index_select(1, col_of)
+            next_state[offset:offset + rows] = st.index_select(1, col_of)
+            eos[offset:offset + rows] = lp[:, eos_col]
         return logp, next_state, eos
 
     # -- context-state ids with one searchsorted per lookup (for vocabularies too large for dense_tables) --
@@ -384,6 +390,16 @@ def load_ngram(path: str | os.PathLike, device: torch.device | str | None = None
     return NgramLM(read_arpa(path), device=device)
 
 
+class UnitsError(ValueError):
+    """An n-gram LM given with the other units than its words have: a word LM as tokens, or a token LM as words.
+    ``what`` says what the LM is and why; ``units`` is the units it needs."""
+
+    def __init__(self, what: str, units: str) -> None:
+        other = "token" if units == "word" else "word"
+        super().__init__(f"{what}, but units='{other}': pass units='{units}'")
+        self.what, self.units = what, units
+
+
 class NgramStates(NamedTuple):
     """The context-state tables of :meth:`NgramLM.state_tables` (S states, G n-grams incl. unigrams)."""
 
@@ -406,7 +422,8 @@ class NgramScorer:
     """Batched scorer (asrkit.search protocol) for an LM whose words are the tokenizer's tokens.
 
     ``token_list[i]`` is token i's string; tokens absent from the LM score as ``<unk>`` (a warning gives
-    their count and examples). The blank scores 0 and never enters the history; ``sos_eos_id`` scores as
+    their count and examples); when most tokens are absent, the LM is a word LM and :class:`UnitsError` says
+    so (a word LM's dense tables once filled 22 GB). The blank scores 0 and never enters the history; ``sos_eos_id`` scores as
     ``</s>`` (None: the token named ``<sos/eos>``, ``</s>`` or ``<eos>`` if any; -1: none).
 
     Two paths with the same scores. Dense (the default while ``S * V_tok <= dense_max_entries``,
@@ -414,7 +431,8 @@ class NgramScorer:
     ``logp`` (S, V_tok) float32 and ``next_state`` (S, V_tok) int32 (:meth:`NgramLM.dense_tables`,
     blank column 0 / unchanged state, sos/eos column ln P(</s>) / unchanged state); the state is an
     (N,) int64 state id and every call is one gather. Lookup (``dense=False``, or larger LMs): the
-    state is an :class:`NgramState` and a score call searches the n-gram tables.
+    state is an :class:`NgramState` and a score call searches the n-gram tables. ``dense=True`` beyond
+    ``dense_max_entries`` is an error giving the size, raised before anything is allocated.
     """
 
     def __init__(self, lm: NgramLM, token_list: Sequence[str], blank_id: int = 0, sos_eos_id: Optional[int] = None,
@@ -430,15 +448,26 @@ class NgramScorer:
                              f"-1 for none) or is the blank")
         self.blank_id, self.sos_eos_id = blank_id, sos_eos_id
         ids = [lm.eos_id if i == sos_eos_id else lm.index(t) for i, t in enumerate(token_list)]
-        missing = [t for i, t in enumerate(token_list) if i not in (blank_id, sos_eos_id) and t not in lm.word_to_id
-                   and t.lower() not in ("<unk>", "[unk]")]
+        ordinary = [t for i, t in enumerate(token_list) if i not in (blank_id, sos_eos_id)
+                    and t.lower() not in ("<unk>", "[unk]")]
+        missing = [t for t in ordinary if t not in lm.word_to_id]
+        if 2 * len(missing) > len(ordinary):  # a token LM lacks a few rare tokens at most: this is a word LM
+            examples = [w for w in lm.vocab if w not in (BOS, EOS, UNK)][:3]
+            raise UnitsError(f"a word LM (asrkit train-ngram --units word): {len(missing)} of {len(ordinary)} tokens "
+                             f"are not words of the LM (e.g. {', '.join(map(repr, missing[:3]))}; its words: "
+                             f"{', '.join(map(repr, examples))}, ...)", "word")
         if missing:
             shown = ", ".join(repr(t) for t in missing[:8]) + (", ..." if len(missing) > 8 else "")
             warnings.warn(f"{len(missing)} of {len(token_list)} tokens are not in the LM's vocabulary and score as "
                           f"<unk>: {shown} (is the LM over these tokens? a word LM needs units='word')", stacklevel=3)
         self.tok_to_lm = torch.tensor(ids, dtype=torch.long, device=lm.device)  # (V_tok,)
         self.vocab = len(ids)
-        self.dense = lm.num_states * self.vocab <= dense_max_entries if dense is None else bool(dense)
+        entries = lm.num_states * self.vocab
+        self.dense = entries <= dense_max_entries if dense is None else bool(dense)
+        if self.dense and entries > dense_max_entries:  # refused before anything is allocated
+            raise ValueError(f"dense tables of {lm.num_states} LM states x {self.vocab} tokens = {entries} entries "
+                             f"({entries * 8 / 2 ** 20:.1f} MB) exceed dense_max_entries={dense_max_entries}: leave "
+                             f"dense unset (the lookup path) or raise the limit")
         if self.dense:
             self.start_id = 0 if lm.order == 1 else lm.bos_id  # the unigram state <s>
             self.logp, self.next_state, self.eos_logp = lm.dense_tables(self.tok_to_lm)  # (S, V_tok) x2, (S,)

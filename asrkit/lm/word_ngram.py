@@ -8,7 +8,8 @@ word boundary with no letters; a piece "▁THE" completes the previous word and 
 completed word is scored with the word LM (ln P(word | previous words); words not in the LM score
 as ``<unk>``), and ``final_score`` scores the last partial word plus ``</s>``. The mark inside a
 token is taken as a letter. The tokenizer's ``<unk>`` token is a letter that no LM word contains,
-so a word holding it scores as ``<unk>``.
+so a word holding it scores as ``<unk>``. An LM with words that start with the mark is a token LM (its words
+are the tokenizer's pieces): :class:`asrkit.lm.ngram.UnitsError`.
 
 Partial words are nodes of the **letter trie of the LM's words** (node 0 = the empty word, node 1 =
 "no LM word starts like this", absorbing until the next boundary). A (nodes, V+1) table gives the
@@ -60,7 +61,7 @@ import numpy as np
 import torch
 
 from asrkit.lm.arpa import BOS, EOS, UNK
-from asrkit.lm.ngram import NgramLM
+from asrkit.lm.ngram import NgramLM, UnitsError
 
 WORD_MARK = "\u2581"  # "▁"
 BOUNDARY_MARKS = (WORD_MARK, "|", " ")  # the word-boundary marks found automatically
@@ -164,6 +165,10 @@ class WordNgramScorer:
                 raise ValueError(f"{name}={i} is token {token_list[i]!r}, a word boundary: pass the id of the "
                                  f"tokenizer's {'<unk>' if name == 'unk_id' else '<sos/eos>'} token (or None)")
         self.word_boundary = mark = find_boundary(token_list, special, word_boundary)
+        marked = [w for w in lm.vocab if w.startswith(mark)]
+        if marked:  # a word never holds the mark that separates words: these are the tokenizer's pieces
+            raise UnitsError(f"a token LM (asrkit train-ngram --units token): its words start with the word-boundary "
+                             f"mark {mark!r} (e.g. {', '.join(map(repr, marked[:3]))})", "token")
         self.blank_id, self.unk_id, self.sos_eos_id = blank_id, unk_id, sos_eos_id
         kinds: List[int] = []
         letters: List[Optional[str]] = []  # None: the <unk> token (no LM word has it)

@@ -26,7 +26,7 @@ import torch
 from torchaudio.functional import forced_align, merge_tokens
 
 from asrkit.config import ConfigError, DecodeConfig
-from asrkit.lm import ngram_scorer
+from asrkit.lm import UnitsError, ngram_scorer
 from asrkit.lm.word_ngram import WordNgramScorer
 from asrkit.lm.neural import NeuralLMScorer, load_neural_lm
 from asrkit.models.asr import AsrModel
@@ -116,6 +116,9 @@ def load_lm_scorer(cfg: DecodeConfig, tokenizer: Tokenizer, device: torch.device
                             unk_offset=cfg.lm_unk_offset, blank_id=tokenizer.blank_id, unk_id=tokenizer.unk_id,
                             sos_eos_id=tokenizer.sos_eos_id, word_boundary=cfg.lm_word_boundary if word else None,
                             lexicon=_word_list(cfg) if word else None)
+    except UnitsError as exc:
+        raise ConfigError(f"decode.lm {path}: {exc.what}, but decode.lm_units is '{cfg.lm_units}': set "
+                          f"decode.lm_units: {exc.units}") from None
     except ValueError as exc:
         raise ConfigError(f"decode.lm {path}: {exc}") from None
 

@@ -160,8 +160,8 @@ def decode_ctc(log_probs: Any, lengths: Any = None, tokens: Optional[Sequence[st
     one utterance); lengths: (B,) valid frames (None: all T); tokens: the V symbols (required, its
     length must be V). ``blank_id``/``unk_id``/``eos_id``: None finds them by name (see
     :func:`special_ids`); given ids are checked against the token list, and against the ids of an
-    ``lm`` scorer that records them. ``score = log P_ctc + lm_weight * log P_lm + length_bonus *
-    #tokens``. Pruning options and ``cuda_graph``: as :func:`ctc_prefix_beam_search`.
+    ``lm`` scorer that records them. A hypothesis scores ``log P_ctc + lm_weight * log P_lm + length_bonus * n``
+    for its n tokens. Pruning options and ``cuda_graph``: as :func:`ctc_prefix_beam_search`.
     ``native``: which frame loop runs, as :func:`ctc_prefix_beam_search`'s: None (default) the C++ loop
     where it can run (CPU inputs, every scorer with a native form, the library built), else the torch
     loop; True: the C++ loop or a ValueError saying why it cannot run; False: the torch loop.

@@ -95,3 +95,19 @@ def test_token_lm_over_char_pieces(tmp_path):
     # "▁" is a word of the token LM: the 2-gram "E ▁" (THE_) was seen, "▁ E" never was
     assert ("E", "\u2581") in arpa.ngrams[1] and ("\u2581", "E") not in arpa.ngrams[1]
     assert math.isclose(sum(10 ** p for (w,), (p, _) in arpa.ngrams[0].items() if w != "<s>"), 1.0, abs_tol=1e-4)
+
+
+def test_decode_configs_default_to_the_units_train_ngram_writes():
+    # conf/decode_ctc_prefix_lm.yaml said lm_units: token while train-ngram writes word LMs by default: the
+    # README's LM example decoded a word 3-gram as tokens. Every shipped decode config (and the default) agrees.
+    import inspect
+    from pathlib import Path
+
+    from asrkit.config import DecodeConfig, load_decode_config
+
+    units = inspect.signature(cli.train_ngram).parameters["units"].default
+    assert units == "word" and DecodeConfig().lm_units == units
+    confs = sorted((Path(__file__).resolve().parents[2] / "conf").glob("decode_*.yaml"))
+    assert len(confs) >= 8
+    for path in confs:
+        assert load_decode_config(path).lm_units == units, path.name

@@ -38,7 +38,7 @@ def test_saved_decode_config_finds_a_relative_lm_from_another_directory(tmp_path
     elsewhere.mkdir()
     _unigram_arpa(work / "lm" / "uni.arpa", tok)
     monkeypatch.chdir(work)
-    save_config(DecodeConfig(mode="ctc_prefix", lm="lm/uni.arpa"), "decode.yaml")
+    save_config(DecodeConfig(mode="ctc_prefix", lm="lm/uni.arpa", lm_units="token"), "decode.yaml")
     assert load_decode_config("decode.yaml").lm == str(work / "lm" / "uni.arpa")  # written absolute
     monkeypatch.chdir(elsewhere)
     cfg = load_decode_config(work / "decode.yaml")
@@ -75,9 +75,10 @@ def test_tune_fusion_and_decode_write_decode_yaml_usable_from_anywhere(tiny_exp,
     shutil.copytree(tiny_corpus / "dev", work / "data" / "dev")
     monkeypatch.chdir(work)  # a recipe dir: every path relative, as run.sh passes them
     assert main(["tune-fusion", "--model", str(exp), "--data", "data/dev", "--out", "exp/tune", "--mode",
-                 "ctc_prefix", "--beam", "2", "--lm", "exp/lm/uni.arpa", "--lm-weights", "0.3", "0.6"]) == 0
+                 "ctc_prefix", "--beam", "2", "--lm", "exp/lm/uni.arpa", "--set", "lm_units=token", "--lm-weights",
+                 "0.3", "0.6"]) == 0
     assert main(["decode", "--model", str(exp), "--data", "data/dev", "--out", "exp/dec", "--mode", "ctc_prefix",
-                 "--beam", "2", "--lm", "exp/lm/uni.arpa"]) == 0
+                 "--beam", "2", "--lm", "exp/lm/uni.arpa", "--set", "lm_units=token"]) == 0
     lm = str(work / "exp" / "lm" / "uni.arpa")
     for written in ("exp/tune/decode.yaml", "exp/dec/decode.yaml"):
         assert f"lm: {lm}\n" in Path(written).read_text(encoding="utf-8"), written

@@ -161,12 +161,13 @@ def test_token_scorer_checks_and_messages(tmp_path):
         warnings.simplefilter("error")  # the tokenizer's <unk> (any case, or [UNK]) and the specials: no warning
         NgramScorer(lm, ["<blank>", "<UNK>", "[unk]", "A", "B", "</s>"])
     missing = [f"x{i}" for i in range(9)]
+    known = ["A", "B", "C"] * 2  # as many LM words as missing ones: still a token LM (more missing: a word LM)
     with pytest.warns(UserWarning) as rec:
-        NgramScorer(lm, tokens + missing)
+        NgramScorer(lm, tokens + missing + known)
     shown = ", ".join(repr(t) for t in missing[:8])
-    assert str(rec[0].message) == (f"9 of 13 tokens are not in the LM's vocabulary and score as <unk>: {shown}, ... "
+    assert str(rec[0].message) == (f"9 of 19 tokens are not in the LM's vocabulary and score as <unk>: {shown}, ... "
                                    "(is the LM over these tokens? a word LM needs units='word')")
     assert rec[0].filename != ngram_module.__file__  # stacklevel: not the library's own line
-    with pytest.warns(UserWarning, match="^8 of 12 tokens .*: 'x0', 'x1', 'x2', 'x3', 'x4', 'x5', 'x6', 'x7' \\(is"):
-        NgramScorer(lm, tokens + missing[:8])
+    with pytest.warns(UserWarning, match="^8 of 18 tokens .*: 'x0', 'x1', 'x2', 'x3', 'x4', 'x5', 'x6', 'x7' \\(is"):
+        NgramScorer(lm, tokens + missing[:8] + known)
     assert not math.isnan(float(NgramScorer(lm, tokens).final_score(torch.tensor([lm.start_state]))[0]))

@@ -57,8 +57,9 @@ def test_dense_equals_lookup_on_random_lms(tmp_path, order, closed):
 @pytest.mark.parametrize("name", ["words_3gram", "words_3gram_pruned", "chars_2gram", "no_unk_2gram"])
 def test_dense_equals_lookup_on_fixtures(name):
     lm = load_ngram(FIXTURES / f"{name}.arpa")
-    tokens = ["<blank>", "<unk>", "<sos/eos>", "\u2581"] + sorted({w for w in lm.vocab if w[0] != "<"} |
-                                                                {"A", "B", "C", "Z", "MAYBE"})
+    words = sorted(w for w in lm.vocab if w[0] != "<")
+    extra = [w for w in ("\u2581", "A", "B", "C", "Z", "MAYBE") if w not in words][:len(words)]  # a token LM still
+    tokens = ["<blank>", "<unk>", "<sos/eos>"] + sorted(words + extra)
     walk_both(*both_paths(lm, tokens), len(tokens), random.Random(len(name)))
 
 
@@ -85,10 +86,51 @@ def test_dense_is_chosen_by_size():
     assert NgramScorer(lm, tokens).dense
     assert NgramScorer(lm, tokens, dense_max_entries=entries).dense
     assert not NgramScorer(lm, tokens, dense_max_entries=entries - 1).dense
-    assert NgramScorer(lm, tokens, dense=True, dense_max_entries=1).dense
+    assert NgramScorer(lm, tokens, dense=True, dense_max_entries=entries).dense
     assert not NgramScorer(lm, tokens, dense=False).dense
     assert not ngram_scorer(lm, tokens, units="token", dense_max_entries=entries - 1).dense
-    assert ngram_scorer(lm, tokens, units="token", dense=True, dense_max_entries=1).dense
+    assert ngram_scorer(lm, tokens, units="token", dense=True, dense_max_entries=entries).dense
+
+
+def test_dense_tables_over_the_limit_are_refused_with_their_size_before_allocating(monkeypatch):
+    lm = load_ngram(FIXTURES / "words_3gram.arpa")
+    tokens = ["<blank>", "<unk>", "<sos/eos>", "THE", "CAT"]
+    monkeypatch.setattr(lm, "dense_tables", lambda *a: pytest.fail("built the tables it refuses"))
+    entries = lm.num_states * len(tokens)
+    with pytest.raises(ValueError, match=rf"^dense tables of {lm.num_states} LM states x 5 tokens = {entries} "
+                                         rf"entries \(0.0 MB\) exceed dense_max_entries={entries - 1}: leave dense "
+                                         rf"unset \(the lookup path\) or raise the limit$"):
+        NgramScorer(lm, tokens, dense=True, dense_max_entries=entries - 1)
+
+
+MEASURE_DENSE = """
+import resource, sys
+import torch
+from asrkit.lm.arpa import ArpaLM
+from asrkit.lm.ngram import NgramLM
+words = [f"W{i}" for i in range(2000)]
+uni = {(w,): (-3.0, -0.5) for w in ["<s>", "</s>", "<unk>"] + words}
+bi = {(words[i], words[(7 * i + j) % 2000]): (-1.0, -0.2) for i in range(2000) for j in range(5)}
+tri = {(a, b, words[(3 * i) % 2000]): (-0.5, 0.0) for i, (a, b) in enumerate(list(bi)[:2000])}
+lm = NgramLM(ArpaLM(order=3, ngrams=[uni, bi, tri]))
+cols = torch.tensor([lm.word_to_id[w] for w in ("<unk>", "W1", "W2", "W3", "</s>")])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+logp, nxt, eos = lm.dense_tables(cols)
+grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+print(grown // 1024, lm.num_states, tuple(logp.shape) == (lm.num_states, 5))
+"""
+
+
+def test_dense_tables_work_in_the_columns_not_the_whole_vocabulary():
+    # The tables of 5 columns (14,000 states) used work rows over all 2,003 words: 12,000 x 2,003 x 12 bytes,
+    # 296 MB here, the 22 GB of a word 3-gram mistaken for a token LM. Measured in a fresh process (RSS peak).
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", MEASURE_DENSE], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    grown_mb, states, shape_ok = out.stdout.split()
+    assert int(states) > 12000 and shape_ok == "True" and int(grown_mb) < 60, out.stdout
 
 
 # ---------------------------------------------------------------- closure under prefixes

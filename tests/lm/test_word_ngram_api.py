@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import asrkit.lm.word_ngram as word_ngram_module
-from asrkit.lm import DEFAULT_UNK_OFFSET, NgramScorer, WordNgramScorer, load_ngram, ngram_scorer
+from asrkit.lm import DEFAULT_UNK_OFFSET, NgramScorer, UnitsError, WordNgramScorer, load_ngram, ngram_scorer
 from test_ngram import (CHAR_TOKENS, FIXTURES, OOV_WORDS, SP_TOKENS, TOL, WORDS, RefLM, RefWordSearch, spell,
                         write_random_arpa)
 from test_word_ngram import walk
@@ -232,3 +232,30 @@ def test_lookahead_is_on_by_default(word_lm):
     state = default.init_state(1, 1, torch.device("cpu"))
     assert torch.equal(default.score(state, every), on.score(on.init_state(1, 1, torch.device("cpu")), every))
     assert not torch.equal(default.score(state, every), off.score(off.init_state(1, 1, torch.device("cpu")), every))
+
+
+def test_a_word_lm_scored_as_tokens_is_refused_naming_both_settings(word_lm):
+    # A word 3-gram decoded with units='token' (a decode config's old default) warned, then built tables over
+    # every (context, word) pair and grew to 22 GB: most tokens are no words of the LM, so it is refused.
+    for tokens in (CHAR_TOKENS, SP_TOKENS):
+        with pytest.raises(UnitsError, match=r"a word LM \(asrkit train-ngram --units word\): \d+ of \d+ tokens are "
+                                             r"not words of the LM .*, but units='token': pass units='word'") as err:
+            ngram_scorer(word_lm, tokens, units="token")
+        assert err.value.units == "word"
+    # A token LM missing a few tokens is still one (the warning names them).
+    lm = load_ngram(FIXTURES / "chars_2gram.arpa")
+    with pytest.warns(UserWarning, match="1 of 7 tokens are not in the LM's vocabulary"):
+        NgramScorer(lm, ["<blank>", "<unk>", "<sos/eos>", MARK, "A", "B", "Q"])
+    with pytest.raises(UnitsError, match=r"2 of 3 tokens"):
+        NgramScorer(lm, ["<blank>", "<unk>", "<sos/eos>", MARK, "Q", "R"])
+
+
+def test_a_token_lm_scored_as_words_is_refused_naming_both_settings():
+    # A char LM's words are the tokens, the boundary "▁" among them: as a word LM it spells nothing.
+    lm = load_ngram(FIXTURES / "chars_2gram.arpa")
+    with pytest.raises(UnitsError, match=r"^a token LM \(asrkit train-ngram --units token\): its words start with the "
+                                         r"word-boundary mark '▁' \(e.g. '▁'\), but units='word': pass "
+                                         r"units='token'$") as err:
+        ngram_scorer(lm, ["<blank>", "<unk>", "<sos/eos>", MARK, "A", "B", "C"], units="word")
+    assert err.value.units == "token"
+    quiet(ngram_scorer, lm, ["<blank>", "<unk>", "<sos/eos>", "|", "A", "B", "C"], units="word")  # another mark

@@ -13,7 +13,7 @@ from asrkit.config import ConfigError, DecodeConfig, load_config, load_decode_co
 from asrkit.data.dataset import AsrDataset, collate
 from asrkit.data.table import read_table
 from asrkit.models.registry import build_model
-from asrkit.pipeline import Transcriber
+from asrkit.pipeline import Transcriber, load_lm_scorer
 from asrkit.score.wer import score_texts
 from asrkit.text.tokenizer import CharTokenizer
 from asrkit.checkpoint import save_model_weights
@@ -141,10 +141,10 @@ def test_lm_fusion_through_the_pipeline(overfit, tmp_path):
     _unigram_arpa(arpa, tok, banned)
     plain = _texts(Transcriber(model, cfg, tok, decode=DecodeConfig(mode="ctc_prefix", beam=4)), wavs)
     for mode, full in (("ctc_prefix", False), ("joint", False), ("joint", True)):
-        zero = DecodeConfig(mode=mode, beam=4, lm=str(arpa), lm_weight=0.0, lm_full=full)
+        zero = DecodeConfig(mode=mode, beam=4, lm=str(arpa), lm_units="token", lm_weight=0.0, lm_full=full)
         assert _texts(Transcriber(model, cfg, tok, decode=zero), wavs) == plain
         # lm_full: the LM's scores also choose the pre-beam (of one candidate here, so it decides alone)
-        strong = DecodeConfig(mode=mode, beam=4, lm=str(arpa), lm_weight=5.0, lm_full=full,
+        strong = DecodeConfig(mode=mode, beam=4, lm=str(arpa), lm_units="token", lm_weight=5.0, lm_full=full,
                               pre_beam=1 if full else 0)
         fused = _texts(Transcriber(model, cfg, tok, decode=strong), wavs)
         assert sum(t.count(banned) for t in fused) < sum(t.count(banned) for t in texts), mode
@@ -272,7 +272,8 @@ def test_tune_fusion_picks_the_best_weight_and_matches_plain_decoding(overfit, t
     out = tmp_path / "tune"
     capsys.readouterr()
     assert main(["tune-fusion", "--model", str(exp), "--data", str(data), "--out", str(out), "--mode", "ctc_prefix",
-                 "--beam", "4", "--lm", str(arpa), "--lm-weights", "5", "0", "--length-bonuses", "0", "1"]) == 0
+                 "--beam", "4", "--lm", str(arpa), "--set", "lm_units=token", "--lm-weights", "5", "0",
+                 "--length-bonuses", "0", "1"]) == 0
     rows = [line.split("\t") for line in (out / "results.tsv").read_text().splitlines()[1:]]
     assert [(float(w), float(b)) for w, b, _ in rows] == [(5, 0), (5, 1), (0, 0), (0, 1)]
     best = load_decode_config(out / "decode.yaml")
@@ -283,7 +284,8 @@ def test_tune_fusion_picks_the_best_weight_and_matches_plain_decoding(overfit, t
     for weight, bonus, wer in rows:
         dec = tmp_path / f"dec_{weight}_{bonus}"
         assert main(["decode", "--model", str(exp), "--data", str(data), "--out", str(dec), "--mode", "ctc_prefix",
-                     "--beam", "4", "--lm", str(arpa), "--lm-weight", weight, "--set", f"length_bonus={bonus}"]) == 0
+                     "--beam", "4", "--lm", str(arpa), "--lm-weight", weight, "--set", f"length_bonus={bonus}",
+                     "--set", "lm_units=token"]) == 0
         assert float(wer) == pytest.approx(100 * score_texts(refs, read_table(dec / "text")).wer, abs=0.01)
     assert main(["tune-fusion", "--model", str(exp), "--data", str(data), "--out", str(out),
                  "--lm-weights", "0.5"]) == 1  # no LM configured
@@ -327,3 +329,18 @@ def test_lexicon_in_the_decode_config_constrains_the_search(overfit, tmp_path):
         Transcriber(model, cfg, tok, decode=DecodeConfig(mode="greedy", lexicon=str(full)))
     with pytest.raises(ConfigError, match="no such file"):
         Transcriber(model, cfg, tok, decode=DecodeConfig(mode="ctc_prefix", lexicon=str(tmp_path / "none.txt")))
+
+
+def test_an_lm_of_the_other_units_is_refused_naming_both_settings():
+    # A word 3-gram (asrkit train-ngram's default) under decode.lm_units: token took the machine down.
+    words = REPO / "tests" / "lm" / "fixtures" / "words_3gram.arpa"
+    tok = CharTokenizer.train(["THE CAT SAT ON A MAT", "A DOG RAN"])
+    cpu = torch.device("cpu")
+    with pytest.raises(ConfigError, match=rf"^decode.lm {words}: a word LM \(asrkit train-ngram --units word\): .*, but "
+                                         r"decode.lm_units is 'token': set decode.lm_units: word$"):
+        load_lm_scorer(DecodeConfig(mode="ctc_prefix", lm=str(words), lm_units="token"), tok, cpu)
+    chars = REPO / "tests" / "lm" / "fixtures" / "chars_2gram.arpa"
+    with pytest.raises(ConfigError, match=r"a token LM \(asrkit train-ngram --units token\): .*, but "
+                                         r"decode.lm_units is 'word': set decode.lm_units: token$"):
+        load_lm_scorer(DecodeConfig(mode="ctc_prefix", lm=str(chars), lm_units="word"), tok, cpu)
+    assert load_lm_scorer(DecodeConfig(mode="ctc_prefix", lm=str(words)), tok, cpu) is not None  # the default: word

@@ -159,4 +159,4 @@ def test_mini_recipe_runs_every_stage(tmp_path):
     assert (tmp_path / "exp" / "lm_neural" / "model.pt").is_file()
     assert (tmp_path / "data/lm/text.txt").read_text().splitlines()[:2] == ["IT WAS A DARK NIGHT", "SHE SAID NO MORE"]
     used = load_decode_config(exp / "tune_dev" / "decode.yaml")
-    assert used.lm == str(tmp_path / "exp" / "lm_neural") and used.lm_units == "token" and used.lexicon is None
+    assert used.lm == str(tmp_path / "exp" / "lm_neural") and used.lm_units == "word" and used.lexicon is None

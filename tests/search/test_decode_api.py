@@ -1,4 +1,4 @@
-"""asrkit.search.decode_ctc: the README example, conversions, special ids and every input error."""
+"""asrkit.search.decode_ctc: the docs' example (docs/benchmarks.md), conversions, special ids and every input error."""
 from __future__ import annotations
 
 import math
@@ -13,7 +13,7 @@ from asrkit.search import ctc_prefix_beam_search, decode_ctc
 from reference_ctc_prefix import reference_prefix_search
 from test_ctc_prefix import BigramScorer, peaky_log_probs, random_log_probs, ref_nbest, topk_candidates
 
-README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+EXAMPLE_PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
 CHARS = ["<blank>", "<unk>", "'", " ", "a", "b", "c"]
 
 
@@ -27,12 +27,12 @@ def spelled(text_ids, vocab: int, frames_per: int = 2, eps: float = 1e-3) -> tor
     return probs.log()
 
 
-def test_the_readme_example_runs_as_written() -> None:
-    # Catches: a README example that no longer runs or no longer gives the text (it is executed
+def test_the_docs_example_runs_as_written() -> None:
+    # Catches: the docs' example that no longer runs or no longer gives the text (it is executed
     # exactly as printed, with pyctcdecode-style labels: "" is the blank).
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    blocks = re.findall(r"```python\n(.*?)```", EXAMPLE_PAGE.read_text(encoding="utf-8"), re.S)
     example = [b for b in blocks if "decode_ctc(" in b]
-    assert example, "README has no decode_ctc example"
+    assert example, f"{EXAMPLE_PAGE} has no decode_ctc example"
     labels = ["", "a", "b", " ", "'"]
     utts = [[1, 2, 3, 2], [4, 1, 1, 2], [2]]
     rows = [spelled(u, 5) for u in utts]
@@ -43,7 +43,7 @@ def test_the_readme_example_runs_as_written() -> None:
         log_probs[b, :r.shape[0]] = r.numpy()
     lengths = np.array([r.shape[0] for r in rows])
     scope = {"log_probs": log_probs, "lengths": lengths, "labels": labels}
-    exec(example[0], scope)  # noqa: S102 (our own README)
+    exec(example[0], scope)  # noqa: S102 (our own docs)
     assert scope["texts"] == ["ab b", "'aab", "b"]
 
 
