@@ -42,7 +42,7 @@ docs: $(STAMP)
 mutation: install
 	$(PY) tools/mutation.py
 
-# DEMO_OPTS: more recipes/mini/run.sh options, e.g. DEMO_OPTS="--size small-joint" (README, Results).
+# DEMO_OPTS: more recipes/mini/run.sh options, e.g. DEMO_OPTS="--size small-joint" (docs/results.md).
 DEMO_OPTS ?=
 demo: $(VENV)/.installed-synth system-deps kenlm native
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash recipes/mini/run.sh $(DEMO_OPTS)

@@ -33,7 +33,7 @@ setup(
     # the native CTC prefix search's C++ source, compiled on first use (asrkit/search/native_build.py)
     package_data={"asrkit.search": ["native/*.cpp", "native/*.h"]},
     install_requires=[
-        # torch and torchaudio must be builds that load together (see README, Installing).
+        # torch and torchaudio must be builds that load together (docs/getting-started.md, Installing by hand).
         "torch>=2.1,<=2.14.1",
         "torchaudio>=2.1",
         "sentencepiece>=0.1.99",
@@ -54,7 +54,9 @@ setup(
             # resampling tests' reference
             "kenlm>=0.2", "librosa>=0.10",
             # independent SRT and WebVTT parsers for the output-format tests
-            "srt>=3.5", "webvtt-py>=0.6"],
+            "srt>=3.5", "webvtt-py>=0.6",
+            # make docs and tests/test_docs.py: the documentation site (mkdocs.yml, docs/)
+            "mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26"],
         # Peer CTC decoders for tools/bench/bench_decode.py only (pyctcdecode pins numpy<2: use a separate
         # venv, tools/install/setup_bench_env.sh); flashlight-text backs torchaudio's ctc_decoder.
         "bench": ["pyctcdecode>=0.5", "flashlight-text>=0.0.7", "kenlm>=0.2"],

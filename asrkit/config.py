@@ -79,18 +79,18 @@ class FrontendConfig:
     ``window`` and ``dither`` left unset (None) take the kind's defaults (:data:`FRONTEND_KIND_DEFAULTS`) when the
     config is built, so a loaded config, and the config.yaml a run writes, states the values it uses.
     """
-    kind: str = "logmel"
-    sample_rate: int = 16000
-    n_fft: int = 512
+    kind: str = "logmel"  # logmel (torch.stft) | kaldi_fbank (torchaudio.compliance.kaldi)
+    sample_rate: int = 16000  # Hz; audio at another rate is resampled when read
+    n_fft: int = 512  # FFT size in samples
     win_length: int = 400  # samples (25 ms at 16 kHz)
     hop_length: int = 160  # samples (10 ms at 16 kHz)
     # None: the kind's (logmel: hann; kaldi_fbank: povey, Kaldi's). logmel: hann | hamming; kaldi_fbank: povey |
     # hamming | hann (hanning) | rectangular | blackman
     window: Optional[str] = None
-    n_mels: int = 80
-    fmin: float = 20.0
+    n_mels: int = 80  # mel filters: the feature dimension
+    fmin: float = 20.0  # Hz, the lowest mel filter's lower edge
     fmax: Optional[float] = None  # None: sample_rate / 2
-    log_floor: float = 1e-10
+    log_floor: float = 1e-10  # features are log(max(mel energy, log_floor))
     # kaldi_fbank only: Gaussian noise of this standard deviation in int16 units (Kaldi's --dither), added in
     # training only, so decoding, validation and CMVN stats are deterministic. None: the kind's (kaldi_fbank: 1.0)
     dither: Optional[float] = None
@@ -112,10 +112,10 @@ class FrontendConfig:
 
 @dataclass(frozen=True)
 class SpecAugmentConfig:
-    enabled: bool = False
-    num_freq_masks: int = 2
+    enabled: bool = False  # training only; evaluation never masks
+    num_freq_masks: int = 2  # masks over mel bins, per utterance
     freq_mask_width: int = 27  # max bins per mask
-    num_time_masks: int = 2
+    num_time_masks: int = 2  # masks over frames, per utterance
     time_mask_width: int = 40  # max frames per mask
     time_mask_ratio: float = 0.05  # cap a time mask at this fraction of the utterance
     time_warp: int = 0  # max warp distance in frames; 0 disables
@@ -123,17 +123,17 @@ class SpecAugmentConfig:
 
 @dataclass(frozen=True)
 class SpeedPerturbConfig:
-    enabled: bool = False
-    factors: Tuple[float, ...] = (0.9, 1.0, 1.1)
+    enabled: bool = False  # training only: each utterance resampled by a factor drawn from factors
+    factors: Tuple[float, ...] = (0.9, 1.0, 1.1)  # speed factors, drawn with equal probability
 
 
 @dataclass(frozen=True)
 class DataConfig:
     max_frames: int = 20000  # per batch, in 10 ms feature frames (sum over utterances incl. padding)
-    max_batch_size: int = 64
+    max_batch_size: int = 64  # utterances per batch, at most
     min_duration: float = 0.1  # seconds; shorter utterances are dropped with a report
-    max_duration: float = 30.0
-    num_workers: int = 0
+    max_duration: float = 30.0  # seconds; longer utterances are dropped with a report
+    num_workers: int = 0  # DataLoader worker processes (0: the main process)
     bucket_width: float = 0.5  # not used by every sampler; seconds
     # SortaGrad: the first N training epochs take their batches shortest first (asrkit.data.sampler); 0 = off.
     # Kaldi data dirs only (a tar-shard stream has no global order).
@@ -154,15 +154,15 @@ class TokenizerConfig:
 @dataclass(frozen=True)
 class TransformerEncoderConfig:
     """Conv2d subsampling + Transformer encoder (``model.encoder.kind: transformer``)."""
-    kind: str = "transformer"
+    kind: str = "transformer"  # transformer | conformer | blstm: each kind has its own keys
     input_layer: str = "conv2d"  # conv2d (x4) | conv2d6 | conv2d8
     conv_channels: int = 0  # channels of the subsampling convolutions; 0 = d_model
-    d_model: int = 256
-    num_heads: int = 4
-    ffn_dim: int = 1024
-    num_layers: int = 12
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
+    d_model: int = 256  # width of the layers
+    num_heads: int = 4  # attention heads
+    ffn_dim: int = 1024  # hidden units of the feed-forward blocks
+    num_layers: int = 12  # encoder layers
+    dropout: float = 0.1  # dropout on the layers' outputs (residual branches)
+    attention_dropout: float = 0.0  # dropout on the attention weights
     normalize_before: bool = True  # pre-LN (default) or post-LN
     # Intermediate CTC: 1-based layer indices whose output gets an auxiliary CTC loss (InterCTC).
     interctc_layers: Tuple[int, ...] = ()
@@ -182,57 +182,57 @@ class TransformerEncoderConfig:
 class ConformerEncoderConfig(TransformerEncoderConfig):
     """Conv2d subsampling + Conformer encoder (``kind: conformer``): the Transformer encoder's keys (pre-LN
     only) plus the convolution module's kernel; positions are rotary, inside the attention."""
-    kind: str = "conformer"
+    kind: str = "conformer"  # transformer | conformer | blstm: each kind has its own keys
     conv_kernel: int = 15  # depthwise convolution width in encoder frames (15 x 40 ms = 0.6 s)
 
 
 @dataclass(frozen=True)
 class BLSTMEncoderConfig:
     """Bidirectional LSTM encoder (``kind: blstm``)."""
-    kind: str = "blstm"
+    kind: str = "blstm"  # transformer | conformer | blstm: each kind has its own keys
     input_layer: str = "conv2d"  # conv2d | conv2d6 | conv2d8 | none
     hidden_size: int = 320  # per direction
-    num_layers: int = 4
-    dropout: float = 0.2
+    num_layers: int = 4  # BLSTM layers
+    dropout: float = 0.2  # dropout between layers
     pyramid_layers: Tuple[int, ...] = ()  # 1-based layers after which frames are halved (pyramidal BLSTM)
 
 
 @dataclass(frozen=True)
 class TransformerDecoderConfig:
     """Transformer attention decoder (``model.decoder.kind: transformer``)."""
-    kind: str = "transformer"
-    num_layers: int = 6
-    num_heads: int = 4
-    ffn_dim: int = 2048
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    normalize_before: bool = True
+    kind: str = "transformer"  # transformer | lstm_location | none: each kind has its own keys
+    num_layers: int = 6  # decoder layers
+    num_heads: int = 4  # attention heads
+    ffn_dim: int = 2048  # hidden units of the feed-forward blocks
+    dropout: float = 0.1  # dropout on the layers' outputs (residual branches)
+    attention_dropout: float = 0.0  # dropout on the attention weights
+    normalize_before: bool = True  # pre-LN (default) or post-LN
     tie_embeddings: bool = False  # share input embedding and output projection
 
 
 @dataclass(frozen=True)
 class LSTMLocationDecoderConfig:
     """LSTM decoder with location-aware attention, Chorowski et al. 2015 (``kind: lstm_location``)."""
-    kind: str = "lstm_location"
-    embed_dim: int = 128
-    hidden_size: int = 320
-    num_layers: int = 1
-    attention_dim: int = 320
+    kind: str = "lstm_location"  # transformer | lstm_location | none: each kind has its own keys
+    embed_dim: int = 128  # token embedding size
+    hidden_size: int = 320  # LSTM units per layer
+    num_layers: int = 1  # LSTM layers
+    attention_dim: int = 320  # hidden size of the attention's scoring MLP
     conv_channels: int = 10  # location filters F (Chorowski et al. 2015)
     conv_kernel: int = 31  # odd width of the convolution over the previous alignment
-    dropout: float = 0.2
+    dropout: float = 0.2  # dropout on the LSTM outputs
     # Chorowski et al. sec. 2.3 (asrkit/nets/attention.py): alignment sharpening beta (1 = plain softmax),
     # sigmoid smoothing instead of softmax, and a window of +-window frames around the previous alignment's
     # median (0 = off; decoding can set one with decode.attention_window)
     sharpening: float = 1.0
-    smoothing: bool = False
-    window: int = 0
+    smoothing: bool = False  # sigmoid smoothing of the alignment instead of softmax
+    window: int = 0  # attend within +-window frames of the previous alignment's median; 0 = off
 
 
 @dataclass(frozen=True)
 class NoDecoderConfig:
     """No attention decoder (``kind: none``): a pure CTC model, ``model.ctc_weight: 1.0``."""
-    kind: str = "none"
+    kind: str = "none"  # transformer | lstm_location | none: each kind has its own keys
 
 
 EncoderConfig = Union[TransformerEncoderConfig, ConformerEncoderConfig, BLSTMEncoderConfig]
@@ -246,7 +246,7 @@ class ModelConfig:
     ``ctc_weight`` 1 builds no decoder (``decoder.kind: none``), 0 builds no CTC head; the loss is
     ``ctc_weight * ctc_term + (1 - ctc_weight) * attention``.
     """
-    ctc_weight: float = 0.3
+    ctc_weight: float = 0.3  # CTC's share of the loss: 1 = pure CTC (no decoder), 0 = no CTC head
     interctc_weight: float = 0.0  # weight of the intermediate CTC terms inside ctc_term
     # How the intermediate layers' CTC losses enter ctc_term. interctc (ESPnet's InterCTC): the shared CTC
     # head on the final-LayerNorm'd layer output, (1 - w) * final + w * mean(intermediate). iterated (Tjandra
@@ -260,17 +260,17 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    epochs: int = 10
+    epochs: int = 10  # passes over the training data
     optimizer: str = "adamw"  # adam | adamw
     lr: float = 1e-3  # peak learning rate
-    weight_decay: float = 0.0
+    weight_decay: float = 0.0  # on weight matrices (not biases or norms); decoupled with adamw
     scheduler: str = "warmup_inverse_sqrt"  # warmup_inverse_sqrt (Noam shape) | warmup_cosine | constant
-    warmup_steps: int = 1000
-    grad_clip: float = 5.0
-    accum_grad: int = 1
+    warmup_steps: int = 1000  # updates of linear warm-up to lr
+    grad_clip: float = 5.0  # max gradient norm, clipped on every update
+    accum_grad: int = 1  # batches whose gradients make one update
     amp: str = "none"  # none | bf16 | fp16 (fp16 on CUDA only)
-    seed: int = 1
-    log_interval: int = 10
+    seed: int = 1  # seeds initialisation, batch order and augmentation
+    log_interval: int = 10  # updates between log lines
     save_every_steps: int = 0  # 0 = only at epoch ends
     keep_best: int = 5  # best checkpoints kept by best_metric
     best_metric: str = "valid_loss"  # valid_loss | valid_acc
@@ -284,7 +284,7 @@ class TrainConfig:
     # model has a decoder and a CTC head). 0 = off.
     mwer_weight: float = 0.0
     mwer_nbest: int = 4  # at least 2: the expected errors need alternatives
-    mwer_ctc_weight: float = 0.3
+    mwer_ctc_weight: float = 0.3  # the CTC weight of the joint search that makes the MWER N-best
 
     def __post_init__(self) -> None:
         _check_least(self, "train", {"epochs": 1, "warmup_steps": 0, "accum_grad": 1, "log_interval": 1,
@@ -316,8 +316,8 @@ class DecodeConfig:
     optional LM) | ``joint`` (the same with the CTC prefix score, weight ``ctc_weight``) |
     ``rescore`` (CTC prefix beam search N-best rescored by the attention decoder).
     """
-    mode: str = "greedy"
-    beam: int = 10
+    mode: str = "greedy"  # greedy | ctc_prefix | attention | joint | rescore (above)
+    beam: int = 10  # hypotheses kept per utterance
     nbest: int = 1  # hypotheses written per utterance (OUT/nbest when > 1)
     batch_size: int = 16  # utterances per search batch
     ctc_weight: float = 0.3  # joint: weight of the CTC prefix score; rescore: weight of the CTC score
@@ -327,16 +327,16 @@ class DecodeConfig:
     # ARPA only: word (a word LM, asrkit train-ngram's default) | token (the LM's words are the tokenizer's tokens)
     lm_units: str = "word"
     lm_lookahead: bool = True  # word ARPA only: unigram look-ahead for partial words
-    lm_unk_offset: float = -10.0  # word ARPA only: ln score added to OOV words (measured: README, Language models)
+    lm_unk_offset: float = -10.0  # word ARPA only: ln score added to OOV words (measured: docs/language-models.md)
     lm_word_boundary: Optional[str] = None  # word ARPA only: the mark word-initial tokens start with (None: ▁, | or space)
     # A word list (one word a line, or a lexicon's first field): only listed words are output (closed vocabularies)
     lexicon: Optional[str] = None
     lm_weight: float = 0.5  # alpha
     length_bonus: float = 0.0  # beta, per emitted token (per word with a word LM)
     # CTC prefix search pruning (all null: exact search)
-    token_topk: Optional[int] = 8
-    token_min_logp: Optional[float] = -12.0
-    blank_skip_threshold: Optional[float] = 0.999
+    token_topk: Optional[int] = 8  # non-blank tokens a frame may extend a prefix with
+    token_min_logp: Optional[float] = -12.0  # tokens below this log-probability in a frame extend no prefix
+    blank_skip_threshold: Optional[float] = 0.999  # frames whose blank probability exceeds it count as pure blank
     # Label-synchronous search (attention, joint)
     pre_beam: int = 0  # candidates per hypothesis scored by partial scorers; 0 = 1.5 x beam
     max_len_ratio: float = 1.0  # max output tokens = ratio x encoder frames (at most)
@@ -352,13 +352,13 @@ class DecodeConfig:
 @dataclass(frozen=True)
 class LMModelConfig:
     """Neural LM (``asrkit train-lm``) over the tokenizer's ids. ``name``: ``lstm`` | ``transformer``."""
-    name: str = "lstm"
+    name: str = "lstm"  # lstm | transformer
     embed_dim: int = 256  # token embedding size; the Transformer's d_model
     hidden_size: int = 512  # lstm only: units per layer
-    num_layers: int = 2
+    num_layers: int = 2  # LSTM or Transformer layers
     num_heads: int = 4  # transformer only
     ffn_dim: int = 1024  # transformer only
-    dropout: float = 0.1
+    dropout: float = 0.1  # dropout on the layers' outputs
     tie_embeddings: bool = False  # output projection shares the embedding matrix (lstm: hidden_size == embed_dim)
 
 
@@ -366,7 +366,7 @@ class LMModelConfig:
 class LMDataConfig:
     """Sentence batching for LM training; lengths count tokens plus one (<sos> or <eos>)."""
     max_tokens: int = 8000  # per batch: sentences x longest sentence (padding included)
-    max_batch_size: int = 128
+    max_batch_size: int = 128  # sentences per batch, at most
     max_len: int = 256  # longer training sentences are dropped (counted in the log); dev sentences are kept
     bucket_width: int = 4  # tokens: sentences shuffled within buckets of similar length
 

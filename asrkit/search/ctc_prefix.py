@@ -43,7 +43,7 @@ The per-frame loop (:func:`_frame_loop`) reads no tensor value on the host; resu
 once at the end. With ``cuda_graph=True`` on CUDA the loop is captured as one CUDA graph and
 replayed (one launch instead of thousands); elsewhere the flag runs the same eager loop. Measured on an
 H200 it gains nothing: the capture is made per batch and replayed once, and capturing costs the host
-about what the eager loop does (README, Benchmarks). The GPU's lever is the batch size. On CUDA,
+about what the eager loop does (docs/benchmarks.md). The GPU's lever is the batch size. On CUDA,
 a batch that runs out of memory is split in half and retried. On CPU the search runs with one
 intra-op thread (its tensors are tiny) and restores the setting after. On CPU, by default, the same
 search runs as one C++ call per batch instead of this loop (:mod:`asrkit.search.native_loop`, ~5x faster

@@ -4,7 +4,7 @@
 # text, decode (greedy, and CTC prefix beam search with the LM fused, constrained to the LM's words) and score.
 # This is what `make demo` runs (--size small, 11-15 minutes on a 2-core CPU from a fresh clone); --size medium
 # is the larger recipe (more speech, a 12-layer encoder; 45 minutes on a 2-core CPU); --size small-joint is the demo
-# with an attention decoder, also decoded by joint CTC/attention search. Figures: README, Results.
+# with an attention decoder, also decoded by joint CTC/attention search. Figures: docs/results.md.
 # Nothing is downloaded.
 #
 # Usage: recipes/mini/run.sh [--size small|medium|small-joint] [--stage N] [--stop-stage N] [--workdir DIR]
@@ -21,7 +21,7 @@
 #               loss) with --joint-search true. Options after it still override its settings (--num-train,
 #               --config, --nproc, ...).
 #   --nproc N   train with N processes (torchrun --standalone, gloo on CPU): on 2 cores, 2 processes of one
-#               thread each train about 1.45x faster than one (README)
+#               thread each train about 1.45x faster than one (docs/levers.md)
 #   --jobs N    parallel processes of stage 0's synthesis and of stage 6's joint CTC/attention decodes (default 2)
 #   --average K decode with the average of the best K epochs by validation loss (0: the last epoch)
 #   --units     char (default): one token per letter, data/lang/tokenizer.json; bpe: a sentencepiece BPE model of
@@ -30,7 +30,7 @@
 #   --decode-beam N  the beam of stage 6's LM search (default: 1000 with the n-gram, 0 with the neural LM; 0: the
 #               decoding config's own), wider than stage 5's (the config's 100), which decodes dev once per grid
 #               point: on the demo's model beam 100 -> 400 -> 1000 took test from 20.4 to 18.5 and 18.0% WER, and
-#               dev chose the same weights at 1000 as at 100 (README)
+#               dev chose the same weights at 1000 as at 100 (docs/levers.md)
 #   --joint-search true: stages 5-7 also tune (the LM weight, on dev) and decode joint CTC/attention search,
 #               without an LM (conf/decode_joint.yaml) and with it (--joint-decode-config, default
 #               conf/decode_joint_wordlm.yaml; conf/decode_joint.yaml with --lm-kind neural): rows decode_<set>_joint
@@ -75,7 +75,7 @@ vocab_size=256
 train_opts=""
 lm_kind=ngram
 lm_corpus="$root/tools/corpus/lm_text.txt.gz"   # book text for the LM (one sentence a line, .gz or plain)
-lm_order=3            # a word 3-gram: 4- and 5-grams were no better on dev (README), and load slower
+lm_order=3            # a word 3-gram: 4- and 5-grams were no better on dev (docs/levers.md), and load slower
 lm_dir=""            # default: exp/lm_<lm-kind>
 lm_config="$root/conf/lm_lstm_small.yaml"
 lm_opts=""

@@ -26,7 +26,7 @@ python -m pytest -q -rs -p no:cacheprovider "${files[@]}" 2>&1 | tee "$out/cuda_
 rc=${PIPESTATUS[0]}
 set -e
 
-# The benchmark: the same inputs on the GPU (eager torch loop, then one CUDA graph per batch, at the README's
+# The benchmark: the same inputs on the GPU (eager torch loop, then one CUDA graph per batch, at docs/benchmarks.md's
 # 32 utterances and at 512) and on this machine's CPU (the C++ loop, one thread) for the ratio. Tables:
 # bench_cuda.md (batch 32), bench_cuda512.md, bench_cpu.md; every run's output in bench.log.
 export OMP_NUM_THREADS=1
