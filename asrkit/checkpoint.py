@@ -32,7 +32,7 @@ import os
 import pickle
 import random
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -76,6 +76,30 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
                 "configs)" if version == 1 else "")
         raise ValueError(f"{path}: checkpoint format version {version!r}, this asrkit reads {FORMAT_VERSION}{hint}")
     return ckpt
+
+
+def load_weights(module: torch.nn.Module, ckpt: Mapping[str, Any], path: str | os.PathLike) -> None:
+    """Load a checkpoint's ``model`` weights into ``module``. Weights of another structure or shapes (a checkpoint
+    of another config) are one ValueError line naming ``path`` and what does not fit, never torch's list."""
+    state = ckpt.get("model")
+    if not (isinstance(state, Mapping) and all(isinstance(k, str) and torch.is_tensor(v) for k, v in state.items())):
+        raise ValueError(f"{os.fspath(path)}: no model weights in it (expected 'model': names to tensors)")
+    own = module.state_dict()
+    shapes = [f"{k}: {tuple(state[k].shape)} in the file, {tuple(v.shape)} in the model" for k, v in own.items()
+              if k in state and state[k].shape != v.shape]
+    wrong = [_listed("missing", [k for k in own if k not in state]),
+             _listed("unexpected", [k for k in state if k not in own]), _listed("other shapes", shapes)]
+    if any(wrong):
+        raise ValueError(f"{os.fspath(path)}: the weights do not fit the model its config builds "
+                         f"({'; '.join(w for w in wrong if w)})")
+    module.load_state_dict(state)
+
+
+def _listed(what: str, items: Sequence[str], limit: int = 3) -> str:
+    """``missing 5 (a, b, c, ...)``; empty for no items."""
+    if not items:
+        return ""
+    return f"{what} {len(items)} ({', '.join(items[:limit])}{', ...' if len(items) > limit else ''})"
 
 
 def rng_state() -> Dict[str, Any]:

@@ -29,7 +29,7 @@ from asrkit.pipeline.stream import SEGMENTERS, InputDone, SegmentDataset, Segmen
 from asrkit.pipeline.words import TokenTime, align_tokens, group_words, snap_to_speech
 from asrkit.search import Hypothesis
 from asrkit.text.tokenizer import Tokenizer, load_tokenizer
-from asrkit.checkpoint import MODEL_FILE, load_checkpoint
+from asrkit.checkpoint import MODEL_FILE, load_checkpoint, load_weights
 
 if TYPE_CHECKING:
     from asrkit.pipeline.export import ExportedModel
@@ -58,8 +58,8 @@ def load_from_dir(exp_dir: str, checkpoint: Optional[str] = None,
     tokenizer = load_tokenizer(os.path.join(exp_dir, cfg.tokenizer.path))
     cmvn = os.path.join(exp_dir, cfg.cmvn) if cfg.cmvn else None
     model = build_model(cfg, tokenizer.vocab_size, cmvn)
-    ckpt = load_checkpoint(checkpoint or os.path.join(exp_dir, MODEL_FILE), map_location="cpu")
-    model.load_state_dict(ckpt["model"])
+    weights = checkpoint or os.path.join(exp_dir, MODEL_FILE)
+    load_weights(model, load_checkpoint(weights, map_location="cpu"), weights)
     return model.to(device).eval(), cfg, tokenizer
 
 

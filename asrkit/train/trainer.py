@@ -39,8 +39,8 @@ from asrkit.config import ConfigError, ExperimentConfig, TrainConfig
 from asrkit.rundir_lock import RunDirBusy, RunDirLock
 from asrkit.extras import require
 from asrkit.train import distributed as dist_util
-from asrkit.checkpoint import (FORMAT_VERSION, METRICS, MODEL_FILE, CheckpointIndex, load_checkpoint, rng_state,
-                                     save_atomic, save_model_weights, set_rng_state)
+from asrkit.checkpoint import (FORMAT_VERSION, METRICS, MODEL_FILE, CheckpointIndex, load_checkpoint, load_weights,
+                               rng_state, save_atomic, save_model_weights, set_rng_state)
 from asrkit.train.distributed import DistContext, all_reduce_sum, gather_objects
 from asrkit.train.experiment import STEP_LOG, ExperimentError, prepare_experiment, setup_logging
 from asrkit.train.optim import build_optimizer, build_scheduler
@@ -49,6 +49,9 @@ from asrkit.train.task import AsrTask, TrainTask
 
 log = logging.getLogger("asrkit.train")
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+# What _save writes and _resume reads ("scaler" and "best" are read if present).
+RESUME_KEYS = ("model", "optimizer", "scheduler", "step", "epoch", "batches_done", "end_of_epoch", "totals",
+               "nonfinite_in_row", "rng", "sampler")
 
 
 class TrainingError(RuntimeError):
@@ -130,9 +133,9 @@ class Trainer:
     # ---------------------------------------------------------------- checkpoints
     def _init_from(self, path: str) -> None:
         try:
-            self.raw_model.load_state_dict(load_checkpoint(path)["model"])
-        except (RuntimeError, KeyError) as exc:
-            raise ExperimentError(f"train.init_from: {path} does not hold weights of this model ({exc})") from None
+            load_weights(self.raw_model, load_checkpoint(path), path)
+        except ValueError as exc:
+            raise ExperimentError(f"train.init_from: {exc}") from None
         log.info("initialised the model from %s", path)
 
     def _save(self, end_of_epoch: bool, metrics: Optional[Dict[str, float]] = None) -> None:
@@ -155,11 +158,18 @@ class Trainer:
 
     def _resume(self, path: str) -> None:
         ckpt = load_checkpoint(path)
-        self.raw_model.load_state_dict(ckpt["model"])
-        self.optimizer.load_state_dict(ckpt["optimizer"])
-        self.scheduler.load_state_dict(ckpt["scheduler"])
-        if ckpt.get("scaler"):
-            self.scaler.load_state_dict(ckpt["scaler"])
+        missing = [k for k in RESUME_KEYS if k not in ckpt]
+        if missing:
+            raise ExperimentError(f"{path}: cannot resume from it: no {', '.join(missing)} (not a training checkpoint)")
+        load_weights(self.raw_model, ckpt, path)
+        try:
+            self.optimizer.load_state_dict(ckpt["optimizer"])
+            self.scheduler.load_state_dict(ckpt["scheduler"])
+            if ckpt.get("scaler"):
+                self.scaler.load_state_dict(ckpt["scaler"])
+        except (ValueError, KeyError, TypeError, RuntimeError) as exc:  # written for other parameters or settings
+            raise ExperimentError(f"{path}: cannot resume from it: its optimizer state does not fit "
+                                  f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
         self.step, self.nonfinite_in_row, self.best = ckpt["step"], ckpt["nonfinite_in_row"], ckpt.get("best")
         if ckpt["end_of_epoch"]:
             self.epoch, self.batches_done = ckpt["epoch"] + 1, 0

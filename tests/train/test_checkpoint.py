@@ -128,3 +128,62 @@ def test_a_crafted_index_does_not_make_a_resumed_run_delete_a_file(corpus, tmp_p
     assert rc == 2
     err = capsys.readouterr().err
     assert "checkpoints.json" in err and "../victim.txt" in err
+
+
+def test_weights_of_another_structure_or_shape_are_one_line_naming_the_file_and_the_mismatch(tmp_path):
+    from asrkit.checkpoint import load_weights
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    state = {"0.weight": torch.zeros(5, 4), "0.bias": torch.zeros(3), "2.weight": torch.zeros(2, 3)}
+    with pytest.raises(ValueError) as err:
+        load_weights(model, {"model": state}, tmp_path / "model.pt")
+    msg = str(err.value)
+    assert msg.startswith(f"{tmp_path / 'model.pt'}: ") and "\n" not in msg
+    assert "0.weight: (5, 4) in the file, (3, 4) in the model" in msg
+    assert "missing 2 (1.weight, 1.bias)" in msg and "unexpected 1 (2.weight)" in msg
+    many = {f"extra{i}": torch.zeros(1) for i in range(9)}
+    with pytest.raises(ValueError, match=r"unexpected 9 \(extra0, extra1, extra2, \.\.\.\)"):
+        load_weights(model, {"model": {**model.state_dict(), **many}}, "m.pt")
+    for bad in ({}, {"model": [1, 2]}, {"model": {"0.weight": "x"}}):
+        with pytest.raises(ValueError, match=r"^m.pt: no model weights in it \(expected 'model': names to tensors\)$"):
+            load_weights(model, bad, "m.pt")
+    fitting = {k: torch.full_like(v, 0.5) for k, v in model.state_dict().items()}
+    load_weights(model, {"model": fitting}, "m.pt")
+    assert all(torch.equal(v, fitting[k]) for k, v in model.state_dict().items())
+
+
+def test_training_from_weights_or_a_checkpoint_that_do_not_fit_is_one_line(corpus, tmp_path, capsys):
+    from asrkit.checkpoint import FORMAT_VERSION
+    from asrkit.cli.train import main as train_main
+    from trainkit import cli_args
+
+    other = tmp_path / "other.pt"
+    save_atomic({"format_version": FORMAT_VERSION, "model": {"ctc.proj.weight": torch.zeros(3, 3)}}, other)
+    capsys.readouterr()
+    assert train_main(cli_args(corpus, tmp_path / "a", ["train.epochs=1", f"train.init_from={other}"], False)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(other) in err and "ctc.proj.weight: (3, 3) in the file" in err
+
+    exp = tmp_path / "b"
+    assert train_main(cli_args(corpus, exp, ["train.epochs=1", "data.max_batch_size=8"], valid=False)) == 0
+    ckpt = load_checkpoint(exp / "epoch0.pt")
+    del ckpt["optimizer"]
+    save_atomic(ckpt, exp / "epoch0.pt")
+    capsys.readouterr()
+    assert train_main(cli_args(corpus, exp, ["train.epochs=2", "data.max_batch_size=8"], valid=False)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{exp / 'epoch0.pt'}: cannot resume from it: no optimizer" in err
+
+
+def test_a_model_dir_whose_weights_do_not_fit_its_config_is_one_line(corpus, tmp_path):
+    from asrkit.pipeline.transcriber import load_from_dir
+
+    exp = tmp_path / "exp"
+    train(tiny_config(["train.epochs=1", "data.max_batch_size=8"]), str(exp), str(corpus["train"]),
+          tokenizer=str(corpus["tokenizer"]), device="cpu")
+    config = (exp / "config.yaml").read_text()
+    (exp / "config.yaml").write_text(config.replace("d_model: 32", "d_model: 48"))
+    with pytest.raises(ValueError) as err:
+        load_from_dir(str(exp))
+    assert str(err.value).startswith(f"{exp / MODEL_FILE}: ") and "\n" not in str(err.value)
+    assert "(32,) in the file, (48,) in the model" in str(err.value)
