@@ -13,13 +13,15 @@ __all__ = ["__version__", "load_model"]
 
 
 def load_model(model: str | os.PathLike, device: str = "cpu", checkpoint: str | None = None, decode: Any = None,
-               **options: Any):
+               *, trust_torchscript: bool = False, **options: Any):
     """Load a trained model and return a :class:`~asrkit.pipeline.Transcriber`.
 
     ``model``: an experiment directory (it alone is enough) or a file written by ``asrkit export``
-    (ONNX or TorchScript: CTC searches only). ``decode``: an :class:`asrkit.config.DecodeConfig` or the path
-    of a ``conf/decode_*.yaml`` choosing the search; greedy CTC when None. ``options``: ``segmenter``
-    (vad | fixed | none), ``vad`` (:class:`asrkit.audio.vad.VadConfig`), ``batch_seconds``.
+    (ONNX or TorchScript: CTC searches only). Loading TorchScript runs code stored in the file: it loads only with
+    ``trust_torchscript=True``, for files whose author you trust (ONNX needs no trust). ``decode``: an
+    :class:`asrkit.config.DecodeConfig` or the path of a ``conf/decode_*.yaml`` choosing the search; greedy CTC
+    when None. ``options``: ``segmenter`` (vad | fixed | none), ``vad`` (:class:`asrkit.audio.vad.VadConfig`),
+    ``batch_seconds``.
 
     >>> model = asrkit.load_model("exp/tiny_ctc")                      # doctest: +SKIP
     >>> for r in model.transcribe(["a.wav", waveform, "long.flac"]):    # doctest: +SKIP
@@ -34,5 +36,6 @@ def load_model(model: str | os.PathLike, device: str = "cpu", checkpoint: str | 
     if os.path.isfile(path):
         if checkpoint is not None:
             raise ValueError(f"{path}: checkpoint applies to an experiment dir, not to an exported model")
-        return Transcriber.from_exported(path, device=device, decode=decode, **options)
+        return Transcriber.from_exported(path, device=device, decode=decode, trust_torchscript=trust_torchscript,
+                                         **options)
     return Transcriber.from_dir(path, device=device, checkpoint=checkpoint, decode=decode, **options)

@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(.onnx, or TorchScript .pt/.ts: CTC searches only)")
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="audio file, directory, wav.scp, or - (paths on stdin)")
     p.add_argument("--checkpoint", help="checkpoint file (default: MODEL/model.pt)")
+    p.add_argument("--trust-torchscript", action="store_true",
+                   help="let --model be a TorchScript file: loading one runs code stored in it, so give this only "
+                        "for files from an author you trust (ONNX files need no trust; a .onnx must be ONNX)")
     add_device_option(p)
     p.add_argument("--batch-seconds", type=float, default=120.0,
                    help="audio per batch, counting padding (default 120)")
@@ -75,7 +78,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         decode = decode_config_from_args(args)
         options = dict(segmenter=args.segmenter, batch_seconds=args.batch_seconds)
         if exported:
-            transcriber = Transcriber.from_exported(args.model, device=device, decode=decode, **options)
+            transcriber = Transcriber.from_exported(args.model, device=device, decode=decode,
+                                                    trust_torchscript=args.trust_torchscript, **options)
         else:
             transcriber = Transcriber.from_dir(args.model, device=device, checkpoint=args.checkpoint,
                                                decode=decode, **options)

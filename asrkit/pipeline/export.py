@@ -26,8 +26,10 @@ Exporters, and why:
   tracing records arithmetic on sizes, so the traced graph takes any batch and length (Python branches on a
   size are baked in: the graph avoids those that matter, see :class:`CtcLogProbs`).
 
-Security: loading a TorchScript file runs the code stored in it, as ``torch.jit.load`` always does; load only
-files you trust. ONNX is a data format interpreted by onnxruntime: it is the format for untrusted models.
+Security: loading a TorchScript file runs the code stored in it, as ``torch.jit.load`` always does, so
+:func:`load_exported` loads one only with ``trust_torchscript=True`` (``asrkit transcribe --trust-torchscript``),
+and a file named ``.onnx`` must be ONNX whatever the caller trusts. ONNX is a data format interpreted by
+onnxruntime: it is the format for models from others.
 """
 from __future__ import annotations
 
@@ -442,18 +444,26 @@ def detect_format(path: str) -> str:
 
 
 def load_exported(path: str | os.PathLike, device: str | torch.device = "cpu",
-                  num_threads: Optional[int] = None) -> ExportedModel:
+                  num_threads: Optional[int] = None, *, trust_torchscript: bool = False) -> ExportedModel:
     """Load a file written by :func:`export_model`; the format is read from the file itself.
 
     ONNX runs in onnxruntime (CUDAExecutionProvider when ``device`` is cuda and that provider is installed, else
     the CPU); ``num_threads`` sets onnxruntime's intra-op threads (default: its own choice). TorchScript runs in
-    torch on ``device``. Loading a TorchScript file runs code stored in it: load only files you trust (ONNX is
-    the safe format for models from elsewhere).
+    torch on ``device``. Loading a TorchScript file runs code stored in it, so it is refused unless
+    ``trust_torchscript`` says the caller trusts its author (ONNX is the safe format for models from elsewhere);
+    a file named ``.onnx`` that is not ONNX is refused unread either way.
     """
     path, device = os.fspath(path), torch.device(device)
     if not os.path.isfile(path):
         raise ExportError(f"{path}: no such file")
     fmt = detect_format(path)
+    if fmt != "onnx" and path.lower().endswith(".onnx"):
+        raise ExportError(f"{path}: named .onnx but not an ONNX file (a zip archive, as TorchScript files are): "
+                          f"refused unread")
+    if fmt == "torchscript" and not trust_torchscript:
+        raise ExportError(f"{path}: a TorchScript file, and loading one runs code stored in it: load it only from an "
+                          f"author you trust, with --trust-torchscript (Python: trust_torchscript=True), or use an "
+                          f"ONNX export")
     if fmt == "onnx":
         meta_json, run = _onnx_runner(path, device, num_threads)
     else:  # metadata first: a foreign file or a wrong device is refused before any of its code runs

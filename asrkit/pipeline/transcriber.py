@@ -172,12 +172,14 @@ class Transcriber:
         return cls(model, cfg, tokenizer, device, decode, **options)
 
     @classmethod
-    def from_exported(cls, path: str, device: str = "cpu", decode: Optional[DecodeConfig] = None,
-                      **options: Any) -> "Transcriber":
-        """A model written by ``asrkit export`` (ONNX or TorchScript): CTC searches only (greedy, ctc_prefix)."""
+    def from_exported(cls, path: str, device: str = "cpu", decode: Optional[DecodeConfig] = None, *,
+                      trust_torchscript: bool = False, **options: Any) -> "Transcriber":
+        """A model written by ``asrkit export`` (ONNX or TorchScript): CTC searches only (greedy, ctc_prefix).
+        TorchScript runs code stored in the file: it loads only with ``trust_torchscript`` (see load_exported)."""
         from asrkit.pipeline.export import load_exported
 
-        exported = load_exported(path, device=device, num_threads=torch.get_num_threads())
+        exported = load_exported(path, device=device, num_threads=torch.get_num_threads(),
+                                 trust_torchscript=trust_torchscript)
         return cls(None, None, exported.tokenizer, device, decode, exported=exported, **options)
 
     # -- utterances -------------------------------------------------------------------------------------------

@@ -119,7 +119,7 @@ def test_exported_log_probs_equal_eager_on_other_lengths(exported, speech, name,
     with torch.inference_mode():
         enc, ref_lens = model.encode(wav, lens)
         ref = model.ctc_log_probs(enc)  # (B, T, V)
-    em = load_exported(files[fmt], num_threads=1)
+    em = load_exported(files[fmt], num_threads=1, trust_torchscript=True)  # our own files
     got, got_lens = em.log_probs(wav, lens)
     assert got.dtype == torch.float32 and got_lens.dtype == torch.int64
     assert got.shape == ref.shape and torch.equal(got_lens, ref_lens)
@@ -136,7 +136,7 @@ def test_exported_log_probs_equal_eager_on_other_lengths(exported, speech, name,
 @pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
 def test_metadata_round_trips(exported, fmt):
     for name, (exp, model, tok, files) in exported.items():
-        em = load_exported(files[fmt])
+        em = load_exported(files[fmt], trust_torchscript=True)
         assert em.sample_rate == 16000
         factor = 8 if "blstm" in name else 4  # x4 convolution, x2 pyramid step
         assert em.frame_shift == pytest.approx(0.01 * factor)  # 10 ms hop x subsampling
@@ -148,10 +148,10 @@ def test_metadata_round_trips(exported, fmt):
 
 
 def test_a_torchscript_trace_is_refused_on_another_device(exported):
-    em = load_exported(exported["tiny_ctc"][3]["torchscript"])
+    em = load_exported(exported["tiny_ctc"][3]["torchscript"], trust_torchscript=True)
     assert em._meta["device"] == "cpu"
     with pytest.raises(ExportError, match="runs on cpu.*not cuda: export again with --device cuda"):
-        load_exported(exported["tiny_ctc"][3]["torchscript"], device="cuda")
+        load_exported(exported["tiny_ctc"][3]["torchscript"], device="cuda", trust_torchscript=True)
 
 
 def test_short_inputs_and_empty_batches(exported):
@@ -213,4 +213,4 @@ def test_cli_refuses_a_missing_experiment_and_loader_refuses_a_foreign_file(tmp_
     plain = tmp_path / "plain.ts"  # a TorchScript file that asrkit did not write: refused before it is loaded
     torch.jit.save(torch.jit.script(torch.nn.Identity()), str(plain))
     with pytest.raises(ExportError, match="plain.ts: a torchscript file without asrkit metadata"):
-        load_exported(plain)
+        load_exported(plain, trust_torchscript=True)
