@@ -184,6 +184,10 @@ class WordNgramScorer:
             else:
                 kinds.append(CONT if tok else SKIP), letters.append(tok)
         self._warn_missing_letters(token_list, letters, kinds)
+        # where words close and open (word_marks): a boundary or </s> closes; letters open, a lone mark clears
+        self._closes = torch.tensor([k in (START, END) for k in kinds])
+        self._opens = torch.tensor([1 if k == CONT or (k == START and s) else 0 if k == START else -1
+                                    for k, s in zip(kinds, letters)])
         lm.state_tables()  # built now, not inside the search
         self.lexicon = None if lexicon is None else sorted({w.strip() for w in lexicon if w.strip()} - {BOS, EOS, UNK})
         if self.lexicon is not None and not self.lexicon:
@@ -368,6 +372,14 @@ class WordNgramScorer:
     def final_score(self, state: WordNgramState) -> torch.Tensor:
         """(N,) score of ending here: the partial word (minus its lookahead) and then </s>."""
         return state.floats[:, 2]
+
+    def word_marks(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Where this LM closes words, for a word bonus (:class:`asrkit.search.scorers.WordCount`): per token,
+        (V,) bool whether appending it closes the partial word (a boundary token or ``</s>``), and (V,) int64
+        whether a word is being spelled after it (1: a letter or a boundary with letters, 0: a lone boundary,
+        -1: unchanged, the blank, ``</s>`` and empty tokens). The LM scores a word that closes while one is
+        spelled; an empty one it leaves unscored."""
+        return self._closes.clone(), self._opens.clone()
 
     def native_form(self) -> Tuple[str, Dict[str, torch.Tensor]]:
         """The tables the native CPU search reads (asrkit.search.interfaces.NativeScorer): kind "word_ngram"."""

@@ -4,7 +4,9 @@ Modes (``decode.mode``):
 
 * ``greedy``: best CTC path.
 * ``ctc_prefix``: frame-synchronous CTC prefix beam search; an LM is fused as
-  ``log P_ctc + lm_weight * log P_lm + length_bonus * #tokens`` (per word with a word-unit n-gram).
+  ``log P_ctc + lm_weight * log P_lm + length_bonus * #tokens``; with a word-unit n-gram the bonus is
+  ``length_bonus * |W|``, one per word as the LM closes it (:class:`asrkit.search.WordCount`; Deep Speech's
+  and ESPnet's ``beta * |W|``, not a power of the word count).
 * ``attention``: label-synchronous beam search on the attention decoder (+ LM).
 * ``joint``: the same with the CTC prefix score, ``(1 - ctc_weight) * att + ctc_weight * ctc`` (+ LM).
 * ``rescore``: ``ctc_prefix`` N-best (beam ``beam``, LM included) rescored by the attention decoder,
@@ -31,8 +33,8 @@ from asrkit.lm.word_ngram import WordNgramScorer
 from asrkit.lm.neural import NeuralLMScorer, load_neural_lm
 from asrkit.models.asr import AsrModel
 from asrkit.nets.lstm_decoder import LSTMAttentionDecoder
-from asrkit.search import (LengthBonus, LexiconScorer, NBest, attention_rescore, ctc_prefix_beam_search,
-                           greedy_search, joint_beam_search, read_word_list)
+from asrkit.search import (LexiconScorer, NBest, WordCount, attention_rescore, ctc_prefix_beam_search, greedy_search,
+                           joint_beam_search, read_word_list)
 from asrkit.text.tokenizer import Tokenizer
 
 MODES = ("greedy", "ctc_prefix", "attention", "joint", "rescore")
@@ -133,12 +135,11 @@ class Searcher:
         if cfg.attention_window:
             model.decoder.set_decoding_window(cfg.attention_window)
         self.lm = load_lm_scorer(cfg, tokenizer, device)
-        self.bonus: Optional[LengthBonus] = None
+        self.bonus: Optional[WordCount] = None
         self.lexicon: Optional[LexiconScorer] = None
         if isinstance(self.lm, WordNgramScorer):
-            # With a word LM the bonus counts words: tokens that start one.
-            starts = torch.tensor([t.startswith(self.lm.word_boundary) for t in tokenizer.token_list])
-            self.bonus = LengthBonus(starts)
+            # With a word LM the bonus counts words, beta * |W|, each as the LM closes it.
+            self.bonus = WordCount(*self.lm.word_marks())
         elif cfg.lexicon is not None:  # no word LM to carry the constraint: a scorer of its own
             self.lexicon = LexiconScorer(_word_list(cfg), tokenizer.token_list, blank_id=tokenizer.blank_id,
                                          sos_eos_id=tokenizer.sos_eos_id, unk_id=tokenizer.unk_id)

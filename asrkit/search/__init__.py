@@ -13,7 +13,7 @@ from asrkit.search.hypotheses import Hypothesis, NBest
 from asrkit.search.interfaces import BatchScorer, NativeScorer
 from asrkit.search.lexicon import LexiconScorer, read_word_list
 from asrkit.search.rescore import attention_rescore
-from asrkit.search.scorers import DecoderScorer, DecoderScorerState, LengthBonus, StepDecoder
+from asrkit.search.scorers import DecoderScorer, DecoderScorerState, LengthBonus, StepDecoder, WordCount
 
 __all__ = [
     "BatchScorer",
@@ -28,6 +28,7 @@ __all__ = [
     "NBest",
     "NativeScorer",
     "StepDecoder",
+    "WordCount",
     "attention_rescore",
     "beam_search",
     "ctc_greedy_search",

@@ -16,7 +16,9 @@ tables (plain CPU tensors, read through their ``data_ptr()``; dtypes are checked
   per-column defaults) and the LM's context-state tables (``chain_keys``, ``keys``, ``next_state``,
   ``row_floats``, ``backoff``);
 - ``lexicon`` (:class:`asrkit.search.lexicon.LexiconScorer`): the word-list trie, dense or sorted edges;
-- ``token_ngram`` (:class:`asrkit.lm.ngram.NgramScorer`, dense tables only).
+- ``token_ngram`` (:class:`asrkit.lm.ngram.NgramScorer`, dense tables only);
+- ``word_count`` (:class:`asrkit.search.scorers.WordCount`, the word bonus beside a word LM): per token, whether
+  it closes the partial word and whether a word is open after it.
 
 Utterances are independent: with ``torch.get_num_threads() > 1`` they are spread over that many threads.
 ``ASRKIT_NATIVE=0`` in the environment turns the automatic choice off (e.g. to run a test suite through the
@@ -52,6 +54,7 @@ _KINDS: Dict[str, Tuple[int, Tuple[Tuple[str, torch.dtype], ...], Tuple[str, ...
                     ("col_stay", _BOOL), ("col_closes", _BOOL), ("col_start", _I64), ("is_word", _BOOL)),
                 ("dense", "width")),
     "token_ngram": (3, (("logp", _F32), ("next_state", _I32), ("eos", _F32)), ("vocab", "start_state")),
+    "word_count": (4, (("closes", _BOOL), ("opens", _I64)), ()),
 }
 
 

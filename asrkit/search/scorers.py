@@ -1,10 +1,10 @@
-"""Scorers that meet :class:`asrkit.search.interfaces.BatchScorer`: the length bonus and the
+"""Scorers that meet :class:`asrkit.search.interfaces.BatchScorer`: the length bonus, the word bonus and the
 attention-decoder adapter. (The CTC prefix score lives in :mod:`asrkit.search.ctc_prefix_score`;
 LM scorers live in :mod:`asrkit.lm`.)
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Protocol, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Protocol, Tuple
 
 import torch
 
@@ -12,32 +12,15 @@ from asrkit.search.interfaces import BLANK_ID, SOS_EOS_ID
 
 
 class LengthBonus:
-    """Score 1 per emitted token, or per emitted word-initial token.
-
-    Weighted by ``beta`` in the search's weights dict, this is the ``beta * (#tokens)`` term of
-    shallow fusion. With ``word_start`` (a (V,) bool mask, True for tokens that begin a word, e.g.
-    sentencepiece pieces starting with "▁"), it counts words instead. The blank always scores 0.
-    The bonus does not depend on history, so the state is just an (N,) zero vector (it gives
-    ``final_score`` its shape).
-    """
-
-    def __init__(self, word_start: Optional[torch.Tensor] = None) -> None:
-        if word_start is not None:
-            if word_start.dim() != 1:
-                raise ValueError(f"LengthBonus: word_start must be a (V,) mask, got shape {tuple(word_start.shape)}")
-            word_start = word_start.to(torch.bool).clone()
-            word_start[BLANK_ID] = False
-        self.word_start = word_start
+    """Score 1 per emitted token: weighted by ``beta`` in the search's weights dict, the ``beta * (#tokens)``
+    term of shallow fusion. The blank always scores 0. The bonus does not depend on history, so the state is
+    just an (N,) zero vector (it gives ``final_score`` its shape)."""
 
     def init_state(self, batch: int, beam: int, device: torch.device) -> torch.Tensor:
         return torch.zeros(batch * beam, device=device)
 
     def score(self, state: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        if self.word_start is None:
-            return (tokens != BLANK_ID).to(torch.get_default_dtype())
-        mask = self.word_start.to(tokens.device)
-        # Negative ids (padding) are clamped: they never reach a real candidate anyway.
-        return mask[tokens.clamp(min=0)].to(torch.get_default_dtype())
+        return (tokens != BLANK_ID).to(torch.get_default_dtype())
 
     def select_state(self, state: torch.Tensor, index: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         # Shapes are static, so this branch reads no tensor value (no host sync).
@@ -45,6 +28,51 @@ class LengthBonus:
 
     def final_score(self, state: torch.Tensor) -> torch.Tensor:
         return state
+
+
+class WordCount:
+    """Score 1 per word, counted as a word LM closes it: weighted by ``beta``, the ``beta * |W|`` word bonus of
+    shallow fusion with a word LM (Deep Speech's ``beta * word_count``, ESPnet's and pyctcdecode's bonus).
+
+    ``closes`` (V,) bool: appending the token closes the partial word (a word-boundary token, or <eos>);
+    ``opens`` (V,) int: whether a word is being spelled after the token: 1 (a letter, or a boundary with
+    letters after the mark, "▁THE"), 0 (a lone boundary "▁"), -1 unchanged (the blank, <eos>, empty
+    pieces). :meth:`asrkit.lm.word_ngram.WordNgramScorer.word_marks` gives both, so words are counted exactly
+    where that LM scores them. A closing scores 1 only while a word is open, so a leading, trailing or doubled
+    boundary scores 0, and ``final_score`` counts the last word: a finished hypothesis has scored its number of
+    words. The state is (N,) 1.0 while a word is open, else 0.0.
+    """
+
+    def __init__(self, closes: torch.Tensor, opens: torch.Tensor) -> None:
+        if closes.dim() != 1 or opens.shape != closes.shape:
+            raise ValueError(f"WordCount: closes {tuple(closes.shape)} and opens {tuple(opens.shape)} must be (V,) "
+                             f"masks of one vocabulary")
+        if not bool(((opens >= -1) & (opens <= 1)).all()):
+            raise ValueError(f"WordCount: opens must hold -1, 0 or 1, got {sorted(set(opens.tolist()))}")
+        self.closes = closes.to(torch.bool).clone()
+        self.opens = opens.to(torch.long).clone()
+
+    def init_state(self, batch: int, beam: int, device: torch.device) -> torch.Tensor:
+        self.closes, self.opens = self.closes.to(device), self.opens.to(device)
+        return torch.zeros(batch * beam, device=device)
+
+    def score(self, state: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (N, C) -> (N, C): 1.0 where the token closes an open word."""
+        return self.closes.take(tokens.clamp(min=0)).to(state.dtype) * state[:, None]
+
+    def select_state(self, state: torch.Tensor, index: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """Rows ``index`` (M,) extended by ``tokens`` (M,); -1 (prefix unchanged) keeps the row's state."""
+        old = state.index_select(0, index)
+        after = self.opens.take(tokens.clamp(min=0))
+        return torch.where((tokens < 0) | (after < 0), old, after.to(old.dtype))
+
+    def final_score(self, state: torch.Tensor) -> torch.Tensor:
+        """(N,) 1.0 for the open word the end closes."""
+        return state
+
+    def native_form(self) -> Tuple[str, Dict[str, torch.Tensor]]:
+        """The tables the native CPU search reads (asrkit.search.interfaces.NativeScorer): kind "word_count"."""
+        return "word_count", dict(closes=self.closes, opens=self.opens)
 
 
 class StepDecoder(Protocol):

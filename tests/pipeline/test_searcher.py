@@ -14,6 +14,8 @@ from asrkit.data.dataset import AsrDataset, collate
 from asrkit.data.table import read_table
 from asrkit.models.registry import build_model
 from asrkit.pipeline import Transcriber, load_lm_scorer
+from asrkit.pipeline.searcher import Searcher
+from asrkit.search import WordCount
 from asrkit.score.wer import score_texts
 from asrkit.text.tokenizer import CharTokenizer
 from asrkit.checkpoint import save_model_weights
@@ -344,3 +346,22 @@ def test_an_lm_of_the_other_units_is_refused_naming_both_settings():
                                          r"decode.lm_units is 'word': set decode.lm_units: token$"):
         load_lm_scorer(DecodeConfig(mode="ctc_prefix", lm=str(chars), lm_units="word"), tok, cpu)
     assert load_lm_scorer(DecodeConfig(mode="ctc_prefix", lm=str(words)), tok, cpu) is not None  # the default: word
+
+
+def test_the_word_bonus_counts_words_not_boundaries():
+    # With a word LM the bonus is beta per word. It counted tokens that start with the boundary mark: with the
+    # char tokenizer one per space (words - 1), and a leading, trailing or doubled space earned one, no word.
+    words = REPO / "tests" / "lm" / "fixtures" / "words_3gram.arpa"
+    tok = CharTokenizer.train(["THE CAT SAT ON A MAT", "A DOG RAN"])
+    searcher = Searcher(DecodeConfig(mode="ctc_prefix", lm=str(words), length_bonus=1.5), None, tok,
+                        torch.device("cpu"))
+    scorers, weights = searcher._fusion()
+    bonus = scorers["length_bonus"]
+    assert weights["length_bonus"] == 1.5 and isinstance(bonus, WordCount)
+    for text in ("THE CAT", " THE  CAT ", "A", " ", "", "THE DOG SAT ON A MAT "):
+        ids = [tok.token_list.index("\u2581" if c == " " else c) for c in text]
+        state, total = bonus.init_state(1, 1, torch.device("cpu")), 0.0
+        for i in ids:
+            total += float(bonus.score(state, torch.tensor([[i]]))[0, 0])
+            state = bonus.select_state(state, torch.tensor([0]), torch.tensor([i]))
+        assert total + float(bonus.final_score(state)[0]) == len(text.split()), text

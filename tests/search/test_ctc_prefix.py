@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import asrkit.search.ctc_prefix as ctc_prefix
-from asrkit.search import LengthBonus, NBest, ctc_prefix_beam_search, greedy_search
+from asrkit.search import LengthBonus, NBest, WordCount, ctc_prefix_beam_search, greedy_search
 from host_sync import no_host_sync
 from reference_ctc_prefix import reference_prefix_search
 
@@ -294,14 +294,32 @@ def test_nan_input_names_utterance_and_frame() -> None:
         ctc_prefix_beam_search(lp, torch.tensor([6, 6]))
 
 
-def test_per_word_length_bonus_counts_word_initial_tokens() -> None:
+WORD_PIECES = ["<blank>", "\u2581", "\u2581A", "B", "C", "\u2581"]  # lone marks, a mark with a letter, letters
+
+
+def words_closed(prefix) -> Tuple[int, int]:
+    """(words in the prefix's text, those of them a boundary has closed): the reference of WordCount."""
+    text = "".join(WORD_PIECES[t] for t in prefix).replace("\u2581", " ")
+    words = len(text.split())
+    return words, words if text.endswith(" ") or not words else words - 1
+
+
+def test_word_bonus_counts_words_as_they_close() -> None:
+    # The bonus per word counted word-boundary tokens: a char tokenizer's "A B" earned 1, a leading, trailing
+    # or doubled boundary earned one with no word. Each word now scores once, when a boundary (or the end)
+    # closes it, so a hypothesis earns beta * |W|.
     gen = torch.Generator().manual_seed(12)
     lp = random_log_probs(2, 20, 6, gen)
     lengths = torch.tensor([20, 14])
-    word_start = torch.tensor([False, True, False, True, False, False])
-    got = ctc_prefix_beam_search(lp, lengths, beam=4, scorers={"length_bonus": LengthBonus(word_start)},
+    closes = torch.tensor([False, True, True, False, False, True])
+    opens = torch.tensor([-1, 0, 1, 1, 1, 0])
+    got = ctc_prefix_beam_search(lp, lengths, beam=4, scorers={"length_bonus": WordCount(closes, opens)},
                                  weights={"length_bonus": 2.0}, **EXACT)
-    assert_same(got, lp, lengths, 4, 1e-9, token_score=lambda p, c: 2.0 * float(word_start[c]))
+    assert_same(got, lp, lengths, 4, 1e-9,
+                token_score=lambda p, c: 2.0 * (words_closed(p + (c,))[1] - words_closed(p)[1]),
+                final_score=lambda p: 2.0 * (words_closed(p)[0] - words_closed(p)[1]))
+    for hyp in got.to_lists()[0]:  # the whole bonus is 2 per word of the hypothesis
+        assert hyp.score - hyp.ctc_score == pytest.approx(2.0 * words_closed(tuple(hyp.tokens))[0], abs=1e-9)
 
 
 def topk_candidates(lp: torch.Tensor, k: int, min_logp: Optional[float] = None):

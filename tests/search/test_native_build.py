@@ -126,19 +126,19 @@ def test_a_library_of_another_abi_is_refused_once_then_retried_after_reset(fresh
     src = tmp_path / "old.cpp"
     src.write_text('#include <cstdint>\nextern "C" int64_t asrkit_native_abi() { return 3; }\n')
     monkeypatch.setattr(native_build, "SOURCE", src)
-    with pytest.warns(RuntimeWarning, match=r"native CTC prefix search is unavailable \(library ABI 3 != 4\); "
+    with pytest.warns(RuntimeWarning, match=rf"native CTC prefix search is unavailable \(library ABI 3 != {native_build.ABI}\); "
                                             r"using the torch loop"):
         assert native_build.load() is None
-    assert native_build.build_error() == "library ABI 3 != 4"
+    assert native_build.build_error() == f"library ABI 3 != {native_build.ABI}"
     with _no_warning():
         assert native_build.load() is None  # tried once: no second build, no second warning
     native_build.reset()
     assert native_build.build_error() is None
-    src.write_text('#include <cstdint>\nextern "C" int64_t asrkit_native_abi() { return 4; }\n'
+    src.write_text(f'#include <cstdint>\nextern "C" int64_t asrkit_native_abi() {{ return {native_build.ABI}; }}\n'
                    'extern "C" int64_t asrkit_prefix_search(void*) { return 5; }\n')
     lib = native_build.load()
     assert lib is not None and native_build.build_error() is None and native_build.load() is lib
-    assert lib.asrkit_native_abi() == 4
+    assert lib.asrkit_native_abi() == native_build.ABI
     assert lib.asrkit_prefix_search.restype is ctypes.c_int64
     assert lib.asrkit_prefix_search.argtypes == [ctypes.c_void_p]
     assert lib.asrkit_prefix_search(None) == 5
@@ -146,11 +146,12 @@ def test_a_library_of_another_abi_is_refused_once_then_retried_after_reset(fresh
 
 @needs_compiler
 def test_abi_above_32_bits_is_read_whole(fresh_native_cache, monkeypatch, tmp_path) -> None:
-    # asrkit_native_abi returns int64: a library answering 2**32 + 4 must not pass for ABI 4.
+    # asrkit_native_abi returns int64: a library answering 2**32 + ABI must not pass for the ABI.
     src = tmp_path / "wide.cpp"
-    src.write_text('#include <cstdint>\nextern "C" int64_t asrkit_native_abi() { return 4294967300LL; }\n')
+    wide = 2 ** 32 + native_build.ABI
+    src.write_text(f'#include <cstdint>\nextern "C" int64_t asrkit_native_abi() {{ return {wide}LL; }}\n')
     monkeypatch.setattr(native_build, "SOURCE", src)
-    with pytest.warns(RuntimeWarning, match="library ABI 4294967300 != 4"):
+    with pytest.warns(RuntimeWarning, match=f"library ABI {wide} != {native_build.ABI}"):
         assert native_build.load() is None
 
 

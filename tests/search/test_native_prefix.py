@@ -19,7 +19,7 @@ import torch
 from asrkit.lm import ngram_scorer
 from asrkit.lm.ngram import NgramScorer, load_ngram
 import asrkit.search.ctc_prefix as ctc_prefix
-from asrkit.search import ctc_prefix_beam_search, native_build
+from asrkit.search import WordCount, ctc_prefix_beam_search, native_build
 from asrkit.search.interfaces import NativeScorer
 from asrkit.search.lexicon import LexiconScorer
 
@@ -164,6 +164,22 @@ def test_word_lm_equals_torch_loop(word_lm, case: str, beam: int, pruning: str) 
                 text = "".join(tokens[t] if t > 2 else MARK for t in h.tokens).replace(MARK, " ").split()
                 assert set(text) <= set(LEXICON), text
     assert sum(len(h[0].tokens) for h in got if h) > 10
+
+
+@needs_library
+@pytest.mark.filterwarnings("ignore:.*no word of the LM contains")
+@pytest.mark.parametrize("tokens", [CHARS, PIECES], ids=["chars", "pieces"])
+def test_word_bonus_beside_the_word_lm_equals_torch_loop(word_lm, tokens: List[str]) -> None:
+    # The bonus per word (WordCount, as the pipeline fuses it beside a word LM) runs natively, equal to torch.
+    lm = ngram_scorer(word_lm, tokens, units="word", unk_offset=-5.0)
+    scorers = {"lm": lm, "length_bonus": WordCount(*lm.word_marks())}
+    lp = spelled_log_probs(tokens, 3, 50, seed=3 + len(tokens))
+    lengths = torch.tensor([50, 41, 50])
+    assert ctc_prefix.native_loop.unavailable(lp, lengths, scorers) is None
+    for bonus in (0.7, -1.5):
+        got = assert_paths_agree(lp, lengths, beam=8, nbest=3, scorers=scorers,
+                                 weights={"lm": 0.6, "length_bonus": bonus})
+        assert sum(len(h[0].tokens) for h in got if h) > 10
 
 
 @needs_library

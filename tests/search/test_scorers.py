@@ -1,4 +1,4 @@
-"""LengthBonus, index_rows and DecoderScorer (asrkit.search.scorers) called directly, against
+"""LengthBonus, WordCount, index_rows and DecoderScorer (asrkit.search.scorers) called directly, against
 hand-computed values and a from-scratch decoder; the searches that use them are tested elsewhere."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import List, NamedTuple
 import pytest
 import torch
 
-from asrkit.search import DecoderScorer, LengthBonus
+from asrkit.search import DecoderScorer, LengthBonus, WordCount
 from asrkit.search.scorers import index_rows
 
 CPU = torch.device("cpu")
@@ -26,24 +26,50 @@ def test_length_bonus_scores_one_per_token_as_floats_and_zero_for_the_blank() ->
     assert (-got).min() == -1.0  # arithmetic works (a bool tensor cannot be negated)
 
 
-def test_word_start_bonus_counts_word_initial_tokens_and_never_the_blank() -> None:
-    # Catches: the blank scored as a word start when the caller's mask marks id 0 (the mask must be
-    # cleared at the blank); the blank / padding looked up at id 1 (a clamp to 1 instead of 0); a
-    # non-bool mask (e.g. a count of word marks per piece) used as a weight instead of as a truth
-    # value; a bool score tensor.
-    mask = torch.tensor([1, 1, 0, 3, 0])  # id 0 marked by mistake; id 3 has "3" word marks
-    bonus = LengthBonus(mask)
-    assert mask.tolist() == [1, 1, 0, 3, 0]  # the caller's tensor is not modified
-    state = bonus.init_state(1, 2, CPU)
-    got = bonus.score(state, torch.tensor([[0, 1, 2, 3, 4, -1], [4, 3, 2, 1, 0, -1]]))
-    want = torch.tensor([[0.0, 1.0, 0.0, 1.0, 0.0, 0.0], [0.0, 1.0, 0.0, 1.0, 0.0, 0.0]])
-    torch.testing.assert_close(got, want)
+# -- WordCount ----------------------------------------------------------------------------------------------
+
+MARK = "\u2581"
+PIECES = ["<blank>", "<unk>", "<sos/eos>", MARK, MARK + "THE", MARK + "A", "CAT", "S", ""]
+CLOSES = torch.tensor([t.startswith(MARK) or t == "<sos/eos>" for t in PIECES])  # as WordNgramScorer.word_marks
+OPENS = torch.tensor([-1, 1, -1, 0, 1, 1, 1, 1, -1])
 
 
-def test_word_start_mask_of_the_wrong_shape_is_named() -> None:
-    # Catches: an error message without the offending shape.
-    with pytest.raises(ValueError, match=r"word_start must be a \(V,\) mask, got shape \(2, 3\)"):
-        LengthBonus(torch.ones(2, 3, dtype=torch.bool))
+def test_word_count_scores_each_word_once_as_it_closes() -> None:
+    # Catches: counting boundary tokens (a doubled, leading or trailing "▁" scored as a word), a word
+    # counted at its start instead of its close (then the last one is missing from final_score), a blank or
+    # an empty piece that closes or clears the open word, a -1 ("prefix unchanged") read as token id -1.
+    import random
+
+    rng = random.Random(5)
+    count = WordCount(CLOSES, OPENS)
+    for _ in range(40):
+        walk = [rng.choice([-1, 0, 1, 3, 3, 4, 5, 6, 7, 8]) for _ in range(rng.randint(0, 12))]
+        state, total = count.init_state(1, 1, CPU), 0.0
+        for tok in walk:
+            score = count.score(state, torch.tensor([[max(tok, 0)]]))
+            assert score.dtype == torch.get_default_dtype()
+            total += float(score[0, 0]) if tok >= 0 else 0.0
+            state = count.select_state(state, torch.tensor([0]), torch.tensor([tok]))
+        text = "".join({0: "", 1: "?"}.get(t, PIECES[t]) for t in walk if t >= 0)  # <unk>: a letter
+        words = len(text.replace(MARK, " ").split())
+        assert total + float(count.final_score(state)[0]) == words, walk
+        # ending with <eos> instead scores the same
+        assert total + float(count.score(state, torch.tensor([[2]]))[0, 0]) == words, walk
+
+
+def test_word_count_rows_follow_the_selection_and_bad_masks_are_named() -> None:
+    count = WordCount(CLOSES, OPENS)
+    state = count.select_state(count.init_state(1, 3, CPU), torch.tensor([0, 0, 1]), torch.tensor([6, 3, 4]))
+    state = count.select_state(state, torch.tensor([2, 1, 0, 0]), torch.tensor([-1, 0, 3, 7]))
+    torch.testing.assert_close(count.final_score(state), torch.tensor([1.0, 0.0, 0.0, 1.0]))
+    kind, tables = count.native_form()
+    assert kind == "word_count" and tables["closes"].dtype == torch.bool and tables["opens"].dtype == torch.int64
+    assert tables["closes"].tolist() == CLOSES.tolist() and tables["opens"].tolist() == OPENS.tolist()
+    with pytest.raises(ValueError, match=r"^WordCount: closes \(9,\) and opens \(8,\) must be \(V,\) masks of "
+                                         r"one vocabulary$"):
+        WordCount(CLOSES, OPENS[:8])
+    with pytest.raises(ValueError, match=r"opens must hold -1, 0 or 1"):
+        WordCount(CLOSES, OPENS + 1)
 
 
 def test_length_bonus_state_follows_the_selected_rows() -> None:

@@ -4,9 +4,9 @@
 // live hypothesis offers C extension candidates (the frame's pre-selected tokens, chosen in Python) and one
 // stay; an extension that duplicates a hypothesis in the beam (found through the prefix hashes) folds into
 // that hypothesis's stay; the best K candidates form the next beam. Scorers (word n-gram with look-ahead and
-// lexicon, lexicon alone, dense token n-gram) are evaluated here from the tables their Python objects export
-// (native_form); every float operation follows the torch path's order and dtype, so the two paths agree to
-// rounding. Plain C++ with an extern "C" API over raw pointers (api.h; the scorers in scorers.h): no torch
+// lexicon, lexicon alone, dense token n-gram, the word count) are evaluated here from the tables their Python
+// objects export (native_form); every float operation follows the torch path's order and dtype, so the two
+// paths agree to rounding. Plain C++ with an extern "C" API over raw pointers (api.h; the scorers in scorers.h): no torch
 // headers, builds in about 2 s.
 #include <algorithm>
 #include <cmath>
@@ -491,7 +491,7 @@ void search_all(const SearchDesc& d, const std::vector<Scorer>& scorers) {
 
 using namespace asrkit_native;
 
-extern "C" int64_t asrkit_native_abi(void) { return 4; }
+extern "C" int64_t asrkit_native_abi(void) { return 5; }
 
 extern "C" int64_t asrkit_prefix_search(const SearchDesc* d) {
   if (d == nullptr || d->beam < 1 || d->nbest < 1 || d->nbest > d->beam || d->n_cand < 1) return 1;
@@ -499,7 +499,7 @@ extern "C" int64_t asrkit_prefix_search(const SearchDesc* d) {
   std::vector<Scorer> scorers;
   for (int64_t j = 0; j < d->n_scorers; ++j) {
     Scorer s = make_scorer(d->scorers[j]);
-    if (s.kind != kWord && s.kind != kLexicon && s.kind != kTokenNgram) return 2;
+    if (s.kind != kWord && s.kind != kLexicon && s.kind != kTokenNgram && s.kind != kWordCount) return 2;
     scorers.push_back(s);
   }
   if (d->is_double) search_all<double>(*d, scorers);

@@ -1,6 +1,7 @@
 // The scorers the native search evaluates from their exported tables (see native_loop.py for the tables of
-// each kind): asrkit.lm.word_ngram.WordNgramScorer, asrkit.search.lexicon.LexiconScorer and the dense
-// asrkit.lm.ngram.NgramScorer, each computing what its Python class computes, in the same float order.
+// each kind): asrkit.lm.word_ngram.WordNgramScorer, asrkit.search.lexicon.LexiconScorer, the dense
+// asrkit.lm.ngram.NgramScorer and asrkit.search.scorers.WordCount, each computing what its Python class
+// computes, in the same float order.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -12,7 +13,8 @@
 namespace asrkit_native {
 
 struct SState {
-  int64_t i[3];  // word: trie node, LM history state, state once the word closes; lexicon: node*(V+1); token: state
+  int64_t i[3];  // word: trie node, LM history state, state once the word closes; lexicon: node*(V+1); token: state;
+                 // word count: 1 while a word is open
   float f[3];    // word: what a letter / a boundary / </s> adds beside the look-ahead
 };
 
@@ -50,6 +52,9 @@ struct Scorer {
   const int32_t* tok_next = nullptr;      // (S, V)
   const float* eos = nullptr;             // (S,)
   int64_t vocab = 0;
+  // word count
+  const uint8_t* wc_closes = nullptr;     // (V,) the token closes the partial word
+  const int64_t* wc_opens = nullptr;      // (V,) a word open after it: 1, 0, or -1 unchanged
 };
 
 const float kNegInfF = -std::numeric_limits<float>::infinity();
@@ -103,6 +108,9 @@ Scorer make_scorer(const ScorerDesc& d) {
     s.eos = f32(2);
     s.vocab = d.iparams[0];
     s.start_state = d.iparams[1];
+  } else if (s.kind == kWordCount) {
+    s.wc_closes = u8(0);
+    s.wc_opens = i64(1);
   }
   return s;
 }
@@ -215,6 +223,7 @@ void scorer_init(const Scorer& s, SState& st, LookupCache& cache) {
 inline float scorer_score(const Scorer& s, const SState& st, int64_t tok) {
   if (s.kind == kWord) return word_score(s, st, tok);
   if (s.kind == kLexicon) return lex_score(s, st, tok);
+  if (s.kind == kWordCount) return st.i[0] != 0 && s.wc_closes[tok] ? 1.0f : 0.0f;
   return s.logp[st.i[0] * s.vocab + tok];
 }
 
@@ -225,6 +234,9 @@ void scorer_select(const Scorer& s, const SState& old, int64_t tok, SState& out,
   } else if (s.kind == kLexicon) {
     out = old;
     out.i[0] = s.dense ? s.next_base[old.i[0] + tok + 1] : lex_next_node(s, old.i[0], tok + 1) * s.width;
+  } else if (s.kind == kWordCount) {
+    out = old;
+    if (s.wc_opens[tok] >= 0) out.i[0] = s.wc_opens[tok];
   } else {
     out = old;
     out.i[0] = s.tok_next[old.i[0] * s.vocab + tok];
@@ -234,6 +246,7 @@ void scorer_select(const Scorer& s, const SState& old, int64_t tok, SState& out,
 inline float scorer_final(const Scorer& s, const SState& st) {
   if (s.kind == kWord) return st.f[2];
   if (s.kind == kLexicon) return s.is_word[st.i[0] / s.width] ? 0.0f : kNegInfF;
+  if (s.kind == kWordCount) return st.i[0] != 0 ? 1.0f : 0.0f;
   return s.eos[st.i[0]];
 }
 
