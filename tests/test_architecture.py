@@ -64,3 +64,100 @@ def test_no_capability_probing(package):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hasattr",
                                                                                                    "getattr"):
                 pytest.fail(f"{path.relative_to(ROOT.parent)}:{node.lineno}: {node.func.id}() probes an object")
+
+
+def _module_name(path: pathlib.Path, root: pathlib.Path) -> str:
+    """asrkit/pipeline/export.py -> asrkit.pipeline.export; a package's __init__.py -> the package."""
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(root: pathlib.Path = ROOT) -> dict:
+    """module -> the asrkit modules it imports anywhere in its source (module level, inside functions and under
+    TYPE_CHECKING alike: each is a dependency, and a circle of them is one concept split over two files).
+    ``from asrkit.x import name`` counts as importing asrkit.x.name when that is a module, else asrkit.x. Imports
+    of one's own ancestor packages and a package's imports of its own children are not edges: Python runs a
+    package's __init__ before its children, whatever they import."""
+    modules = {_module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from .x import y
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                found = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            else:
+                continue
+            for target in found:
+                while target and target not in modules:  # asrkit.pipeline.export.load_exported -> the module
+                    target = target.rpartition(".")[0]
+                if not target or target == name or name.startswith(target + "."):
+                    continue  # not asrkit's, itself, or an ancestor package
+                if path.name == "__init__.py" and target.startswith(name + "."):
+                    continue  # a package importing its own children
+                targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def import_cycles(graph: dict) -> list:
+    """The strongly connected components of more than one module (Tarjan), each sorted; [] when imports form no
+    circle."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(cycles)
+
+
+def test_no_two_modules_import_each_other():
+    """No circle of imports between modules (ARCHITECTURE.md: no two modules import each other), however indirect."""
+    cycles = import_cycles(import_graph())
+    assert not cycles, "import circles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_finder_finds_circles(tmp_path):
+    """The check above can fail: direct, indirect, function-level and TYPE_CHECKING circles are found; a package
+    importing its children and a child importing its package are not circles."""
+    pkg = tmp_path / "asrkit"
+    (pkg / "sub").mkdir(parents=True)
+    files = {"__init__.py": "def f():\n    from asrkit.sub import a\n",
+             "sub/__init__.py": "from asrkit.sub.a import x\n",
+             "sub/a.py": "from asrkit import __version__\nfrom asrkit.sub import b\nx = 1\n",
+             "sub/b.py": "def g():\n    from asrkit.sub.c import y\n",
+             "sub/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from asrkit.sub.a import x\n",
+             "d.py": "import asrkit.e\n", "e.py": "from . import d\n", "f.py": "from asrkit.sub import a\n"}
+    for name, text in files.items():
+        (pkg / name).write_text(text, encoding="utf-8")
+    graph = import_graph(pkg)
+    assert graph["asrkit.sub.b"] == {"asrkit.sub.c"} and graph["asrkit.e"] == {"asrkit.d"}
+    assert graph["asrkit.f"] == {"asrkit.sub.a"}  # from a package import a module: that module
+    assert import_cycles(graph) == [["asrkit.d", "asrkit.e"], ["asrkit.sub.a", "asrkit.sub.b", "asrkit.sub.c"]]

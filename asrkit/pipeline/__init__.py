@@ -2,7 +2,8 @@
 from asrkit.pipeline.inputs import AudioInput
 from asrkit.pipeline.results import Alternative, Result, Segment, Word
 from asrkit.pipeline.searcher import Searcher, check_decode_config, load_lm_scorer
-from asrkit.pipeline.transcriber import Transcriber, TranscribeStats, Transcript, load_from_dir, pad_waveforms
+from asrkit.pipeline.model_dir import load_from_dir
+from asrkit.pipeline.transcriber import Transcriber, TranscribeStats, Transcript, pad_waveforms
 from asrkit.pipeline.tuning import tune_fusion
 
 __all__ = ["Alternative", "AudioInput", "Result", "Searcher", "Segment", "TranscribeStats", "Transcriber", "Transcript",

@@ -51,6 +51,7 @@ from asrkit.audio.frontend import KaldiFbank, LogMel
 from asrkit.extras import require
 from asrkit.nets.lstm import BLSTMEncoder
 from asrkit.nets.positional import PositionalEncoding
+from asrkit.pipeline.model_dir import load_from_dir
 from asrkit.text.tokenizer import Tokenizer, load_tokenizer
 
 FORMATS = ("onnx", "torchscript")
@@ -314,8 +315,6 @@ def export_model(model: nn.Module, tokenizer: Tokenizer, sample_rate: int, out: 
 def export_from_dir(exp_dir: str, out: str, fmt: str, checkpoint: Optional[str] = None,
                     device: str | torch.device = "cpu") -> ExportInfo:
     """Export the model of an experiment directory (see :func:`export_model`)."""
-    from asrkit.pipeline.transcriber import load_from_dir
-
     model, cfg, tokenizer = load_from_dir(exp_dir, checkpoint, "cpu")
     return export_model(model, tokenizer, cfg.frontend.sample_rate, out, fmt, device)
 

@@ -17,19 +17,18 @@ from tqdm import tqdm
 
 from asrkit.audio.io import AudioError, load_audio
 from asrkit.audio.vad import VadConfig, Window
-from asrkit.config import DecodeConfig, ExperimentConfig, load_config, save_config
+from asrkit.config import DecodeConfig, ExperimentConfig, save_config
 from asrkit.data.datadir import read_data_dir
 from asrkit.data.table import write_table
 from asrkit.models.asr import AsrModel
-from asrkit.models.registry import build_model
 from asrkit.pipeline.inputs import AudioInput, Inputlike, as_inputs
+from asrkit.pipeline.model_dir import load_from_dir
 from asrkit.pipeline.results import Alternative, Result, Segment, Word
 from asrkit.pipeline.searcher import Searcher
 from asrkit.pipeline.stream import SEGMENTERS, InputDone, SegmentDataset, SegmentItem, seconds_batches, segment_loader
 from asrkit.pipeline.words import TokenTime, align_tokens, group_words, snap_to_speech
 from asrkit.search import Hypothesis
-from asrkit.text.tokenizer import Tokenizer, load_tokenizer
-from asrkit.checkpoint import MODEL_FILE, load_checkpoint, load_weights
+from asrkit.text.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
     from asrkit.pipeline.export import ExportedModel
@@ -46,21 +45,6 @@ class Transcript:
     token_times: List[float] = field(default_factory=list)
     score: float = 0.0  # the search's total score (log domain)
     ctc_score: float = 0.0  # log P_ctc of the tokens (summed over alignments; the best path for greedy)
-
-
-def load_from_dir(exp_dir: str, checkpoint: Optional[str] = None,
-                  device: str | torch.device = "cpu") -> Tuple[nn.Module, ExperimentConfig, Tokenizer]:
-    """Build the model described by ``exp_dir/config.yaml`` and load ``model.pt`` (or ``checkpoint``) into it."""
-    cfg_path = os.path.join(exp_dir, "config.yaml")
-    if not os.path.isfile(cfg_path):
-        raise FileNotFoundError(f"{exp_dir}: not an experiment directory (no config.yaml)")
-    cfg = load_config(cfg_path)
-    tokenizer = load_tokenizer(os.path.join(exp_dir, cfg.tokenizer.path))
-    cmvn = os.path.join(exp_dir, cfg.cmvn) if cfg.cmvn else None
-    model = build_model(cfg, tokenizer.vocab_size, cmvn)
-    weights = checkpoint or os.path.join(exp_dir, MODEL_FILE)
-    load_weights(model, load_checkpoint(weights, map_location="cpu"), weights)
-    return model.to(device).eval(), cfg, tokenizer
 
 
 def pad_waveforms(wavs: Sequence[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
