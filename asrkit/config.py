@@ -51,7 +51,7 @@ def _quote(value: Any) -> str:
 
 def _clip(text: str) -> str:
     """A string from a file for a one-line message, unquoted: escaped (no newline) and cut to :data:`EXCERPT_CHARS`."""
-    return _cut(repr(text[:EXCERPT_CHARS])[1:-1])
+    return _cut(repr(text[:EXCERPT_CHARS + 1])[1:-1])  # one more than fits, so a longer text shows "..."
 
 
 def _cut(text: str) -> str:
@@ -557,7 +557,7 @@ _StrictLoader.add_implicit_resolver(
 def _yaml_problem(exc: yaml.YAMLError) -> str:
     """A YAML syntax error in one line: the line and the problem, not PyYAML's excerpt of the file."""
     if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
-        return f"line {exc.problem_mark.line + 1}: {_clip(exc.problem or exc.context or '')}"
+        return f"line {exc.problem_mark.line + 1}: {_clip(str(exc.problem))}"
     return _clip(str(exc))
 
 

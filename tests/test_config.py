@@ -311,3 +311,21 @@ def test_train_weights_outside_their_range_are_refused(key, value, message):
     assert TrainConfig(**{key: 1.0}) and TrainConfig(**{key: 0.0})
     with pytest.raises(ConfigError, match=f"^{message}$"):
         TrainConfig(**{key: value})
+
+
+def test_frontend_window_and_dither_default_by_kind(tmp_path):
+    """kaldi_fbank takes Kaldi compute-fbank's window and dither (povey, 1.0) when unset, logmel hann and none; a set
+    value (0 included) wins; the loaded config holds the values used."""
+    from asrkit.config import FrontendConfig
+
+    assert (FrontendConfig().window, FrontendConfig().dither) == ("hann", 0.0)
+    fbank = FrontendConfig(kind="kaldi_fbank")
+    assert (fbank.window, fbank.dither) == ("povey", 1.0)
+    assert (FrontendConfig(kind="kaldi_fbank", window="hamming", dither=0.0).window,
+            FrontendConfig(kind="kaldi_fbank", window="hamming", dither=0.0).dither) == ("hamming", 0.0)
+    assert FrontendConfig(window="hamming", dither=2.0).dither == 2.0
+    p = tmp_path / "c.yaml"
+    p.write_text("frontend:\n  kind: kaldi_fbank\n  window: null\n")
+    assert to_dict(load_config(p))["frontend"]["window"] == "povey"
+    with pytest.raises(ConfigError, match=r"^frontend.kind 'mfcc' is unknown \(choose from: logmel, kaldi_fbank\)$"):
+        FrontendConfig(kind="mfcc")

@@ -97,3 +97,37 @@ def test_no_other_yaml_parser_in_the_package_or_its_tools():
                 if loader not in allowed.get(rel, ()):
                     found.append(f"{rel}:{node.lineno}: yaml.{node.func.attr}")
     assert not found, "parse YAML with asrkit.config.read_yaml: " + ", ".join(found)
+
+
+@pytest.mark.parametrize("value,excerpt", [
+    ("9" * 20 + "x" * 100_000, "'99999999999999999...xxxxxxxxxxxxxxxxxx'"),  # a string: 40 characters, both ends
+    ([[[[1]]]], "[[[...]]]"),  # two levels of nesting
+    ([1, 2, 3, 4, 5, 6], "[1, 2, 3, 4, ...]"),  # four items of a list
+    ({"a": 1, "b": 2, "c": 3, "d": 4, "e": 5}, "{'a': 1, 'b': 2, 'c': 3, 'd': 4, ...}"),  # and of a mapping
+    (["a" * 36, "b" * 36], repr(["a" * 36, "b" * 36])),  # 80 characters: whole
+    (["a" * 37, "b" * 36], repr(["a" * 37, "b" * 36])[:77] + "..."),  # 81: cut to 80
+])
+def test_the_excerpt_of_a_value(tmp_path, value, excerpt):
+    import yaml
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"model": {"ctc_weight": value}}, width=1_000_000), encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == f"{path}: model.ctc_weight: expected a number, got {excerpt}"
+
+
+def test_an_alias_name_and_a_reader_error_are_cut_and_escaped(tmp_path):
+    path = tmp_path / "c.yaml"
+    anchor = "a" * 100
+    path.write_text(f"model: &{anchor} {{}}\nspecaug: *{anchor}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == f"{path}: line 2: a YAML alias (*{'a' * 77}...) is not accepted: write the value out"
+    path.write_text("model: \x07\n", encoding="utf-8")  # a control character: PyYAML's reader error has no line mark
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    prefix = f"{path}: invalid YAML: "
+    excerpt = str(err.value)[len(prefix):]
+    assert str(err.value).startswith(prefix) and len(excerpt) == 80 and excerpt.endswith("...")
+    assert excerpt.startswith("unacceptable character #x0007: special characters are not allowed\\n  in ")
