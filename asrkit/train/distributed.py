@@ -14,6 +14,8 @@ it must be on a shared file system.
 """
 from __future__ import annotations
 
+import gc
+import importlib
 import os
 from dataclasses import dataclass
 from typing import Any, List, Optional
@@ -50,12 +52,21 @@ def init_distributed(device: Optional[str] = None) -> DistContext:
             dev = torch.device("cuda", local_rank)
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
+        # DistributedDataParallel imports torch._dynamo on first use, and that import keeps references to the
+        # process group it finds (10 in torch 2.14), so destroy_process_group could never free it: gloo's
+        # threads then ran until interpreter exit, where their teardown while the peer closed its sockets
+        # aborted a rank ("terminate called without an active exception"). Imported before the group exists,
+        # it holds none.
+        importlib.import_module("torch._dynamo")
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
     return DistContext(rank, world, local_rank, dev)
 
 
 def cleanup() -> None:
+    """Destroy the process group, and with it (once nothing else holds it) its backend's threads. The
+    DistributedDataParallel wrapper that used it must be gone: collected first, in case a cycle holds it."""
     if dist.is_available() and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 

@@ -425,10 +425,11 @@ def run_experiment(train_cfg: TrainConfig, exp_dir: str, prepare: Callable[[bool
             prepare(True)
         dist_util.barrier(ctx)
         setup_logging(exp_dir, ctx.is_main)
+        # The Trainer (and its DistributedDataParallel wrapper) is dropped here, so that cleanup() frees the
+        # process group and joins gloo's threads (see asrkit.train.distributed.init_distributed).
         summary = Trainer(resolved.train, make_task(resolved), exp_dir, ctx=ctx).fit()
-        # No rank tears down its process group while a peer may still use it: gloo's connection threads
-        # of a rank whose peer had already closed aborted the process at exit once ("terminate called
-        # without an active exception"). Only on success: after an error a peer may never arrive.
+        # No rank tears down its process group while a peer may still use it. Only on success: after an error
+        # a peer may never arrive.
         dist_util.barrier(ctx)
         return summary
     finally:

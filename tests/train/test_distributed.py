@@ -35,3 +35,31 @@ def test_two_gloo_processes_average_gradients_like_one_big_batch(equal_lengths, 
         assert float((ddp[k] - big[k]).norm()) <= 1e-5 * float(big[k].norm()) + 1e-9, k
     loss_one = read_step_log(str(one / "steps.tsv"))[0]["loss"]
     assert read_step_log(str(two / "steps.tsv"))[0]["loss"] == pytest.approx(loss_one, rel=1e-6)
+
+
+THREADS_AFTER = """
+import os, sys
+from asrkit.cli.train import main
+rc = main(sys.argv[1:])
+names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+print("gloo threads after training, rank", os.environ["RANK"], sorted(n for n in names if "gloo" in n), flush=True)
+sys.exit(rc)
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="lists threads through /proc")
+def test_no_gloo_thread_outlives_a_distributed_run(equal_lengths, tmp_path):
+    """Issue 28 item 7: gloo's threads (gloo_tcp_loop, pt_gloo_runloop) left running after destroy_process_group
+    were torn down at interpreter exit while the peer closed its sockets, and a rank aborted ("terminate called
+    without an active exception"). When asrkit train returns, its process group is gone with its threads."""
+    script = tmp_path / "train_then_list_threads.py"
+    script.write_text(THREADS_AFTER)
+    args = cli_args(equal_lengths, tmp_path / "exp", EXACT + ["data.max_batch_size=3"], valid=False)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script)] + args, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("gloo threads"))
+    assert lines == [f"gloo threads after training, rank {r} []" for r in (0, 1)], proc.stdout[-2000:]
