@@ -23,7 +23,13 @@ def load_model(model: str | os.PathLike, device: str = "cpu", checkpoint: str | 
     when None. ``options``: ``segmenter`` (vad | fixed | none), ``vad`` (:class:`asrkit.audio.vad.VadConfig`),
     ``batch_seconds``.
 
+    :meth:`~asrkit.pipeline.Transcriber.transcribe` takes one input (a path, a waveform tensor or numpy array)
+    and returns one Result, or a list of inputs and returns a list; keyword arguments other than its own are
+    decoding settings for that call (``beam=8``):
+
     >>> model = asrkit.load_model("exp/tiny_ctc")                      # doctest: +SKIP
+    >>> model.transcribe("a.wav").text                                 # doctest: +SKIP
+    >>> model.transcribe(samples_8k, sample_rate=8000, mode="ctc_prefix", beam=8)  # doctest: +SKIP
     >>> for r in model.transcribe(["a.wav", waveform, "long.flac"]):    # doctest: +SKIP
     ...     print(r.text, [(w.text, w.start, w.end, w.confidence) for w in r.words])
     """

@@ -6,7 +6,7 @@ An :class:`AudioInput` is one of
   given to ``asrkit transcribe`` or ``Transcriber.transcribe`` is never run as a command;
 * a **wav.scp entry** (``recording-id source``): the one place where a source ending in ``|`` is a shell
   command, as in Kaldi; a wav.scp is recipe data and trusted as such;
-* a **waveform** (a mono float tensor at the model's sample rate).
+* a **waveform** (a mono float tensor or numpy array, at the model's sample rate unless its rate is given).
 
 ``expand_arguments`` maps the CLI's INPUT arguments: audio files, directories (searched recursively for
 :data:`AUDIO_EXTENSIONS` that the audio backend reads), ``*.scp`` files, and ``-`` (one path per line on
@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import IO, List, Optional, Sequence, Tuple, Union
+from typing import IO, Iterable, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
 import soundfile as sf
 import torch
 
@@ -35,7 +36,8 @@ class AudioInput:
     name: str
     path: Optional[str] = None
     scp_source: Optional[str] = None  # a trusted wav.scp value: a path or "cmd |"
-    waveform: Optional[torch.Tensor] = None  # (S,) at the model's sample rate
+    waveform: Optional[torch.Tensor] = None  # (S,) float samples
+    sample_rate: Optional[int] = None  # the waveform's rate; None: the model's
 
     def __post_init__(self) -> None:
         if sum(x is not None for x in (self.path, self.scp_source, self.waveform)) != 1:
@@ -43,23 +45,42 @@ class AudioInput:
         if self.waveform is not None and self.waveform.dim() != 1:
             raise ValueError(f"input {self.name}: a waveform must be 1-D (samples,), got shape "
                              f"{tuple(self.waveform.shape)}")
+        if self.waveform is not None and not self.waveform.is_floating_point():
+            raise ValueError(f"input {self.name}: a waveform must hold float samples in [-1, 1], got "
+                             f"{self.waveform.dtype} (divide integer PCM by its full scale, e.g. 32768)")
+        if self.sample_rate is not None and (self.waveform is None or self.sample_rate <= 0):
+            raise ValueError(f"input {self.name}: sample_rate is the rate of a waveform, a positive number of "
+                             f"samples per second; got {self.sample_rate}")
 
 
-Inputlike = Union[str, os.PathLike, torch.Tensor, AudioInput]
+Waveform = Union[torch.Tensor, np.ndarray]
+Inputlike = Union[str, os.PathLike, Waveform, AudioInput]
+_ONE = (str, os.PathLike, torch.Tensor, np.ndarray, AudioInput, bytes)  # never iterated as several inputs
 
 
-def as_inputs(items: Sequence[Inputlike]) -> List[AudioInput]:
-    """Paths (str or PathLike, read as files), waveforms (named ``waveform-<i>``) or AudioInputs."""
+def is_one_input(inputs: object) -> bool:
+    """True for a single input (a path or a waveform: a string and an array are sequences too), False for
+    a collection of inputs."""
+    return isinstance(inputs, _ONE)
+
+
+def as_inputs(items: Iterable[Inputlike], sample_rate: Optional[int] = None) -> List[AudioInput]:
+    """Paths (str or PathLike, read as files), waveforms (tensors or numpy arrays, named ``waveform-<i>``, at
+    ``sample_rate`` or the model's) or AudioInputs."""
     out = []
     for i, item in enumerate(items):
         if isinstance(item, AudioInput):
             out.append(item)
-        elif isinstance(item, torch.Tensor):
-            out.append(AudioInput(f"waveform-{i}", waveform=item))
+        elif isinstance(item, (torch.Tensor, np.ndarray)):
+            if isinstance(item, np.ndarray):  # torch shares writable C-ordered memory; others are copied
+                shareable = item.flags.writeable and item.flags.c_contiguous
+                item = torch.from_numpy(item if shareable else np.array(item, order="C"))
+            out.append(AudioInput(f"waveform-{i}", waveform=item, sample_rate=sample_rate))
         elif isinstance(item, (str, os.PathLike)):
             out.append(AudioInput(os.fspath(item), path=os.fspath(item)))
         else:
-            raise TypeError(f"input {i}: expected a path, a waveform tensor or an AudioInput, got {type(item).__name__}")
+            raise TypeError(f"input {i}: expected a path, a waveform (tensor or numpy array) or an AudioInput, "
+                            f"got {type(item).__name__}")
     return out
 
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from asrkit.audio.io import AudioError, audio_info, load_audio
+from asrkit.audio.io import AudioError, audio_info, load_audio, resample
 from asrkit.audio.vad import VadConfig, Window, energy_threshold, frame_energies, frame_geometry, plan_segments
 from asrkit.pipeline.inputs import AudioInput
 
@@ -78,7 +78,7 @@ class SegmentDataset(IterableDataset):
     def _plan(self, inp: AudioInput) -> tuple:
         """(windows, duration, waveform or None, where to read segments from)."""
         if inp.waveform is not None:
-            wav = inp.waveform.float()
+            wav = resample(inp.waveform.float(), inp.sample_rate or self.sample_rate, self.sample_rate)
             duration = wav.numel() / self.sample_rate
             source: Union[str, torch.Tensor] = wav
         elif inp.path is not None:

@@ -8,7 +8,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, overload
 
 import numpy as np
 import torch
@@ -17,11 +17,11 @@ from tqdm import tqdm
 
 from asrkit.audio.io import AudioError, load_audio
 from asrkit.audio.vad import VadConfig, Window
-from asrkit.config import DecodeConfig, ExperimentConfig, save_config
+from asrkit.config import ConfigError, DecodeConfig, ExperimentConfig, from_dict, save_config, to_dict
 from asrkit.data.datadir import read_data_dir
 from asrkit.data.table import write_table
 from asrkit.models.asr import AsrModel
-from asrkit.pipeline.inputs import AudioInput, Inputlike, as_inputs
+from asrkit.pipeline.inputs import AudioInput, Inputlike, as_inputs, is_one_input
 from asrkit.pipeline.model_dir import load_from_dir
 from asrkit.pipeline.results import Alternative, Result, Segment, Word
 from asrkit.pipeline.searcher import Searcher
@@ -213,21 +213,56 @@ class Transcriber:
         return load_audio(path, self.sample_rate, name=path, pipe=False)
 
     # -- inputs of any length ---------------------------------------------------------------------------------
-    def transcribe(self, inputs: Sequence[Inputlike], *, num_workers: int = 0, progress: bool = False
-                   ) -> List[Result]:
-        """One :class:`Result` per input (a path, a waveform tensor at the model's rate, or an
-        :class:`~asrkit.pipeline.inputs.AudioInput`), in order. An input that cannot be read gets a Result with
-        ``error`` set and empty text; the others are transcribed. ``self.stats`` says where the time went."""
-        return list(self.transcribe_iter(inputs, num_workers=num_workers, progress=progress))
+    @overload
+    def transcribe(self, inputs: Inputlike, *, sample_rate: Optional[int] = None, num_workers: int = 0,
+                   progress: bool = False, **options: Any) -> Result: ...
+
+    @overload
+    def transcribe(self, inputs: Iterable[Inputlike], *, sample_rate: Optional[int] = None, num_workers: int = 0,
+                   progress: bool = False, **options: Any) -> List[Result]: ...
+
+    def transcribe(self, inputs: Inputlike | Iterable[Inputlike], *, sample_rate: Optional[int] = None,
+                   num_workers: int = 0, progress: bool = False, **options: Any) -> Result | List[Result]:
+        """Transcribe one input, or a list (any iterable) of them.
+
+        An input is a file path (str or PathLike; read as a file, never run), a mono float waveform (a 1-D
+        tensor or numpy array, at ``sample_rate`` or else the model's rate) or an
+        :class:`~asrkit.pipeline.inputs.AudioInput`. One input gives one :class:`Result`, a list gives a list
+        of Results in input order (as whisper and NeMo do): ``model.transcribe("a.wav").text``.
+
+        ``options``: decoding settings for this call only (keys of :class:`~asrkit.config.DecodeConfig`, e.g.
+        ``mode="ctc_prefix", beam=8, lm_weight=0.3``), checked like a decode config: an unknown key or a bad
+        value raises ConfigError naming it, before any audio is read. The next call decodes as before.
+
+        An input that cannot be read gets a Result with ``error`` set and empty text; the others are
+        transcribed. ``self.stats`` says where the time went."""
+        if is_one_input(inputs):
+            return self.transcribe([inputs], sample_rate=sample_rate, num_workers=num_workers, progress=progress,
+                                   **options)[0]
+        return list(self.transcribe_iter(inputs, sample_rate=sample_rate, num_workers=num_workers,
+                                         progress=progress, **options))
 
     def transcribe_files(self, paths: Sequence[str], **kw: Any) -> List[Result]:
         return self.transcribe(list(paths), **kw)
 
+    def _call_searcher(self, options: Dict[str, Any]) -> Searcher:
+        """The search for one call: the model's, or a new one with ``options`` (DecodeConfig keys) over the
+        model's decode config (a per-call LM is loaded for that call)."""
+        if not options:
+            return self.searcher
+        if "attention_window" in options:  # it is set on the model's decoder and would outlive the call
+            raise ConfigError("decode.attention_window changes the model: give it to load_model(decode=...), "
+                              "not to one call")
+        cfg = from_dict(DecodeConfig, {**to_dict(self.decode_cfg), **options})
+        return self.searcher if cfg == self.decode_cfg else Searcher(cfg, self.model, self.tokenizer, self.device)
+
     @torch.inference_mode()
-    def transcribe_iter(self, inputs: Sequence[Inputlike], *, num_workers: int = 0, progress: bool = False
-                        ) -> Iterator[Result]:
-        """:meth:`transcribe`, yielding each Result (in input order) as soon as it and those before it are done."""
-        items = as_inputs(inputs)
+    def transcribe_iter(self, inputs: Iterable[Inputlike], *, sample_rate: Optional[int] = None,
+                        num_workers: int = 0, progress: bool = False, **options: Any) -> Iterator[Result]:
+        """:meth:`transcribe` of a list of inputs, yielding each Result (in input order) as soon as it and those
+        before it are done."""
+        searcher = self._call_searcher(options)
+        items = as_inputs(inputs, sample_rate)
         self.stats = stats = TranscribeStats(inputs=len(items))
         start = time.perf_counter()
         dataset = SegmentDataset(items, self.sample_rate, self.acoustic.featurizer, self.segmenter, self.vad)
@@ -261,28 +296,32 @@ class Transcriber:
                 stats.features += item.feature_seconds
                 buffered += item.window.end - item.window.start
             if buffered >= 2 * self.batch_seconds or (isinstance(item, InputDone) and not pending):
-                self._decode_items(pending, segments)
+                self._decode_items(searcher, pending, segments)
                 pending, buffered = [], 0.0
             yield from finished()
-        self._decode_items(pending, segments)
+        self._decode_items(searcher, pending, segments)
         yield from finished()
         bar.close()
         stats.wall = time.perf_counter() - start
 
-    def _decode_items(self, items: List[SegmentItem], out: Dict[int, Dict[int, "_Decoded"]]) -> None:
+    def _decode_items(self, searcher: Searcher, items: List[SegmentItem], out: Dict[int, Dict[int, "_Decoded"]]
+                      ) -> None:
+        def decode(batch: List[SegmentItem]) -> List[_Decoded]:
+            return self._decode_batch(searcher, batch)
+
         for batch in seconds_batches(items, self.acoustic.frames_per_second, self.batch_seconds):
-            for item, decoded in zip(batch, self._split_on_oom(self._decode_batch, batch)):
+            for item, decoded in zip(batch, self._split_on_oom(decode, batch)):
                 out.setdefault(item.index, {})[item.number] = decoded
         self.stats.segments += len(items)
 
-    def _decode_batch(self, batch: List[SegmentItem]) -> List["_Decoded"]:
+    def _decode_batch(self, searcher: Searcher, batch: List[SegmentItem]) -> List["_Decoded"]:
         t0 = time.perf_counter()
         data, lens = _pad([it.data for it in batch])
         enc, enc_lens, log_probs = self.acoustic(data, lens)
         if self.device.type == "cuda":  # once per batch, so that the split of the time is honest
             torch.cuda.synchronize(self.device)
         t1 = time.perf_counter()
-        nbest = self.searcher.search(self.model, enc, enc_lens, log_probs).to_lists()
+        nbest = searcher.search(self.model, enc, enc_lens, log_probs).to_lists()
         lp = log_probs.float().cpu() if log_probs is not None else None
         lengths = enc_lens.cpu().tolist()
         segments = [self._segment(item, hyps, None if lp is None else lp[b, : lengths[b]])

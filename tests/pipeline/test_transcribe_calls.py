@@ -1,0 +1,122 @@
+"""How transcription is called and fed: one input or many (whisper's and NeMo's call shape), numpy waveforms at
+any rate, per-call search options, results written as they finish, audio on standard input, wav.scp lists only
+by an explicit option, and a flat count of file descriptors over thousands of small inputs.
+
+The model is a tiny untrained CTC model: what is checked is how inputs reach it and results leave it, compared
+with the same audio given another way (its scores are deterministic), not what it recognises.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+import torchaudio.functional as AF
+
+import asrkit
+from asrkit.checkpoint import save_model_weights
+from asrkit.config import ConfigError, load_config, save_config
+from asrkit.models.registry import build_model
+from asrkit.pipeline import Result
+from asrkit.text.tokenizer import CharTokenizer
+
+REPO = Path(__file__).resolve().parents[2]
+SR = 16000
+
+
+@pytest.fixture(scope="module")
+def tiny_exp(tmp_path_factory) -> Path:
+    """An experiment dir with a tiny untrained CTC model (random weights, seed 0)."""
+    exp = tmp_path_factory.mktemp("tiny_exp")
+    cfg = load_config(REPO / "conf" / "tiny_ctc.yaml", [
+        "tokenizer.path=tokenizer.json", "frontend.n_mels=40", "model.encoder.d_model=32",
+        "model.encoder.num_heads=2", "model.encoder.ffn_dim=64", "model.encoder.num_layers=1",
+        "model.encoder.conv_channels=8"])
+    tok = CharTokenizer.train(["ABC DEF GHI"])
+    torch.manual_seed(0)
+    model = build_model(cfg, tok.vocab_size)
+    save_config(cfg, exp / "config.yaml")
+    tok.save(exp / "tokenizer.json")
+    save_model_weights(model.eval(), exp / "model.pt")
+    return exp
+
+
+def _noise(seconds: float, seed: int, rate: int = SR) -> np.ndarray:
+    """Speech-band noise in bursts (so voice activity finds something), float32 in [-1, 1]."""
+    rng = np.random.default_rng(seed)
+    n = int(seconds * rate)
+    envelope = (np.sin(np.arange(n) * 2 * np.pi * 3 / rate) > -0.2).astype(np.float32)
+    return (0.3 * rng.standard_normal(n) * envelope).clip(-1, 1).astype(np.float32)
+
+
+def _signature(r: Result):
+    return r.text, [(a.text, round(a.score, 4)) for a in r.nbest], r.duration
+
+
+# ------------------------------------------------------------------ item 9: the call shape
+
+def test_a_single_path_is_one_input_and_returns_one_result(tiny_exp, tmp_path):
+    model = asrkit.load_model(str(tiny_exp))
+    wav = _noise(1.5, 0)
+    sf.write(tmp_path / "a.wav", wav, SR)
+    one = model.transcribe(str(tmp_path / "a.wav"))
+    assert isinstance(one, Result) and one.ok, one
+    assert one.name == str(tmp_path / "a.wav") and one.duration == pytest.approx(1.5)
+    assert _signature(model.transcribe(tmp_path / "a.wav")) == _signature(one)  # a PathLike too
+    many = model.transcribe([str(tmp_path / "a.wav")])
+    assert isinstance(many, list) and [_signature(r) for r in many] == [_signature(one)]
+    # A waveform (tensor or numpy array) is one input as well, with the file's result.
+    assert _signature(model.transcribe(torch.from_numpy(wav))) == _signature(one)
+    assert _signature(model.transcribe(wav)) == _signature(one)
+    assert [_signature(r) for r in model.transcribe((wav, torch.from_numpy(wav)))] == [_signature(one)] * 2
+    assert [_signature(r) for r in model.transcribe(iter([str(tmp_path / "a.wav")]))] == [_signature(one)]
+
+
+def test_a_numpy_waveform_at_another_rate_is_resampled(tiny_exp):
+    model = asrkit.load_model(str(tiny_exp))
+    wav8k = _noise(2.0, 1, rate=8000)
+    reference = AF.resample(torch.from_numpy(wav8k), 8000, SR)  # independent of asrkit's reader
+    got = model.transcribe(wav8k, sample_rate=8000)
+    assert got.duration == pytest.approx(2.0)
+    assert _signature(got) == _signature(model.transcribe(reference))
+    assert _signature(got) != _signature(model.transcribe(wav8k))  # taken at the model's rate: other audio
+
+
+@pytest.mark.parametrize("bad, message", [
+    (np.zeros((2, 1600), np.float32), "1-D"),
+    (np.zeros(1600, np.int16), "float"),
+])
+def test_a_waveform_that_is_not_mono_float_is_refused(tiny_exp, bad, message):
+    model = asrkit.load_model(str(tiny_exp))
+    with pytest.raises(ValueError, match=message):
+        model.transcribe(bad)
+
+
+def test_per_call_search_options_apply_to_that_call_only(tiny_exp):
+    model = asrkit.load_model(str(tiny_exp))
+    wav = _noise(1.5, 2)
+    greedy = model.transcribe(wav)
+    assert len(greedy.nbest) == 1
+    beam = model.transcribe(wav, mode="ctc_prefix", beam=4, nbest=3)
+    assert len(beam.nbest) == 3 and beam.nbest[0].score >= beam.nbest[2].score
+    # The reference: a model loaded with that search.
+    from asrkit.config import DecodeConfig
+
+    loaded = asrkit.load_model(str(tiny_exp), decode=DecodeConfig(mode="ctc_prefix", beam=4, nbest=3))
+    assert _signature(beam) == _signature(loaded.transcribe(wav))
+    assert _signature(model.transcribe(wav)) == _signature(greedy)  # nothing leaked into the next call
+    assert model.decode_cfg == DecodeConfig()
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"beem": 4}, "beem"),
+    ({"beam": "wide"}, "beam"),
+    ({"mode": "ctc_prefix", "nbest": 9, "beam": 2}, "nbest"),
+    ({"attention_window": 5}, "attention_window"),
+])
+def test_bad_per_call_options_are_refused_naming_the_key(tiny_exp, options, named):
+    model = asrkit.load_model(str(tiny_exp))
+    with pytest.raises(ConfigError, match=named):
+        model.transcribe(_noise(0.5, 3), **options)
