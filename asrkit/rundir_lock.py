@@ -74,6 +74,12 @@ class RunDirLock:
                 self._remove_dir_if_created()
                 raise RunDirBusy(f"{self.directory} is in use by another run ({holder}); wait for it to end or "
                                  f"use another directory (lock file {self.path})") from None
+            except OSError as exc:  # a file system without locks: run, but say what is not guarded
+                os.close(fd)
+                os.remove(self.path)
+                log.warning("%s: cannot lock %s (%s): a second run into this directory would not be refused",
+                            self.directory, LOCK_FILE, exc.strerror)
+                return
             # The holder before us removes the file before it lets go: if it did so after our open, we locked a
             # file no longer at the path, and must lock the one there now.
             try:

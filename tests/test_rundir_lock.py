@@ -121,3 +121,18 @@ def test_decode_into_a_directory_another_run_holds_is_refused_before_writing(tmp
     assert main(["--model", str(tmp_path / "exp"), "--data", str(data["train"]), "--out", str(tmp_path / "own"),
                  "--device", "cpu"]) == 0
     assert sorted(p.name for p in (tmp_path / "own").iterdir()) == ["decode.yaml", "text"]  # lock file gone
+
+
+def test_a_file_system_without_locks_runs_unguarded_with_a_warning(tmp_path, monkeypatch, caplog):
+    import errno
+
+    import asrkit.rundir_lock as mod
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(mod.fcntl, "flock", no_locks)
+    with caplog.at_level(logging.WARNING, logger="asrkit"), RunDirLock(tmp_path / "d"):
+        (tmp_path / "d" / "text").write_text("x")
+    assert "cannot lock .asrkit.lock (No locks available): a second run" in caplog.text
+    assert [p.name for p in (tmp_path / "d").iterdir()] == ["text"]
