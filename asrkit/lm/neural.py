@@ -282,6 +282,10 @@ class NeuralLMScorer:
         """(N,) ln P(<eos> | prefix)."""
         return state.logp[:, self.sos_eos_id]
 
+    def max_gain(self) -> Tuple[float, float, bool]:
+        """Log-probabilities: nothing to gain (asrkit.search.interfaces.BoundedScorer)."""
+        return 0.0, 0.0, False
+
 
 def load_neural_lm(lm_dir: str | os.PathLike, device: torch.device | str | None = None
                    ) -> Tuple[nn.Module, Tokenizer]:

@@ -372,6 +372,25 @@ class NgramLM(torch.nn.Module):
         lp = t.prob.take(row) + t.backoff.index_select(0, states).gather(1, col)
         return lp, t.next_state.take(row)
 
+    @torch.no_grad()
+    def max_logprobs(self) -> torch.Tensor:
+        """(V,) float32: for every word w an upper bound of ln P(w | h) over every history h (positive back-off
+        weights can lift a backed-off probability above the n-gram's own). From the state tables: a history
+        whose longest match for w is the n-gram ``c + w`` scores prob(c + w) plus the back-offs of its longer
+        contexts, at most the largest back-off sum any state adds on top of context c."""
+        t = self.state_tables()
+        width, n_words = self.sizes[0], len(self.vocab)
+        valid = t.chain_keys >= 0  # (S, order): the columns that hold a context of the state
+        context = torch.div(t.chain_keys, width, rounding_mode="floor")[valid]
+        on_top = torch.full((int(context.max()) + 1,), -math.inf, device=self.device)
+        on_top.scatter_reduce_(0, context, t.backoff[valid], "amax")  # per context: the most added on top
+        keys = t.keys[:-1]  # without the sentinel
+        word = keys % width
+        real = word < n_words  # not the pad word's identity keys
+        best = torch.full((n_words,), -math.inf, device=self.device)
+        best.scatter_reduce_(0, word[real], (t.prob[:-1] + on_top.take(keys // width))[real], "amax")
+        return best
+
     def sentence_logprobs(self, words: Sequence[str], eos: bool = True) -> List[float]:
         """ln P of each word (and of </s> when ``eos``) of one sentence after <s>; for checks."""
         hist, bo = self.start(1)
@@ -423,8 +442,8 @@ class NgramScorer:
 
     ``token_list[i]`` is token i's string; tokens absent from the LM score as ``<unk>`` (a warning gives
     their count and examples); when most tokens are absent, the LM is a word LM and :class:`UnitsError` says
-    so (a word LM's dense tables once filled 22 GB). The blank scores 0 and never enters the history; ``sos_eos_id`` scores as
-    ``</s>`` (None: the token named ``<sos/eos>``, ``</s>`` or ``<eos>`` if any; -1: none).
+    so (a word LM's dense tables once filled 22 GB). The blank scores 0 and never enters the history;
+    ``sos_eos_id`` scores as ``</s>`` (None: the token named ``<sos/eos>``, ``</s>`` or ``<eos>`` if any; -1: none).
 
     Two paths with the same scores. Dense (the default while ``S * V_tok <= dense_max_entries``,
     S = ``lm.num_states``): the LM compiled at construction into tables on its device,
@@ -511,6 +530,16 @@ class NgramScorer:
         new_hist = self.lm.push(hist, self.tok_to_lm.take(tokens.clamp(min=0)))
         hist = torch.where(grow.unsqueeze(1), new_hist, hist)
         return NgramState(hist, torch.where(grow.unsqueeze(1), self.lm.backoff_sums(hist), bo))
+
+    def max_gain(self) -> Tuple[float, float, bool]:
+        """The most the LM adds (asrkit.search.interfaces.BoundedScorer): per token its largest ln P, and the end
+        once more. Dense: the tables' largest entries; lookup: :meth:`NgramLM.max_logprobs` of the tokens' words."""
+        if self.dense:
+            per_token, end = float(self.logp.max()), float(self.eos_logp.max())
+        else:
+            best = self.lm.max_logprobs()
+            per_token, end = float(best.take(self.tok_to_lm).max()), float(best[self.lm.eos_id])
+        return max(end, 0.0), max(per_token, 0.0), False
 
     def final_score(self, state: Union[torch.Tensor, NgramState]) -> torch.Tensor:
         """(N,) ln P(</s> | history)."""

@@ -210,9 +210,12 @@ class WordNgramScorer:
         terms; the (node, token) -> node transitions, dense or as sorted edge keys."""
         unigram = lm.prob_1.tolist()
         unk_la = float(unigram[lm.unk_id]) + self.unk_offset
+        closing = lm.max_logprobs().tolist()  # the most ln P(w | h) of each word, over all histories
+        unk_closing = closing[lm.unk_id] + self.unk_offset
         node_of: Dict[str, int] = {"": ROOT}
         # the dead end: <unk>'s look-ahead (open vocabulary) or -inf (lexicon: every token into it is refused)
         la = [0.0, (unk_la if self.lookahead else 0.0) if self.lexicon is None else -math.inf]
+        reach = [-math.inf, -math.inf]  # per node: the most closing any word it can still become adds (max_gain)
         word = [lm.unk_id, lm.unk_id]
         if self.lexicon is None:
             words = [(w, wid) for wid, w in enumerate(lm.vocab) if w not in (BOS, EOS, UNK)]
@@ -220,16 +223,21 @@ class WordNgramScorer:
             words = [(w, lm.word_to_id.get(w, lm.unk_id)) for w in self.lexicon]
         for w, wid in words:
             score = unigram[wid] if wid != lm.unk_id else unk_la
+            closes = closing[wid] if wid != lm.unk_id else unk_closing
+            reach[ROOT] = max(reach[ROOT], closes)
             for j in range(1, len(w) + 1):
                 prefix = w[:j]
                 node = node_of.get(prefix)
                 if node is None:
                     node = node_of[prefix] = len(la)
                     la.append(-math.inf if self.lookahead else 0.0)
+                    reach.append(-math.inf)
                     word.append(lm.unk_id)
                 if self.lookahead and la[node] < score:
                     la[node] = score
+                reach[node] = max(reach[node], closes)
             word[node_of[w]] = wid
+        self._gain = self._gain_bound(np.array(la), np.array(reach), unk_closing, float(lm.state_tables().eos.max()))
         is_word = np.zeros(len(la), dtype=bool)
         is_word[[ROOT] + [node_of[w] for w, _ in words]] = True
         n_nodes, width = len(la), len(kinds) + 1
@@ -293,6 +301,22 @@ class WordNgramScorer:
         self.node_floats = torch.stack([neg_la, c0, c0], 1)
         self.la = la_t
         self._lm_tables(lm)
+
+    def _gain_bound(self, la: np.ndarray, reach: np.ndarray, unk_closing: float, end: float
+                    ) -> Tuple[float, float, bool]:
+        """:meth:`max_gain` from the trie: ``la`` (nodes,) the look-ahead already scored at each node, ``reach``
+        (nodes,) the most ln P a word the node can still become scores when it closes, ``unk_closing`` that of an
+        out-of-vocabulary word (offset included), ``end`` the most ln P(</s> | history).
+
+        Scores telescope: a hypothesis holds the LM score of its closed words plus LA of its partial word, so what
+        is still to come is, once, the closing of the partial word (ln P(w | h) - LA(node), positive when the
+        context beats w's best unigram) and ``</s>``, and per later word its whole ln P."""
+        if self.lexicon is None:
+            reach = np.maximum(reach, unk_closing)  # any partial word can still close as <unk>
+        spelling = np.isfinite(la)
+        spelling[ROOT] = False  # no partial word: closing it adds nothing
+        close = float(np.max(reach[spelling] - la[spelling], initial=-math.inf))
+        return max(close, 0.0) + max(end, 0.0), max(float(reach[ROOT]), 0.0), False
 
     def _lm_tables(self, lm: NgramLM) -> None:
         """Per n-gram row of the LM's state key table: [0, ln P, ln P + ln P(</s> | the state it leads to)],
@@ -372,6 +396,13 @@ class WordNgramScorer:
     def final_score(self, state: WordNgramState) -> torch.Tensor:
         """(N,) score of ending here: the partial word (minus its lookahead) and then </s>."""
         return state.floats[:, 2]
+
+    def max_gain(self) -> Tuple[float, float, bool]:
+        """``(once, per_token, False)``: the most this LM can still add to a hypothesis
+        (asrkit.search.interfaces.BoundedScorer), bounded from its tables when it was built (:meth:`_gain_bound`;
+        every word at most :meth:`NgramLM.max_logprobs`). A search that stops early needs it: closing a word can
+        add more than 0."""
+        return self._gain
 
     def word_marks(self) -> Tuple[torch.Tensor, torch.Tensor]:
         """Where this LM closes words, for a word bonus (:class:`asrkit.search.scorers.WordCount`): per token,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import math
 import os
-from dataclasses import fields, replace
+from dataclasses import asdict, replace
 from typing import Any, Dict, Optional
 
 import torch
@@ -47,10 +47,9 @@ def check_decode_config(cfg: DecodeConfig, model: Optional[AsrModel]) -> None:
     model, CTC log-probs only)."""
     if cfg.mode not in MODES:
         raise ConfigError(f"decode.mode '{cfg.mode}' is unknown (choose from: {', '.join(MODES)})")
-    for key in fields(cfg):  # a NaN or infinite weight, bonus or offset empties every hypothesis
-        value = getattr(cfg, key.name)
+    for key, value in asdict(cfg).items():  # a NaN or infinite weight, bonus or offset empties every hypothesis
         if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"decode.{key.name} must be a finite number, got {value}")
+            raise ConfigError(f"decode.{key} must be a finite number, got {value}")
     if model is None and cfg.mode not in ("greedy", "ctc_prefix"):
         raise ConfigError(f"decode.mode '{cfg.mode}' needs the attention decoder, which an exported model does not "
                           f"have (it ends at the CTC head): use greedy or ctc_prefix")

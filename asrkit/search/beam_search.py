@@ -34,12 +34,18 @@ ESPnet: after a step all running hypotheses hold the same number of tokens, so o
 would not change their order; a candidate ending in <eos> competes for a beam slot with its raw
 score. It is independent of the additive length bonus, which enters the raw score.
 
-Stopping. Scores of log-probability scorers never increase as a hypothesis grows, so an utterance
-is done once no running hypothesis can still enter its N-best: once the best running score plus
-the most the length bonus can still add (an upper bound U on any raw final score) ranks below the
-worst of a full finished pool (exact, not a heuristic; disabled when a weight other than the length
-bonus is negative). Under a length penalty a longer hypothesis can overtake a shorter one with a
-higher raw score (a negative U divided by a larger lp rises), so the bound is U's best normalised
+Stopping. An utterance is done once no running hypothesis can still enter its N-best: once the best
+running score plus the most the scorers can still add (an upper bound U on any raw final score) ranks
+below the worst of a full finished pool. Each scorer states that most (``max_gain``,
+:class:`~asrkit.search.interfaces.BoundedScorer`): at most ``once + per_token * r`` over r more tokens
+and the end; log-probability scorers (decoder, CTC prefix score, neural LM) never gain, the length
+bonus gains 1 a token, and a word n-gram gains when a word closes (ln P(w | h) - LA(w): +6.1 nats for
+"NEW YORK" on a 3-line ARPA), bounded from its tables. Weighted, summed (plus the constant bonus) and
+taken over the tokens an utterance can still emit, that gives U: the stop is exact, not a heuristic. A
+scorer that states no bound, or one with a negative weight that could add anything, turns the stop off
+(a count such as the length bonus, weighted negatively, adds nothing). Under a length penalty a longer
+hypothesis can overtake a shorter one with a higher raw score (a negative U divided by a larger lp
+rises), so the bound is U's best normalised
 value over every length the hypothesis can still end at, ``max(U / lp(i + 1), U / lp(max_len))``
 for a hypothesis of i + 1 tokens (U / lp(L) is monotone in L), and the search stops only when
 that falls below the pool's worst normalised score — or at ``max_len``. Checking it needs the
@@ -48,13 +54,13 @@ host, so the loop checks every ``_CHECK_EVERY`` = 8 steps and is otherwise free 
 from __future__ import annotations
 
 import math
-from typing import Any, Collection, Dict, Mapping, Optional, Sequence
+from typing import Any, Collection, Dict, Mapping, Optional, Sequence, Tuple
 
 import torch
 
 from asrkit.search.ctc_prefix_score import CTCPrefixScorer
 from asrkit.search.hypotheses import NBest
-from asrkit.search.interfaces import BLANK_ID, LENGTH_BONUS, SOS_EOS_ID, BatchScorer, active_scorers
+from asrkit.search.interfaces import BLANK_ID, SOS_EOS_ID, BatchScorer, BoundedScorer, active_scorers
 from asrkit.search.scorers import DecoderScorer, StepDecoder
 
 NEG_INF = float("-inf")
@@ -173,13 +179,31 @@ def _force_end(i: int, ending: torch.Tensor, s: _Beam, st: _Setup) -> None:
     s.score = s.score.masked_fill(ending[:, None], NEG_INF)
 
 
-def _done(i: int, s: _Beam, max_lens: torch.Tensor, gain: float) -> bool:
+def _max_gain(scorers: Mapping[str, BatchScorer], weights: Mapping[str, float], bonus: float) -> Tuple[float, float]:
+    """(once, per step): the most the weighted scorers and the constant bonus can still add to a running
+    hypothesis, ``once + per * r`` over r more steps (see the module docstring); infinite when a scorer states
+    no bound, or is weighted negatively and could add anything."""
+    once, per = 0.0, max(bonus, 0.0)
+    for name, scorer in scorers.items():
+        if not isinstance(scorer, BoundedScorer):
+            return math.inf, math.inf
+        bound_once, bound_per, nonnegative = scorer.max_gain()
+        if weights[name] < 0:
+            if nonnegative:  # a count weighted negatively: never a gain
+                continue
+            return math.inf, math.inf
+        once, per = once + weights[name] * bound_once, per + weights[name] * bound_per
+    return once, per
+
+
+def _done(i: int, s: _Beam, max_lens: torch.Tensor, gain: Tuple[float, float]) -> bool:
     """After step i: can no running hypothesis reach any utterance's N-best any more? (host sync)"""
     best = s.score.max(1).values  # (B,)
     done = best == NEG_INF
-    if math.isfinite(gain):
+    once, per = gain
+    if math.isfinite(once + per):
         remaining = (max_lens - i).clamp(min=0).to(best.dtype)  # tokens still to come, + <eos>
-        bound = best + gain * remaining  # (B,) no raw final score of a running hypothesis exceeds it
+        bound = best + once + per * remaining  # (B,) no raw final score of a running hypothesis exceeds it
         if s.alpha != 0.0:
             # Running hypotheses hold i + 1 tokens and end at i + 1 .. max_len tokens; bound / lp(L)
             # is monotone in L, so its largest value is at one end (a negative bound rises with L
@@ -190,7 +214,7 @@ def _done(i: int, s: _Beam, max_lens: torch.Tensor, gain: float) -> bool:
     return bool(done.all())
 
 
-def _loop(s: _Beam, st: _Setup, max_lens: torch.Tensor, max_list: Sequence[int], gain: float) -> None:
+def _loop(s: _Beam, st: _Setup, max_lens: torch.Tensor, max_list: Sequence[int], gain: Tuple[float, float]) -> None:
     width = max(max_list)
     ends = set(max_list)
     for i in range(width + 1):
@@ -261,10 +285,7 @@ def beam_search(scorers: Mapping[str, BatchScorer], weights: Mapping[str, float]
     active, w, bonus = active_scorers(scorers, weights)
     if not active:
         raise ValueError("beam_search needs at least one scorer with a nonzero weight")
-    # Most a step can add to a score: the length bonus; anything with a negative weight is unbounded.
-    gain = max(bonus, 0.0) + max(w.get(LENGTH_BONUS, 0.0), 0.0)
-    if any(weight < 0 for name, weight in w.items() if name != LENGTH_BONUS):
-        gain = math.inf
+    gain = _max_gain(active, w, bonus)  # what a running hypothesis can still gain: for the early stop
 
     batch, device = max_lens.shape[0], max_lens.device
     max_list = [max(int(m), 0) for m in max_lens.tolist()] or [0]  # one host sync, before the loop

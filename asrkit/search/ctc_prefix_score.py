@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from asrkit.search.greedy import check_ctc_inputs
-from asrkit.search.interfaces import BLANK_ID, SOS_EOS_ID
+from asrkit.search.interfaces import BLANK_ID, SOS_EOS_ID, GainBound
 
 NEG_INF = float("-inf")
 
@@ -151,3 +151,8 @@ class CTCPrefixScorer:
     def final_score(self, state: CTCPrefixState) -> torch.Tensor:
         """(N,) float64 end score log P_ctc(h | x) - psi(h)."""
         return torch.where(state.psi == NEG_INF, NEG_INF, self._end(state) - state.psi)
+
+    def max_gain(self) -> GainBound:
+        """Nothing to gain: the paths through a longer prefix are a subset of those through a shorter one, so
+        psi never grows (and log P_ctc(h | x) <= psi(h))."""
+        return 0.0, 0.0, False

@@ -56,6 +56,25 @@ class BatchScorer(Protocol):
 
 # (kind, named tables) of a scorer that the native CPU search evaluates itself; see NativeScorer.
 NativeForm = Tuple[str, Dict[str, torch.Tensor]]
+# (once, per_token, nonnegative): the most a scorer can still add to a hypothesis; see BoundedScorer.
+GainBound = Tuple[float, float, bool]
+
+
+@runtime_checkable
+class BoundedScorer(Protocol):
+    """A scorer that states the most its scores can still add to a hypothesis.
+
+    A label-synchronous search stops once no running hypothesis can overtake the finished ones
+    (:mod:`asrkit.search.beam_search`); that needs, from every scorer, a bound on what is still to come. A
+    scorer without one could add anything: the search then runs every hypothesis to its end.
+    """
+
+    def max_gain(self) -> GainBound:
+        """``(once, per_token, nonnegative)``: from any state the scorer can reach, appending r more tokens and
+        then ending (``final_score``, or the score of an <eos> token) adds at most ``once + per_token * r``
+        (log-probabilities: 0, 0). ``nonnegative``: no score is ever below 0 (a count), so weighted negatively
+        the scorer adds nothing."""
+        ...
 
 
 @runtime_checkable

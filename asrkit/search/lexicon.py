@@ -30,6 +30,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
+from asrkit.search.interfaces import GainBound
+
 BOUNDARY_MARKS = ("\u2581", "|", " ")  # as asrkit.lm.word_ngram (search/ imports torch only)
 ROOT, DEAD = 0, 1
 NEG_INF = float("-inf")
@@ -168,6 +170,10 @@ class LexiconScorer:
         """(N,) 0 where the hypothesis ends after a whole word (or nothing), -inf inside a word."""
         node = torch.div(state, self.width, rounding_mode="floor")
         return torch.where(self.is_word.take(node), 0.0, NEG_INF)
+
+    def max_gain(self) -> GainBound:
+        """0 or -inf: nothing to gain."""
+        return 0.0, 0.0, False
 
     def native_form(self) -> Tuple[str, Dict[str, torch.Tensor]]:
         """The tables the native CPU search reads (asrkit.search.interfaces.NativeScorer): kind "lexicon"."""

@@ -8,13 +8,17 @@ from typing import Any, Dict, NamedTuple, Optional, Protocol, Tuple
 
 import torch
 
-from asrkit.search.interfaces import BLANK_ID, SOS_EOS_ID
+from asrkit.search.interfaces import BLANK_ID, SOS_EOS_ID, GainBound
 
 
 class LengthBonus:
     """Score 1 per emitted token: weighted by ``beta`` in the search's weights dict, the ``beta * (#tokens)``
     term of shallow fusion. The blank always scores 0. The bonus does not depend on history, so the state is
     just an (N,) zero vector (it gives ``final_score`` its shape)."""
+
+    def max_gain(self) -> GainBound:
+        """1 per token and 1 for an <eos> token; never negative."""
+        return 1.0, 1.0, True
 
     def init_state(self, batch: int, beam: int, device: torch.device) -> torch.Tensor:
         return torch.zeros(batch * beam, device=device)
@@ -69,6 +73,10 @@ class WordCount:
     def final_score(self, state: torch.Tensor) -> torch.Tensor:
         """(N,) 1.0 for the open word the end closes."""
         return state
+
+    def max_gain(self) -> GainBound:
+        """At most one word per token and one more that the end closes; never negative."""
+        return 1.0, 1.0, True
 
     def native_form(self) -> Tuple[str, Dict[str, torch.Tensor]]:
         """The tables the native CPU search reads (asrkit.search.interfaces.NativeScorer): kind "word_count"."""
@@ -169,3 +177,7 @@ class DecoderScorer:
     def final_score(self, state: DecoderScorerState) -> torch.Tensor:
         """(N,) log P(<eos> | prefix)."""
         return state.log_probs[:, self.eos_id]
+
+    def max_gain(self) -> GainBound:
+        """Log-probabilities: nothing to gain."""
+        return 0.0, 0.0, False

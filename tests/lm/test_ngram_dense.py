@@ -8,6 +8,7 @@ import torch
 import asrkit.search.ctc_prefix as ctc_prefix
 from asrkit.lm import NgramScorer, load_ngram, ngram_scorer
 from asrkit.search import ctc_prefix_beam_search
+from gain_bound import worst_gain
 from host_sync import no_host_sync
 from test_ngram import FIXTURES, LN10, TOL, WORDS, RefLM, write_random_arpa
 
@@ -294,3 +295,18 @@ def test_state_walk_matches_reference(tmp_path):
                 assert lp[r].tolist() == pytest.approx(want, abs=TOL)
         step = torch.tensor([lm.index(s[t]) if t < len(s) else lm.eos_id for s in sents])
         state = nxt.gather(1, (cand == step.unsqueeze(1)).long().argmax(1, keepdim=True)).squeeze(1)
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_the_gain_bound_holds_on_both_paths(tmp_path, order):
+    # What a search may assume the LM adds at most (asrkit.search.beam_search's early stop): per token, and once
+    # more for </s>; positive back-offs can lift a score above 0.
+    path = write_random_arpa(tmp_path / "lm.arpa", WORDS, order, seed=40 + order, closed=False)
+    rng = random.Random(order)
+    for scorer in both_paths(load_ngram(path), TOKENS):
+        walks = [[rng.randrange(3, len(TOKENS)) for _ in range(12)] for _ in range(50)]
+        worst_gain(scorer, walks, eos=2)
+        once, per = scorer.max_gain()[:2]
+        assert once >= 0 and per >= 0
+    dense, lookup = both_paths(load_ngram(path), TOKENS)
+    assert dense.max_gain()[0] <= lookup.max_gain()[0] + 1e-6  # the dense tables' bound is exact, lookup's above it

@@ -11,6 +11,7 @@ from asrkit.lm import DEFAULT_UNK_OFFSET, NgramScorer, UnitsError, WordNgramScor
 from test_ngram import (CHAR_TOKENS, FIXTURES, OOV_WORDS, SP_TOKENS, TOL, WORDS, RefLM, RefWordSearch, spell,
                         write_random_arpa)
 from test_word_ngram import walk
+from gain_bound import worst_gain
 
 MARK = "\u2581"
 
@@ -259,3 +260,23 @@ def test_a_token_lm_scored_as_words_is_refused_naming_both_settings():
         ngram_scorer(lm, ["<blank>", "<unk>", "<sos/eos>", MARK, "A", "B", "C"], units="word")
     assert err.value.units == "token"
     quiet(ngram_scorer, lm, ["<blank>", "<unk>", "<sos/eos>", "|", "A", "B", "C"], units="word")  # another mark
+
+
+@pytest.mark.parametrize("tokens", ["chars", "pieces"])
+@pytest.mark.parametrize("lookahead,unk_offset,lexicon", [(True, -10.0, False), (True, 2.0, False), (False, 0.0, False),
+                                                         (True, -3.0, True)])
+def test_the_gain_bound_holds_along_spelled_sentences(tmp_path, tokens, lookahead, unk_offset, lexicon):
+    # A label-synchronous search stops once no running hypothesis can overtake the finished ones: it needs the
+    # most the LM can still add. Closing a word adds ln P(w | h) - LA(w) (positive whenever the context beats
+    # the word's best unigram), positive back-offs and unk offsets add more: the stated bound must cover them all.
+    tokens = CHAR_TOKENS if tokens == "chars" else SP_TOKENS
+    rng = random.Random(len(tokens) + int(unk_offset))
+    for seed in range(3):
+        lm = load_ngram(write_random_arpa(tmp_path / f"w{seed}.arpa", WORDS, 3, seed=seed, closed=seed == 1))
+        scorer = quiet(WordNgramScorer, lm, tokens, lookahead=lookahead, unk_offset=unk_offset,
+                       lexicon=WORDS[:8] + ["ZOO"] if lexicon else None)
+        once, per = scorer.max_gain()[:2]
+        assert 0 < once < 30 and 0 <= per < 5, (once, per)
+        walks = [(spell(rng.choices(WORDS + OOV_WORDS, k=6), tokens, rng) + [3] * 40)[:24] for _ in range(60)]
+        worst = worst_gain(scorer, walks, eos=2)
+        assert worst > once - 8.0  # walks of real words come near it: the bound is not a wild overestimate

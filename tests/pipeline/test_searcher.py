@@ -338,8 +338,8 @@ def test_an_lm_of_the_other_units_is_refused_naming_both_settings():
     words = REPO / "tests" / "lm" / "fixtures" / "words_3gram.arpa"
     tok = CharTokenizer.train(["THE CAT SAT ON A MAT", "A DOG RAN"])
     cpu = torch.device("cpu")
-    with pytest.raises(ConfigError, match=rf"^decode.lm {words}: a word LM \(asrkit train-ngram --units word\): .*, but "
-                                         r"decode.lm_units is 'token': set decode.lm_units: word$"):
+    with pytest.raises(ConfigError, match=rf"^decode.lm {words}: a word LM \(asrkit train-ngram --units word\): "
+                                         r".*, but decode.lm_units is 'token': set decode.lm_units: word$"):
         load_lm_scorer(DecodeConfig(mode="ctc_prefix", lm=str(words), lm_units="token"), tok, cpu)
     chars = REPO / "tests" / "lm" / "fixtures" / "chars_2gram.arpa"
     with pytest.raises(ConfigError, match=r"a token LM \(asrkit train-ngram --units token\): .*, but "

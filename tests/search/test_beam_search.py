@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 from pathlib import Path
 from typing import List, Optional, Sequence
 
@@ -9,7 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from asrkit.search import CTCPrefixScorer, DecoderScorer, beam_search, joint_beam_search
+from asrkit.search import CTCPrefixScorer, DecoderScorer, LengthBonus, beam_search, joint_beam_search
+from asrkit.search.interfaces import GainBound
 from host_sync import no_host_sync
 from reference_beam_search import NEG_INF, RefCTC, length_penalty, reference_beam_search
 
@@ -55,6 +57,9 @@ class BigramScorer:
 
     def final_score(self, state: torch.Tensor) -> torch.Tensor:
         return self.table[state, EOS]
+
+    def max_gain(self) -> GainBound:
+        return 0.0, max(0.0, float(self.table.max())), False
 
     def ref(self, prefix) -> List[float]:
         return self.table[prefix[-1] if prefix else EOS].tolist()
@@ -509,3 +514,77 @@ def test_tiny_model_joint_search_end_to_end(conf: str) -> None:
             single = joint_beam_search(model, enc1, lens1, model.ctc_log_probs(enc1), **kw).to_lists()[0]
             assert [h.tokens for h in single] == [h.tokens for h in batched[b]]
             assert [h.score for h in single] == pytest.approx([h.score for h in batched[b]], abs=1e-3)
+
+
+# A word LM whose closing of YORK after NEW adds ln P(YORK | NEW) - LA(YORK) = (3 - 0.35) ln 10 = +6.10 nats.
+NEW_YORK_ARPA = """\\data\\
+ngram 1=5
+ngram 2=2
+
+\\1-grams:
+-1.0\t<unk>
+-99\t<s>\t0
+-1.0\t</s>
+-1.0\tNEW\t0
+-3.0\tYORK\t0
+
+\\2-grams:
+-0.1\t<s> NEW
+-0.35\tNEW YORK
+
+\\end\\
+"""
+NY_TOKENS = ["<blank>", "<unk>", "<sos/eos>", "\u2581", "N", "E", "W", "Y", "O", "R", "K"]
+
+
+def test_a_word_lm_closing_a_word_is_not_stopped_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The early stop assumed that no scorer adds a positive score to a running hypothesis. A word LM with
+    # look-ahead adds ln P(w | h) - LA(w) when w closes: after 8 tokens the running NEW\u2581YORK (-7.21: the
+    # decoder's -0.07, the LM's LA(N) + closing NEW + LA(Y) = -2.30 + 2.07 - 6.91) is below the finished NEW
+    # (-4.55), so the old bound stopped there and returned NEW; closing YORK then adds +6.10: -3.42 wins.
+    from asrkit.lm import ngram_scorer
+
+    (tmp_path / "ny.arpa").write_text(NEW_YORK_ARPA, encoding="utf-8")
+    lm = ngram_scorer(tmp_path / "ny.arpa", NY_TOKENS, units="word")
+    ids = {t: i for i, t in enumerate(NY_TOKENS)}
+    spelled = "NEW\u2581YORK"
+    rows = {EOS: {ids["N"]: 0.0}, ids["K"]: {EOS: -0.01}}  # a "decoder" that spells NEW YORK, or ends after NEW
+    rows.update({ids[a]: {ids[b]: -0.01} for a, b in zip(spelled, spelled[1:])})
+    rows[ids["W"]][EOS] = -2.0
+    scorers = {"decoder": BigramScorer(bigram_table(rows, vocab=len(NY_TOKENS))), "lm": lm}
+    steps: list = []
+    real_step = bs._step
+    monkeypatch.setattr(bs, "_step", lambda *a: (steps.append(1), real_step(*a)))
+    kw = dict(beam=2, nbest=1, dtype=torch.float64)
+    early = beam_search(scorers, {"decoder": 1.0, "lm": 1.0}, torch.tensor([40]), **kw)
+    ran = len(steps)
+    with monkeypatch.context() as mp:
+        mp.setattr(bs, "_CHECK_EVERY", 10 ** 9)
+        full = beam_search(scorers, {"decoder": 1.0, "lm": 1.0}, torch.tensor([40]), **kw)
+    want = [ids[c] for c in spelled]
+    assert full.to_lists()[0][0].tokens == want  # the exhaustive search's answer
+    assert early.to_lists()[0][0].tokens == want and torch.equal(early.scores, full.scores)
+    lm_total = (-0.1 - 0.35 - 1.0) * math.log(10)  # ln P(NEW | <s>) P(YORK | NEW) P(</s> | YORK)
+    assert float(early.scores[0, 0]) == pytest.approx(lm_total - 0.08, abs=1e-5)
+    assert ran == 16  # and still an early stop: the bound is the LM's largest closing gain, not infinity
+
+
+def test_scorers_without_a_gain_bound_or_with_a_negative_weight_run_to_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A scorer that states no bound (or one weighted negatively that could add anything) leaves the search
+    # nothing to stop on: it runs every utterance to max_len. A count weighted negatively adds nothing.
+    class Unbounded(BigramScorer):
+        max_gain = None  # not a BoundedScorer
+
+    table = bigram_table({EOS: {3: -0.5}, 3: {EOS: -0.5, 3: -1.0}})
+    steps: list = []
+    real_step = bs._step
+    monkeypatch.setattr(bs, "_step", lambda *a: (steps.append(1), real_step(*a)))
+    for scorers, weights, want in (({"decoder": BigramScorer(table)}, {"decoder": 1.0}, 8),
+                                   ({"decoder": Unbounded(table)}, {"decoder": 1.0}, 30),
+                                   ({"decoder": BigramScorer(table), "lm": BigramScorer(table)},
+                                    {"decoder": 1.0, "lm": -0.5}, 30),
+                                   ({"decoder": BigramScorer(table), "length_bonus": LengthBonus()},
+                                    {"decoder": 1.0, "length_bonus": -0.5}, 8)):
+        steps.clear()
+        beam_search(scorers, weights, torch.tensor([30]), beam=2, nbest=1, vocab_size=6, dtype=torch.float64)
+        assert len(steps) == want, (list(scorers), weights)

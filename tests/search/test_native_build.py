@@ -126,7 +126,8 @@ def test_a_library_of_another_abi_is_refused_once_then_retried_after_reset(fresh
     src = tmp_path / "old.cpp"
     src.write_text('#include <cstdint>\nextern "C" int64_t asrkit_native_abi() { return 3; }\n')
     monkeypatch.setattr(native_build, "SOURCE", src)
-    with pytest.warns(RuntimeWarning, match=rf"native CTC prefix search is unavailable \(library ABI 3 != {native_build.ABI}\); "
+    with pytest.warns(RuntimeWarning, match=rf"native CTC prefix search is unavailable \(library ABI 3 != "
+                                            rf"{native_build.ABI}\); "
                                             r"using the torch loop"):
         assert native_build.load() is None
     assert native_build.build_error() == f"library ABI 3 != {native_build.ABI}"

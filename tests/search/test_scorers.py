@@ -57,6 +57,22 @@ def test_word_count_scores_each_word_once_as_it_closes() -> None:
         assert total + float(count.score(state, torch.tensor([[2]]))[0, 0]) == words, walk
 
 
+def test_the_bonuses_state_their_gain_bounds() -> None:
+    # Each scores at most 1 a token, and the end (an <eos> token, or the final score of the last word) once more.
+    import random
+
+    from gain_bound import worst_gain
+
+    rng = random.Random(3)
+    walks = [[rng.choice([1, 3, 3, 4, 6, 7, 8]) for _ in range(9)] for _ in range(40)]
+    for scorer in (LengthBonus(), WordCount(CLOSES, OPENS)):
+        assert tuple(scorer.max_gain()) == (1.0, 1.0, True)
+        assert worst_gain(scorer, walks, eos=2) == 1.0  # the bound is reached
+    gen = torch.Generator().manual_seed(0)
+    memory, lens = torch.randn(2, 3, 4, generator=gen, dtype=torch.float64), torch.tensor([3, 2])
+    assert tuple(DecoderScorer(SpyDecoder(5, 4, gen), memory, lens).max_gain()) == (0.0, 0.0, False)  # log-probs
+
+
 def test_word_count_rows_follow_the_selection_and_bad_masks_are_named() -> None:
     count = WordCount(CLOSES, OPENS)
     state = count.select_state(count.init_state(1, 3, CPU), torch.tensor([0, 0, 1]), torch.tensor([6, 3, 4]))
