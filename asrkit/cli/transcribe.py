@@ -4,9 +4,11 @@ INPUT: audio files (read as files whatever their names hold), directories (searc
 wav/flac/ogg/mp3), wav.scp files (*.scp; the one place where "cmd |" sources run, as trusted recipe data),
 or - for a list of paths on standard input. Long recordings are split by voice activity (--segmenter).
 Audio is read and featurized in --num-workers loader processes while the model runs; segments are batched
-by --batch-seconds of audio. A missing or unreadable input is named on stderr and the rest are transcribed;
-the exit status is 1 when any input failed. At the end: inputs, audio, wall time, real-time factor and
-where the time went.
+by --batch-seconds of audio. Each result is written as soon as it and those before it are finished (to
+stdout, flushed, or one whole file per input in --output-dir), so a stopped run keeps what it finished; the
+progress bar counts seconds of audio. A missing or unreadable input is named on stderr when its turn comes
+and the rest are transcribed; the exit status is 1 when any input failed. At the end: inputs, audio, wall
+time, real-time factor and where the time went.
 """
 from __future__ import annotations
 
@@ -14,12 +16,13 @@ import argparse
 import logging
 import os
 import sys
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 from asrkit.cli.decode_options import add_decode_options, decode_config_from_args
 from asrkit.cli.device import DeviceError, add_device_option, resolve_device
 from asrkit.pipeline.formats import FORMATS, write_results
 from asrkit.pipeline.inputs import expand_arguments
+from asrkit.pipeline.results import Result
 from asrkit.pipeline.stream import SEGMENTERS
 
 EXPORTED_SUFFIXES = (".onnx", ".pt", ".ts", ".torchscript")
@@ -68,8 +71,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         p.error(f"--model {args.model}: not an experiment dir nor an exported model ({', '.join(EXPORTED_SUFFIXES)})")
     if exported and args.checkpoint:
         p.error("--checkpoint applies to an experiment dir, not to an exported model")
-    if args.format in ("srt", "vtt") and args.output_dir is None and len(args.inputs) > 1:
-        p.error(f"--format {args.format} writes one file per input: give --output-dir")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from asrkit.pipeline import Transcriber
 
@@ -86,12 +87,23 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (FileNotFoundError, ValueError) as exc:  # ConfigError and TableError are ValueErrors
         print(f"asrkit transcribe: {exc}", file=sys.stderr)
         return 1
-    results = transcriber.transcribe(inputs, num_workers=args.num_workers, progress=not args.no_progress)
-    failed = [r for r in results if not r.ok]
-    for r in failed:
-        print(f"asrkit transcribe: {r.error}", file=sys.stderr)
-    write_results(results, args.format, out_dir=args.output_dir, stream=sys.stdout)
+    if args.format in ("srt", "vtt") and args.output_dir is None and len(inputs) > 1:
+        print(f"asrkit transcribe: --format {args.format} writes one file per input and INPUT holds {len(inputs)}: "
+              f"give --output-dir", file=sys.stderr)
+        return 2
+    failed = 0
+
+    def results() -> Iterator[Result]:
+        """Each Result as it is finished, its failure named on stderr then."""
+        nonlocal failed
+        for r in transcriber.transcribe_iter(inputs, num_workers=args.num_workers, progress=not args.no_progress):
+            if not r.ok:
+                failed += 1
+                print(f"asrkit transcribe: {r.error}", file=sys.stderr)
+            yield r
+
+    write_results(results(), args.format, out_dir=args.output_dir, stream=sys.stdout)
     print(f"asrkit transcribe: {transcriber.stats.summary()}", file=sys.stderr)
     if failed:
-        print(f"asrkit transcribe: {len(failed)} of {len(results)} inputs failed", file=sys.stderr)
+        print(f"asrkit transcribe: {failed} of {len(inputs)} inputs failed", file=sys.stderr)
     return 1 if failed else 0

@@ -279,10 +279,14 @@ def write_results(results: Iterable[Result], fmt: str, out_dir: Optional[str | o
                   stream: Optional[TextIO] = None) -> List[str]:
     """Write ``results`` in format ``fmt``; return the paths written (none when writing to a stream).
 
+    Each result is written as it arrives (``results`` may be a generator still transcribing), so a run
+    that is stopped leaves every finished result in place and whole.
+
     With ``out_dir``: one UTF-8 file per input, ``out_dir/<stem>.<ext>`` (:func:`output_stem`; names that
-    give the same stem get ``_2``, ``_3``, ... in input order); a failed input gets no file except in jsonl.
-    Without: everything goes to ``stream`` (default ``sys.stdout``) as it arrives. SRT and WebVTT cannot be
-    concatenated, so a stream takes them for a single input only (ValueError on a second).
+    give the same stem get ``_2``, ``_3``, ... in input order), each written whole or not at all; a failed
+    input gets no file except in jsonl. Without: everything goes to ``stream`` (default ``sys.stdout``),
+    flushed after each result. SRT and WebVTT cannot be concatenated, so a stream takes them for a single
+    input only (ValueError on a second).
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown output format {fmt!r} (choose from {', '.join(FORMATS)})")
@@ -293,7 +297,7 @@ def write_results(results: Iterable[Result], fmt: str, out_dir: Optional[str | o
             if i and fmt not in STREAMABLE:
                 raise ValueError(f"format {fmt} to one stream needs a single input: give an output dir")
             out.write(format_result(result, fmt))
-        out.flush()
+            out.flush()
         return written
     os.makedirs(out_dir, exist_ok=True)
     stems = _Stems()

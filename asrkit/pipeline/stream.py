@@ -126,6 +126,20 @@ class SegmentDataset(IterableDataset):
         yield InputDone(index, len(windows), duration, None, plan_seconds)
 
 
+def header_seconds(inp: AudioInput, sample_rate: int) -> float:
+    """Seconds of audio in ``inp`` from a waveform's length or a file's header; 0 where that is not known
+    without reading the input (a wav.scp entry, a file whose header cannot be read)."""
+    if inp.waveform is not None:
+        return inp.waveform.numel() / (inp.sample_rate or sample_rate)
+    if inp.path is None:
+        return 0.0
+    try:
+        rate, frames = audio_info(inp.path, name=inp.name, pipe=False)
+    except AudioError:
+        return 0.0
+    return frames / rate
+
+
 def _message(inp: AudioInput, exc: BaseException) -> str:
     text = str(exc).replace("\n", " ")
     return text if inp.name in text else f"{inp.name}: {text}"

@@ -25,7 +25,8 @@ from asrkit.pipeline.inputs import AudioInput, Inputlike, as_inputs, is_one_inpu
 from asrkit.pipeline.model_dir import load_from_dir
 from asrkit.pipeline.results import Alternative, Result, Segment, Word
 from asrkit.pipeline.searcher import Searcher
-from asrkit.pipeline.stream import SEGMENTERS, InputDone, SegmentDataset, SegmentItem, seconds_batches, segment_loader
+from asrkit.pipeline.stream import (SEGMENTERS, InputDone, SegmentDataset, SegmentItem, header_seconds, seconds_batches,
+                                    segment_loader)
 from asrkit.pipeline.words import TokenTime, align_tokens, group_words, snap_to_speech
 from asrkit.search import Hypothesis
 from asrkit.text.tokenizer import Tokenizer
@@ -111,6 +112,38 @@ class TranscribeStats:
         return (f"{self.inputs} inputs ({self.failed} failed), {self.segments} segments, {self.audio:.1f} s of audio "
                 f"in {self.wall:.2f} s: RTF {self.rtf:.4f}; load {self.load:.2f} s, features {self.features:.2f} s "
                 f"(in loader workers), encoder {self.encoder:.2f} s, search {self.search:.2f} s")
+
+
+class _AudioProgress:
+    """A progress bar in seconds of audio: an input advances as its segments are decoded (to the end of the
+    latest) and to its whole length when its Result is out, so a long file moves while it is decoded. The
+    total comes from waveform lengths and file headers, read up front only when the bar is shown; an input
+    whose length is not known before it is read (a wav.scp entry) adds its length when it is done."""
+
+    def __init__(self, items: Sequence[AudioInput], sample_rate: int, enabled: bool):
+        self.expected = [header_seconds(it, sample_rate) if enabled else 0.0 for it in items]
+        self.at = [0.0] * len(items)
+        self.bar = tqdm(total=sum(self.expected), desc="transcribe", unit="s", disable=not enabled,
+                        dynamic_ncols=True, bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s of "
+                                                       "audio [{elapsed}<{remaining}, {rate_fmt}]")
+
+    def _advance(self, index: int, seconds: float) -> None:
+        if seconds > self.at[index]:
+            self.bar.update(seconds - self.at[index])
+            self.at[index] = seconds
+
+    def decoded(self, items: Sequence[SegmentItem]) -> None:
+        for it in items:
+            self._advance(it.index, min(it.window.end, self.expected[it.index] or it.window.end))
+
+    def done(self, index: int, duration: float) -> None:
+        if not self.expected[index]:
+            self.expected[index] = duration
+            self.bar.total += duration
+        self._advance(index, self.expected[index])
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 class Transcriber:
@@ -270,7 +303,7 @@ class Transcriber:
         segments: Dict[int, Dict[int, _Decoded]] = {}
         pending: List[SegmentItem] = []
         buffered, next_out = 0.0, 0
-        bar = tqdm(total=len(items), desc="transcribe", unit="file", disable=not progress, dynamic_ncols=True)
+        bar = _AudioProgress(items, self.sample_rate, progress)
 
         def finished() -> Iterator[Result]:
             nonlocal next_out
@@ -278,7 +311,7 @@ class Transcriber:
                     len(segments.get(next_out, {})) >= done[next_out].num_segments:
                 result = self._result(items[next_out], done.pop(next_out), segments.pop(next_out, {}))
                 stats.failed += not result.ok
-                bar.update(1)
+                bar.done(next_out, result.duration)
                 next_out += 1
                 yield result
 
@@ -297,9 +330,11 @@ class Transcriber:
                 buffered += item.window.end - item.window.start
             if buffered >= 2 * self.batch_seconds or (isinstance(item, InputDone) and not pending):
                 self._decode_items(searcher, pending, segments)
+                bar.decoded(pending)
                 pending, buffered = [], 0.0
             yield from finished()
         self._decode_items(searcher, pending, segments)
+        bar.decoded(pending)
         yield from finished()
         bar.close()
         stats.wall = time.perf_counter() - start

@@ -7,6 +7,9 @@ with the same audio given another way (its scores are deterministic), not what i
 """
 from __future__ import annotations
 
+import json
+import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +20,11 @@ import torchaudio.functional as AF
 
 import asrkit
 from asrkit.checkpoint import save_model_weights
+from asrkit.cli import main
 from asrkit.config import ConfigError, load_config, save_config
 from asrkit.models.registry import build_model
 from asrkit.pipeline import Result
+from asrkit.pipeline import stream as stream_module
 from asrkit.text.tokenizer import CharTokenizer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -120,3 +125,73 @@ def test_bad_per_call_options_are_refused_naming_the_key(tiny_exp, options, name
     model = asrkit.load_model(str(tiny_exp))
     with pytest.raises(ConfigError, match=named):
         model.transcribe(_noise(0.5, 3), **options)
+
+
+# ------------------------------------------------------------------ item 12: results as they finish
+
+def _write_files(folder: Path, count: int, seconds: float = 0.4) -> list:
+    folder.mkdir(exist_ok=True)
+    paths = []
+    for i in range(count):
+        paths.append(str(folder / f"f{i:03d}.wav"))
+        sf.write(paths[-1], _noise(seconds, 10 + i), SR)
+    return paths
+
+
+def _when_reading(monkeypatch, path: str, snapshot) -> list:
+    """Call ``snapshot()`` when transcription starts reading ``path``; returns the list of its values."""
+    seen = []
+    real = stream_module.audio_info
+
+    def audio_info(source, **kw):
+        if source == path:
+            seen.append(snapshot())
+        return real(source, **kw)
+
+    monkeypatch.setattr(stream_module, "audio_info", audio_info)
+    return seen
+
+
+def test_results_reach_stdout_before_the_last_input_is_read(tiny_exp, tmp_path, monkeypatch):
+    paths = _write_files(tmp_path / "in", 4)
+    out_path = tmp_path / "out.jsonl"
+    out = open(out_path, "w", encoding="utf-8", buffering=1 << 20)  # a file, block-buffered, as stdout to a file
+    monkeypatch.setattr(sys, "stdout", out)
+    seen = _when_reading(monkeypatch, paths[-1], out_path.read_text)
+    try:
+        status = main(["transcribe", "--model", str(tiny_exp), "--no-progress", "--num-workers", "0",
+                       "--batch-seconds", "0.2", "--format", "jsonl", *paths])
+    finally:
+        out.close()
+    assert status == 0
+    lines = out_path.read_text().splitlines()
+    assert [json.loads(line)["name"] for line in lines] == paths
+    assert len(seen) == 1 and seen[0].splitlines() == lines[:3]  # on disk, whole lines, before the last input
+
+
+def test_output_files_are_written_one_by_one_and_whole(tiny_exp, tmp_path, monkeypatch):
+    paths = _write_files(tmp_path / "in", 3)
+    out_dir = tmp_path / "out"
+    seen = _when_reading(monkeypatch, paths[-1], lambda: sorted(os.listdir(out_dir)) if out_dir.exists() else [])
+    assert main(["transcribe", "--model", str(tiny_exp), "--no-progress", "--num-workers", "0",
+                 "--batch-seconds", "0.2", "--format", "vtt", "--output-dir", str(out_dir), *paths]) == 0
+    assert seen == [["f000.vtt", "f001.vtt"]]
+    assert sorted(os.listdir(out_dir)) == ["f000.vtt", "f001.vtt", "f002.vtt"]
+    assert all((out_dir / f).read_text().startswith("WEBVTT\n") for f in os.listdir(out_dir))
+
+
+def test_subtitles_of_a_directory_to_stdout_are_refused_before_any_work(tiny_exp, tmp_path, monkeypatch, capsys):
+    _write_files(tmp_path / "in", 2)
+    seen = _when_reading(monkeypatch, str(tmp_path / "in" / "f000.wav"), lambda: True)
+    assert main(["transcribe", "--model", str(tiny_exp), "--no-progress", "--format", "srt",
+                 str(tmp_path / "in")]) == 2
+    captured = capsys.readouterr()
+    assert seen == [] and captured.out == "" and "--output-dir" in captured.err
+
+
+def test_progress_counts_seconds_of_audio(tiny_exp, tmp_path, capsys):
+    paths = _write_files(tmp_path / "in", 2, seconds=1.5)
+    model = asrkit.load_model(str(tiny_exp))
+    model.transcribe(paths + [_noise(2.0, 5)], progress=True)
+    bar = capsys.readouterr().err.replace("\r", "\n").splitlines()
+    assert any("5.0/5.0" in line and "s/s" in line for line in bar), bar[-3:]
