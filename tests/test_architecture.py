@@ -161,3 +161,26 @@ def test_the_cycle_finder_finds_circles(tmp_path):
     assert graph["asrkit.sub.b"] == {"asrkit.sub.c"} and graph["asrkit.e"] == {"asrkit.d"}
     assert graph["asrkit.f"] == {"asrkit.sub.a"}  # from a package import a module: that module
     assert import_cycles(graph) == [["asrkit.d", "asrkit.e"], ["asrkit.sub.a", "asrkit.sub.b", "asrkit.sub.c"]]
+
+
+def test_no_other_yaml_parser_in_the_package_or_its_tools():
+    """YAML is parsed by asrkit.config.read_yaml alone: catches a new ``yaml.safe_load`` of a user's file (aliases
+    and whole values in errors again)."""
+    repo = ROOT.parent
+    # tools/mutation.py reads the project's own tools/mutation/modules.yaml, and must not import the asrkit modules
+    # it mutates; apply_overrides parses a --set value with the same loader.
+    allowed = {"asrkit/config.py": {"_StrictLoader"}, "tools/mutation.py": {"safe_load"}}
+    parsers = {"load", "safe_load", "full_load", "unsafe_load", "load_all", "safe_load_all", "full_load_all",
+               "unsafe_load_all", "compose", "compose_all", "parse"}
+    found = []
+    for path in sorted([*repo.glob("asrkit/**/*.py"), *repo.glob("tools/**/*.py"), *repo.glob("recipes/**/*.py")]):
+        rel = path.relative_to(repo).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in parsers
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "yaml"):
+                loader = next((kw.value.id for kw in node.keywords if kw.arg == "Loader"
+                               and isinstance(kw.value, ast.Name)), node.func.attr)
+                if loader not in allowed.get(rel, ()):
+                    found.append(f"{rel}:{node.lineno}: yaml.{node.func.attr}")
+    assert not found, "parse YAML with asrkit.config.read_yaml: " + ", ".join(found)
+
