@@ -2,7 +2,8 @@
 
 The core install holds what transcription and training need; the commands that need more import it through
 :func:`require`, so that a missing package reads ``asrkit export --format onnx needs onnx, which is not
-installed: pip install 'asrkit[export]'`` instead of a traceback. setup.py's ``EXTRAS`` lists the same
+installed: pip install -e '.[export]' (in the asrkit checkout)`` instead of a traceback. The package index
+holds an unrelated ``asrkit``, so the hint installs from the checkout, never by name. setup.py's ``EXTRAS`` lists the same
 extras (tests/test_packaging.py holds the two together).
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ class MissingExtraError(ImportError):
 
 def require(module: str, purpose: str) -> ModuleType:
     """``module`` (e.g. ``"scipy.signal"``) imported, or :class:`MissingExtraError` when its package is not
-    installed: '``purpose`` needs <package>, which is not installed: pip install 'asrkit[<extra>]''. A package
+    installed: '``purpose`` needs <package>, which is not installed: pip install -e '.[<extra>]' (in the asrkit checkout)'. A package
     that is installed but fails to import (a dependency of its own missing) raises as it is."""
     package = module.split(".")[0]
     extra = EXTRA_OF[package]  # a KeyError here is a programming error: every optional package has an extra
@@ -37,4 +38,4 @@ def require(module: str, purpose: str) -> ModuleType:
         if exc.name is None or exc.name.split(".")[0] != package:
             raise
         raise MissingExtraError(f"{purpose} needs {package}, which is not installed: "
-                                f"pip install 'asrkit[{extra}]'") from None
+                                f"pip install -e '.[{extra}]' (in the asrkit checkout)") from None

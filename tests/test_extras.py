@@ -23,7 +23,7 @@ def test_a_missing_package_names_its_extra(not_installed, package):
     with pytest.raises(MissingExtraError) as exc:
         require(f"{package}.sub", "doing this")
     assert str(exc.value) == (f"doing this needs {package}, which is not installed: "
-                              f"pip install 'asrkit[{EXTRA_OF[package]}]'")
+                              f"pip install -e '.[{EXTRA_OF[package]}]' (in the asrkit checkout)")
 
 
 def test_a_broken_install_is_not_called_missing(monkeypatch, not_installed, tmp_path):
@@ -47,4 +47,4 @@ def test_the_cli_prints_a_missing_extra_as_one_line(monkeypatch, not_installed, 
     not_installed("onnx")
     assert cli.main(["fake"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["asrkit: asrkit fake needs onnx, which is not installed: pip install 'asrkit[export]'"]
+    assert err == ["asrkit: asrkit fake needs onnx, which is not installed: pip install -e '.[export]' (in the asrkit checkout)"]

@@ -213,6 +213,6 @@ def test_without_the_shards_extra_writing_and_reading_are_one_line_naming_it(sha
     assert not (tmp_path / "w").exists()
     assert load_tool("make_shards").main(["--no-progress", str(shards["data"]), str(tmp_path / "t")]) == 1
     assert capsys.readouterr().err.strip().splitlines() == [
-        "make_shards.py: writing shards needs webdataset, which is not installed: pip install 'asrkit[shards]'"]
+        "make_shards.py: writing shards needs webdataset, which is not installed: pip install -e '.[shards]' (in the asrkit checkout)"]
     with pytest.raises(MissingExtraError, match=r"^reading shards needs webdataset, .*'asrkit\[shards\]'$"):
         stream(shards["dir"], 0, 1, 0)  # built before the loader starts, so training fails at once

@@ -176,10 +176,10 @@ def test_without_the_export_extra_onnx_is_one_line_naming_it(exported, not_insta
     not_installed("onnxscript")  # what torch.onnx.export(dynamo=True) writes with
     assert main(["export", "--model", exp, "--format", "onnx", str(tmp_path / "m.onnx")]) == 1
     assert capsys.readouterr().err.strip().splitlines() == [
-        "asrkit: exporting to ONNX needs onnxscript, which is not installed: pip install 'asrkit[export]'"]
+        "asrkit: exporting to ONNX needs onnxscript, which is not installed: pip install -e '.[export]' (in the asrkit checkout)"]
     assert list(tmp_path.iterdir()) == []
     not_installed("onnxruntime")
-    with pytest.raises(MissingExtraError, match=r"tiny_ctc.onnx: an ONNX model needs onnxruntime, .*\[export\]'$"):
+    with pytest.raises(MissingExtraError, match=r"tiny_ctc.onnx: an ONNX model needs onnxruntime, .*\[export\]' \(in the asrkit checkout\)$"):
         load_exported(files["onnx"])
 
 

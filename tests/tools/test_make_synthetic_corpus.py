@@ -448,5 +448,5 @@ def test_without_the_synth_extra_the_tool_says_which_in_one_line(tool, not_insta
                       "--num-test-unseen", "0", "--train-synths", "espeak", "--no-progress"]) == 1
     assert capsys.readouterr().err.strip().splitlines() == [
         "make_synthetic_corpus.py: error: synthesizing speech needs scipy, which is not installed: "
-        "pip install 'asrkit[synth]'"]
+        "pip install -e '.[synth]' (in the asrkit checkout)"]
     assert not (tmp_path / "data").exists()
