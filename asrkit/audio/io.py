@@ -148,7 +148,18 @@ def load_audio(source: Optional[str], sample_rate: int, *, start: float = 0.0, e
     ``None`` source (an utterance with no audio entry). ``pipe=False``: ``source``
     is a file name taken literally, never run (for paths a user hands to transcribe).
     """
-    target = _open_target(source, name, pipe)
+    return _decode(_open_target(source, name, pipe), source, sample_rate, start, end, name)
+
+
+def load_audio_bytes(data: bytes, sample_rate: int, *, name: str) -> torch.Tensor:
+    """The bytes of a whole audio file (standard input, say) as :func:`load_audio` reads the file: a mono
+    float32 tensor (T,) at ``sample_rate``, or an :class:`AudioError` naming ``name``."""
+    return _decode(io.BytesIO(data), "audio bytes", sample_rate, 0.0, None, name)
+
+
+def _decode(target, source: str, sample_rate: int, start: float, end: Optional[float],
+            name: Optional[str]) -> torch.Tensor:
+    """Decode ``target`` (a path or a BytesIO; ``source`` names it in errors) as :func:`load_audio` says."""
     rate, frames = _info(target, source, name)
     if frames == 0:
         raise _fail(name, source, "empty audio (0 samples)")

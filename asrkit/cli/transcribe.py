@@ -2,7 +2,8 @@
 
 INPUT: audio files (read as files whatever their names hold), directories (searched recursively for
 wav/flac/ogg/mp3), wav.scp files (*.scp; the one place where "cmd |" sources run, as trusted recipe data),
-or - for a list of paths on standard input. Long recordings are split by voice activity (--segmenter).
+or - for standard input: the bytes of one audio file (cat a.wav | asrkit transcribe -), or a list of paths
+one per line. Long recordings are split by voice activity (--segmenter).
 Audio is read and featurized in --num-workers loader processes while the model runs; segments are batched
 by --batch-seconds of audio. Each result is written as soon as it and those before it are finished (to
 stdout, flushed, or one whole file per input in --output-dir), so a stopped run keeps what it finished; the
@@ -34,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True,
                    help="experiment dir written by 'asrkit train', or a file written by 'asrkit export' "
                         "(.onnx, or TorchScript .pt/.ts: CTC searches only)")
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help="audio file, directory, wav.scp, or - (paths on stdin)")
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="audio file, directory, wav.scp, or - (audio bytes or a list of paths on stdin)")
     p.add_argument("--checkpoint", help="checkpoint file (default: MODEL/model.pt)")
     p.add_argument("--trust-torchscript", action="store_true",
                    help="let --model be a TorchScript file: loading one runs code stored in it, so give this only "
@@ -75,7 +76,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from asrkit.pipeline import Transcriber
 
     try:
-        inputs = expand_arguments(args.inputs, stdin=sys.stdin)
+        inputs = expand_arguments(args.inputs, stdin=sys.stdin.buffer)
         decode = decode_config_from_args(args)
         options = dict(segmenter=args.segmenter, batch_seconds=args.batch_seconds)
         if exported:

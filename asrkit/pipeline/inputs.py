@@ -6,17 +6,18 @@ An :class:`AudioInput` is one of
   given to ``asrkit transcribe`` or ``Transcriber.transcribe`` is never run as a command;
 * a **wav.scp entry** (``recording-id source``): the one place where a source ending in ``|`` is a shell
   command, as in Kaldi; a wav.scp is recipe data and trusted as such;
-* a **waveform** (a mono float tensor or numpy array, at the model's sample rate unless its rate is given).
+* a **waveform** (a mono float tensor or numpy array, at the model's sample rate unless its rate is given);
+* the **bytes of an audio file** (what ``-`` reads when standard input holds audio).
 
 ``expand_arguments`` maps the CLI's INPUT arguments: audio files, directories (searched recursively for
 :data:`AUDIO_EXTENSIONS` that the audio backend reads), ``*.scp`` files, and ``-`` (one path per line on
-standard input).
+standard input: the bytes of one audio file when they start like one, else one path per line).
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import IO, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import BinaryIO, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import soundfile as sf
@@ -31,17 +32,18 @@ AUDIO_EXTENSIONS: Tuple[str, ...] = tuple(ext for ext, fmt in _CANDIDATES.items(
 
 @dataclass(frozen=True)
 class AudioInput:
-    """One thing to transcribe; exactly one of ``path``, ``scp_source`` and ``waveform`` is set."""
+    """One thing to transcribe; exactly one of ``path``, ``scp_source``, ``waveform`` and ``data`` is set."""
 
     name: str
     path: Optional[str] = None
     scp_source: Optional[str] = None  # a trusted wav.scp value: a path or "cmd |"
     waveform: Optional[torch.Tensor] = None  # (S,) float samples
     sample_rate: Optional[int] = None  # the waveform's rate; None: the model's
+    data: Optional[bytes] = None  # the bytes of an audio file (standard input)
 
     def __post_init__(self) -> None:
-        if sum(x is not None for x in (self.path, self.scp_source, self.waveform)) != 1:
-            raise ValueError(f"input {self.name}: give exactly one of path, scp_source and waveform")
+        if sum(x is not None for x in (self.path, self.scp_source, self.waveform, self.data)) != 1:
+            raise ValueError(f"input {self.name}: give exactly one of path, scp_source, waveform and data")
         if self.waveform is not None and self.waveform.dim() != 1:
             raise ValueError(f"input {self.name}: a waveform must be 1-D (samples,), got shape "
                              f"{tuple(self.waveform.shape)}")
@@ -98,15 +100,43 @@ def read_scp(path: str) -> List[AudioInput]:
     return [AudioInput(key, scp_source=value) for key, value in read_table(path).items()]
 
 
-def expand_arguments(args: Sequence[str], stdin: Optional[IO[str]] = None) -> List[AudioInput]:
+def starts_like_audio(head: bytes) -> bool:
+    """Whether the first 20 bytes begin an audio file: RIFF/RF64 WAVE, FLAC, Ogg, MP3 (an ID3 tag or an MPEG
+    frame sync). Each signature holds a byte that UTF-8 text never has (NUL, 0x80 or 0xFF), so a list of paths
+    never looks like audio."""
+    return ((head[:4] in (b"RIFF", b"RF64") and head[8:12] == b"WAVE"
+             and head[19:20] == b"\x00")  # the first chunk's size (fmt, ds64, LIST, JUNK) is under 16 MB
+            or (head[:4] == b"fLaC" and head[4:5] in (b"\x00", b"\x80"))  # the STREAMINFO block comes first
+            or head[:5] == b"OggS\x00"  # stream structure version 0
+            or (head[:3] == b"ID3" and head[3:4] in (b"\x02", b"\x03", b"\x04") and head[4:5] == b"\x00")
+            or (len(head) >= 2 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0))  # MPEG frame sync
+
+
+def read_stdin(stdin: BinaryIO) -> List[AudioInput]:
+    """What ``-`` stands for: the bytes of one audio file (named ``stdin``) when they start like audio,
+    else a list of paths, one per line (UTF-8); anything else is a ValueError in one line."""
+    raw = stdin.read()
+    if starts_like_audio(raw[:20]):
+        return [AudioInput("stdin", data=raw)]
+    try:
+        text: Optional[str] = raw.decode("utf-8-sig")  # a byte-order mark is no part of the first path
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\x00" in text:  # paths hold neither
+        raise ValueError("standard input is neither audio (WAV, FLAC, Ogg, MP3) nor text: '-' reads a list of "
+                         "paths, one per line, or the bytes of one audio file")
+    return [AudioInput(line, path=line) for line in text.splitlines() if line.strip()]
+
+
+def expand_arguments(args: Sequence[str], stdin: Optional[BinaryIO] = None) -> List[AudioInput]:
     """CLI INPUT arguments -> inputs, in order. A name that exists nowhere is kept as a file input, so that
-    transcription reports it as missing (with the others still transcribed)."""
+    transcription reports it as missing (with the others still transcribed). ``stdin``: binary, for ``-``."""
     out: List[AudioInput] = []
     for arg in args:
         if arg == "-":
             if stdin is None:
-                raise ValueError("'-' needs a list of paths on standard input")
-            out += [AudioInput(line.rstrip("\n"), path=line.rstrip("\n")) for line in stdin if line.strip()]
+                raise ValueError("'-' needs a list of paths or audio bytes on standard input")
+            out += read_stdin(stdin)
         elif os.path.isdir(arg):
             files = find_audio(arg)
             if not files:

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from asrkit.audio.io import AudioError, audio_info, load_audio, resample
+from asrkit.audio.io import AudioError, audio_info, load_audio, load_audio_bytes, resample
 from asrkit.audio.vad import VadConfig, Window, energy_threshold, frame_energies, frame_geometry, plan_segments
 from asrkit.pipeline.inputs import AudioInput
 
@@ -84,8 +84,9 @@ class SegmentDataset(IterableDataset):
         elif inp.path is not None:
             rate, frames = audio_info(inp.path, name=inp.name, pipe=False)
             duration, source, wav = frames / rate, inp.path, None
-        else:  # a wav.scp entry: a command has to run anyway, so read it once
-            wav = load_audio(inp.scp_source, self.sample_rate, name=inp.name)
+        else:  # a wav.scp entry (a command has to run anyway) or bytes: read it once
+            wav = (load_audio_bytes(inp.data, self.sample_rate, name=inp.name) if inp.data is not None
+                   else load_audio(inp.scp_source, self.sample_rate, name=inp.name))
             duration, source = wav.numel() / self.sample_rate, wav
         if self.segmenter == "none":
             return _whole(duration), duration, wav

@@ -278,7 +278,7 @@ def test_stdin_list_and_wav_scp(words_model, tmp_path, monkeypatch, capsys):
     scp.write_text(f"utt0 {tmp_path / 's0.wav'}\nutt1 sox {tmp_path / 's1.wav'} -t wav - |\n")
     import io
 
-    monkeypatch.setattr("sys.stdin", io.StringIO(f"{tmp_path / 's1.wav'}\n"))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(f"{tmp_path / 's1.wav'}\n".encode())))
     assert main(["transcribe", "--model", str(exp), "--no-progress", "--num-workers", "0", str(scp), "-"]) == 0
     lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
     assert lines == [["utt0", texts[0]], ["utt1", texts[1]], [str(tmp_path / "s1.wav"), texts[1]]]

@@ -7,6 +7,7 @@ with the same audio given another way (its scores are deterministic), not what i
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -25,6 +26,7 @@ from asrkit.config import ConfigError, load_config, save_config
 from asrkit.models.registry import build_model
 from asrkit.pipeline import Result
 from asrkit.pipeline import stream as stream_module
+from asrkit.pipeline.inputs import starts_like_audio
 from asrkit.text.tokenizer import CharTokenizer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -195,3 +197,52 @@ def test_progress_counts_seconds_of_audio(tiny_exp, tmp_path, capsys):
     model.transcribe(paths + [_noise(2.0, 5)], progress=True)
     bar = capsys.readouterr().err.replace("\r", "\n").splitlines()
     assert any("5.0/5.0" in line and "s/s" in line for line in bar), bar[-3:]
+
+
+# ------------------------------------------------------------------ item 13: audio on standard input
+
+def _stdin(monkeypatch, data: bytes) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+
+
+@pytest.mark.parametrize("head", [
+    b"RIFF\x24\x08\x00\x00WAVEfmt \x10\x00\x00\x00", b"RF64\xff\xff\xff\xffWAVEds64\x1c\x00\x00\x00",
+    b"fLaC\x00\x00\x00\x22", b"fLaC\x80\x00\x00\x22", b"OggS\x00\x02", b"ID3\x04\x00\x00", b"\xff\xfb\x90\x64"])
+def test_audio_signatures(head):
+    assert starts_like_audio(head)
+
+
+@pytest.mark.parametrize("text", ["RIFF.wav\n", "RIFF1234WAVEfmt 1234.wav\n", "ID3\x04 x.mp3\n", "fLaC.flac\n",
+                                  "OggS/a.ogg\n", "ID3 tags.mp3\n", "/data/a.wav\n", "\ufeffa.wav\n", ""])
+def test_lists_of_paths_never_look_like_audio(text):
+    assert not starts_like_audio(text.encode("utf-8")[:20])
+
+
+@pytest.mark.parametrize("fmt", ["WAV", "FLAC", "OGG", "MP3"])
+def test_audio_bytes_on_stdin_are_transcribed(tiny_exp, tmp_path, monkeypatch, capsys, fmt):
+    wav = _noise(1.2, 7)
+    path = tmp_path / f"a.{fmt.lower()}"
+    sf.write(path, wav, SR, format=fmt)
+    expected = asrkit.load_model(str(tiny_exp)).transcribe(str(path))
+    _stdin(monkeypatch, path.read_bytes())
+    assert main(["transcribe", "--model", str(tiny_exp), "--no-progress", "--format", "jsonl", "-"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    got = json.loads(line)
+    assert got["name"] == "stdin" and got["text"] == expected.text
+    assert got["duration"] == pytest.approx(1.2) and got["nbest"][0]["score"] == pytest.approx(expected.nbest[0].score)
+
+
+def test_binary_stdin_that_is_not_audio_is_refused_in_one_line(tiny_exp, monkeypatch, capsys):
+    _stdin(monkeypatch, bytes(range(256)) * 40)
+    assert main(["transcribe", "--model", str(tiny_exp), "--no-progress", "-"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert "'-' reads a list of paths" in line and "\x00" not in line
+
+
+def test_a_list_of_paths_on_stdin_still_works(tiny_exp, tmp_path, monkeypatch, capsys):
+    paths = _write_files(tmp_path / "in", 2)
+    _stdin(monkeypatch, "".join(p + "\n" for p in paths).encode())
+    assert main(["transcribe", "--model", str(tiny_exp), "--no-progress", "-"]) == 0
+    assert [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()] == paths
