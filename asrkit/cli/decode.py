@@ -31,6 +31,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--nj", type=int, default=1,
                    help="number of shards, each decoded by its own local process with cpus/N threads "
                         "(OUT/split<N>/<k>, logs in OUT/log/decode.<k>.log); under torchrun the number of ranks")
+    p.add_argument("--max-utt-seconds", type=float, metavar="S",
+                   help="utterances longer than S seconds (default 60) are split at pauses and decoded in segments, "
+                        "as 'asrkit transcribe' splits recordings, then joined; shorter ones are decoded whole")
     add_decode_options(p)
     args = p.parse_args(argv)
     try:
@@ -42,6 +45,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         p.error("--batch-size must be >= 1")
     if args.nj < 1:
         p.error(f"--nj must be >= 1, got {args.nj}")
+    if args.max_utt_seconds is not None and not args.max_utt_seconds > 0:
+        p.error(f"--max-utt-seconds must be > 0, got {args.max_utt_seconds}")
     for path, what in ((args.model, "--model"), (args.data, "--data")):
         if not os.path.isdir(path):
             p.error(f"{what} {path}: no such directory")
@@ -78,18 +83,27 @@ def _decode(args: argparse.Namespace, transcriber: Optional[Transcriber], decode
             world: int) -> int:
     """Decode ``args.data`` into ``args.out``: with ``transcriber`` in this process, else in shards' processes
     (``--nj``) or torchrun's ranks."""
+    from asrkit.pipeline.decode_dir import MAX_UTTERANCE_SECONDS, decode_data_dir
     from asrkit.pipeline.sharded import DecodeJob, ShardError, decode_distributed, decode_sharded
 
-    if transcriber is not None:
-        transcriber.decode_data_dir(args.data, args.out, batch_size=args.batch_size)
-        return 0
-    job = DecodeJob(args.model, decode, args.checkpoint, device, args.batch_size)
+    max_seconds = args.max_utt_seconds or MAX_UTTERANCE_SECONDS
     try:
-        if world > 1:
-            decode_distributed(job, args.data, args.out)
+        if transcriber is not None:
+            counts = decode_data_dir(transcriber, args.data, args.out, args.batch_size, max_seconds)
         else:
-            decode_sharded(job, args.data, args.out, args.nj)
-    except (ShardError, ValueError, OSError) as exc:
+            job = DecodeJob(args.model, decode, args.checkpoint, device, args.batch_size, max_seconds)
+            counts = (decode_distributed(job, args.data, args.out) if world > 1 else
+                      decode_sharded(job, args.data, args.out, args.nj))
+    except (ShardError, ValueError, OSError) as exc:  # DataDirError and TableError are ValueErrors
         print(f"asrkit decode: {exc}", file=sys.stderr)
         return 1
+    if counts is None or not counts["failed"]:  # (None: a torchrun rank other than 0, which merges and reports)
+        return 0
+    listed = os.path.join(args.out, "failed")
+    if not counts["decoded"]:
+        print(f"asrkit decode: no utterance could be decoded ({counts['failed']} failed, listed in {listed})",
+              file=sys.stderr)
+        return 1
+    print(f"asrkit decode: {counts['failed']} of {counts['decoded'] + counts['failed']} utterances failed "
+          f"(listed in {listed}); the others are in {os.path.join(args.out, 'text')}", file=sys.stderr)
     return 0

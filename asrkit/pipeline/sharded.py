@@ -33,11 +33,13 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 from tqdm import tqdm
 
+from asrkit.atomic import atomic_write
 from asrkit.checkpoint import MODEL_FILE
 from asrkit.config import DecodeConfig, to_dict
 from asrkit.data.datadir import DataDir, read_data_dir, write_data_dir
 from asrkit.data.split import split_data_dir
-from asrkit.data.table import read_table, write_table
+from asrkit.data.table import read_table
+from asrkit.pipeline.decode_dir import MAX_UTTERANCE_SECONDS, decode_data_dir, write_outputs
 from asrkit.pipeline.transcriber import Transcriber
 
 log = logging.getLogger("asrkit.pipeline")
@@ -59,6 +61,7 @@ class DecodeJob:
     checkpoint: Optional[str] = None
     device: str = "cpu"
     batch_size: Optional[int] = None
+    max_seconds: float = MAX_UTTERANCE_SECONDS  # longer utterances are segmented (asrkit.pipeline.decode_dir)
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,7 @@ def shard_fingerprint(job: DecodeJob, dd: DataDir) -> str:
     """sha256 over the decoding settings, the model (and file LM) identity, and the shard's utterances."""
     utts = [[u.utt, u.source, u.start, u.end] for u in dd.utterances()]
     blob = {"decode": to_dict(job.decode), "model": _stamp(job.checkpoint or os.path.join(job.model_dir, MODEL_FILE)),
-            "lm": _stamp(job.decode.lm), "utterances": utts}
+            "lm": _stamp(job.decode.lm), "utterances": utts, "max_seconds": job.max_seconds}
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode("utf-8")).hexdigest()
 
 
@@ -172,16 +175,14 @@ def decode_shard(job: DecodeJob, shard: Shard, threads: Optional[int] = None, de
         try:
             tr = Transcriber.from_dir(job.model_dir, device=device or job.device, checkpoint=job.checkpoint,
                                       decode=job.decode)
-            stats = tr.decode_data_dir(shard.data_dir, shard.out_dir, batch_size=job.batch_size)
+            stats = decode_data_dir(tr, shard.data_dir, shard.out_dir, job.batch_size, job.max_seconds)
         except BaseException:
             traceback.print_exc()
             sys.stderr.flush()
             raise
-        tmp = f"{shard.marker}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as fh:
+        with atomic_write(shard.marker) as fh:  # a killed process leaves no marker
             json.dump({"utterances": shard.num_utts, "fingerprint": shard.fingerprint, **stats}, fh)
             fh.write("\n")
-        os.replace(tmp, shard.marker)  # atomic: a killed process leaves no marker
         print(f"# shard {shard.index} done: {stats}", flush=True)
     return stats
 
@@ -216,20 +217,11 @@ def merge_shards(shards: Sequence[Shard], out_dir: str) -> dict:
                 for line in fh:
                     obj = json.loads(line)
                     nbest.append((obj["utt"], obj["rank"], line))
-    os.makedirs(out_dir, exist_ok=True)
-    shutil.copyfile(os.path.join(shards[0].out_dir, "decode.yaml"), os.path.join(out_dir, "decode.yaml"))
-    write_table(os.path.join(out_dir, "text"), text)
-    for name, present in (("failed", bool(failed)), ("nbest.jsonl", bool(nbest))):
-        if not present and os.path.exists(os.path.join(out_dir, name)):
-            os.remove(os.path.join(out_dir, name))  # left by an earlier decode with other settings
-    if failed:
-        write_table(os.path.join(out_dir, "failed"), failed)
-    if nbest:
-        nbest.sort(key=lambda x: (x[0], x[1]))  # utterance order (C-locale, as Kaldi sorts), then rank
-        tmp = os.path.join(out_dir, f"nbest.jsonl.tmp{os.getpid()}")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.writelines(line for _, _, line in nbest)
-        os.replace(tmp, os.path.join(out_dir, "nbest.jsonl"))
+    with open(os.path.join(shards[0].out_dir, "decode.yaml"), "rb") as src, \
+            atomic_write(os.path.join(out_dir, "decode.yaml"), "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    nbest.sort(key=lambda x: (x[0], x[1]))  # utterance order (C-locale, as Kaldi sorts), then rank
+    write_outputs(out_dir, text, failed, [line for _, _, line in nbest])
     log.info("merged %d shards into %s/text: %d utterances decoded, %d failed", len(shards), out_dir,
              len(text), len(failed))
     return {"decoded": len(text), "failed": len(failed)}

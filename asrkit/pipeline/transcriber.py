@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, overload
@@ -17,9 +15,8 @@ from tqdm import tqdm
 
 from asrkit.audio.io import AudioError, load_audio
 from asrkit.audio.vad import VadConfig, Window
-from asrkit.config import ConfigError, DecodeConfig, ExperimentConfig, from_dict, save_config, to_dict
+from asrkit.config import ConfigError, DecodeConfig, ExperimentConfig, from_dict, to_dict
 from asrkit.data.datadir import read_data_dir
-from asrkit.data.table import write_table
 from asrkit.models.asr import AsrModel
 from asrkit.pipeline.inputs import AudioInput, Inputlike, as_inputs, is_one_input
 from asrkit.pipeline.model_dir import load_from_dir
@@ -443,34 +440,6 @@ class Transcriber:
                     log.warning("skipping %s", exc)
                     failed[u.utt] = str(exc).replace("\n", " ")
             yield names, wavs
-
-    def decode_data_dir(self, data_dir: str, out_dir: str, batch_size: Optional[int] = None) -> dict:
-        """Transcribe every utterance of a Kaldi data dir into ``out_dir/text``.
-
-        Also writes ``out_dir/decode.yaml`` (every search setting used) and, with ``decode.nbest > 1``,
-        ``out_dir/nbest.jsonl`` (one JSON object per hypothesis: utt, rank, text, score, ctc_score).
-        Unreadable utterances are logged, listed in ``out_dir/failed``, and left out of ``text``
-        (so scoring counts them as deletions), never a crash.
-        """
-        os.makedirs(out_dir, exist_ok=True)
-        save_config(self.decode_cfg, os.path.join(out_dir, "decode.yaml"))
-        hyps, nbests, failed = {}, {}, {}
-        for names, wavs in self.data_dir_batches(data_dir, batch_size, failed):
-            for name, alternatives in zip(names, self.transcribe_nbest(wavs)):
-                hyps[name] = alternatives[0].text
-                nbests[name] = alternatives
-        write_table(os.path.join(out_dir, "text"), hyps)
-        if self.decode_cfg.nbest > 1:
-            with open(os.path.join(out_dir, "nbest.jsonl"), "w", encoding="utf-8") as fh:
-                for name in sorted(nbests):
-                    for rank, tr in enumerate(nbests[name], 1):
-                        fh.write(json.dumps({"utt": name, "rank": rank, "text": tr.text, "score": tr.score,
-                                             "ctc_score": tr.ctc_score}, ensure_ascii=False) + "\n")
-        if failed:
-            write_table(os.path.join(out_dir, "failed"), failed)
-        log.info("decoded %d utterances into %s/text (%d failed)", len(hyps), out_dir, len(failed))
-        return {"decoded": len(hyps), "failed": len(failed)}
-
 
 
 def _pause_seam(a: "_Decoded", lo: float, hi: float) -> Tuple[float, bool]:

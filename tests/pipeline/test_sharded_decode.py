@@ -138,6 +138,9 @@ def test_fingerprints_follow_the_settings_and_each_shards_data(setup, tmp_path):
     assert [s for s, _ in plan_shards(job, str(data), str(tmp_path), 2)] == a  # deterministic
     other = [s for s, _ in plan_shards(DecodeJob(str(exp), DecodeConfig(batch_size=3)), str(data), str(tmp_path), 2)]
     assert all(x.fingerprint != y.fingerprint for x, y in zip(a, other))
+    other = [s for s, _ in plan_shards(DecodeJob(str(exp), DecodeConfig(), max_seconds=2.0), str(data), str(tmp_path),
+                                       2)]
+    assert all(x.fingerprint != y.fingerprint for x, y in zip(a, other))  # long utterances decode differently
     # one recording of shard 2 moves: only shard 2's fingerprint changes
     moved = tmp_path / "data"
     moved.mkdir()
