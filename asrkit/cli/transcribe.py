@@ -1,9 +1,10 @@
 """Transcribe audio of any length with a trained (or exported) model: words with times and confidences.
 
-INPUT: audio files (read as files whatever their names hold), directories (searched recursively for
-wav/flac/ogg/mp3), wav.scp files (*.scp; the one place where "cmd |" sources run, as trusted recipe data),
-or - for standard input: the bytes of one audio file (cat a.wav | asrkit transcribe -), or a list of paths
-one per line. Long recordings are split by voice activity (--segmenter).
+INPUT: audio files (read as files whatever their names hold: a *.scp among them too, so a glob over a
+folder runs nothing), directories (searched recursively for wav/flac/ogg/mp3), or - for standard input:
+the bytes of one audio file (cat a.wav | asrkit transcribe -), or a list of paths one per line.
+--scp FILE: a Kaldi wav.scp (id source), the one place where "cmd |" sources run, as trusted recipe data;
+its entries come before the INPUTs. Long recordings are split by voice activity (--segmenter).
 Audio is read and featurized in --num-workers loader processes while the model runs; segments are batched
 by --batch-seconds of audio. Each result is written as soon as it and those before it are finished (to
 stdout, flushed, or one whole file per input in --output-dir), so a stopped run keeps what it finished; the
@@ -22,7 +23,7 @@ from typing import Iterator, List, Optional
 from asrkit.cli.decode_options import add_decode_options, decode_config_from_args
 from asrkit.cli.device import DeviceError, add_device_option, resolve_device
 from asrkit.pipeline.formats import FORMATS, write_results
-from asrkit.pipeline.inputs import expand_arguments
+from asrkit.pipeline.inputs import expand_arguments, read_scp
 from asrkit.pipeline.results import Result
 from asrkit.pipeline.stream import SEGMENTERS
 
@@ -35,7 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True,
                    help="experiment dir written by 'asrkit train', or a file written by 'asrkit export' "
                         "(.onnx, or TorchScript .pt/.ts: CTC searches only)")
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help="audio file, directory, wav.scp, or - (audio bytes or a list of paths on stdin)")
+    p.add_argument("inputs", nargs="*", metavar="INPUT",
+                   help="audio file, directory, or - (audio bytes or a list of paths on stdin)")
+    p.add_argument("--scp", action="append", default=[], metavar="FILE",
+                   help="a wav.scp to transcribe (repeatable); its 'cmd |' sources run as shell commands, so "
+                        "name only lists you trust")
     p.add_argument("--checkpoint", help="checkpoint file (default: MODEL/model.pt)")
     p.add_argument("--trust-torchscript", action="store_true",
                    help="let --model be a TorchScript file: loading one runs code stored in it, so give this only "
@@ -67,16 +72,23 @@ def main(argv: Optional[List[str]] = None) -> int:
         p.error("--batch-seconds must be > 0")
     if args.num_workers < 0:
         p.error("--num-workers must be >= 0")
+    if not args.inputs and not args.scp:
+        p.error("give an INPUT or --scp FILE")
     exported = os.path.isfile(args.model) and args.model.endswith(EXPORTED_SUFFIXES)
     if not exported and not os.path.isdir(args.model):
         p.error(f"--model {args.model}: not an experiment dir nor an exported model ({', '.join(EXPORTED_SUFFIXES)})")
     if exported and args.checkpoint:
         p.error("--checkpoint applies to an experiment dir, not to an exported model")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for arg in args.inputs:
+        if arg.endswith(".scp") and os.path.isfile(arg):
+            print(f"asrkit transcribe: {arg} is an INPUT, read as audio: a wav.scp list is read with --scp FILE "
+                  f"(only there do its 'cmd |' sources run)", file=sys.stderr)
     from asrkit.pipeline import Transcriber
 
     try:
-        inputs = expand_arguments(args.inputs, stdin=sys.stdin.buffer)
+        inputs = [x for scp in args.scp for x in read_scp(scp)]
+        inputs += expand_arguments(args.inputs, stdin=sys.stdin.buffer)
         decode = decode_config_from_args(args)
         options = dict(segmenter=args.segmenter, batch_seconds=args.batch_seconds)
         if exported:

@@ -4,14 +4,16 @@ An :class:`AudioInput` is one of
 
 * a **file path**, read as a file whatever characters its name holds (``|``, ``;``, spaces): a path
   given to ``asrkit transcribe`` or ``Transcriber.transcribe`` is never run as a command;
-* a **wav.scp entry** (``recording-id source``): the one place where a source ending in ``|`` is a shell
-  command, as in Kaldi; a wav.scp is recipe data and trusted as such;
+* a **wav.scp entry** (``recording-id source``, from :func:`read_scp`): the one place where a source ending
+  in ``|`` is a shell command, as in Kaldi. A wav.scp is trusted as recipe data only when it is named as one
+  (``asrkit transcribe --scp FILE``): a ``*.scp`` among the INPUT arguments (a glob over someone else's
+  folder) is a file like any other, read as audio, and nothing in it runs;
 * a **waveform** (a mono float tensor or numpy array, at the model's sample rate unless its rate is given);
 * the **bytes of an audio file** (what ``-`` reads when standard input holds audio).
 
 ``expand_arguments`` maps the CLI's INPUT arguments: audio files, directories (searched recursively for
-:data:`AUDIO_EXTENSIONS` that the audio backend reads), ``*.scp`` files, and ``-`` (one path per line on
-standard input: the bytes of one audio file when they start like one, else one path per line).
+:data:`AUDIO_EXTENSIONS` that the audio backend reads), and ``-`` (standard input: the bytes of one audio
+file when they start like one, else one path per line).
 """
 from __future__ import annotations
 
@@ -96,7 +98,8 @@ def find_audio(directory: str) -> List[str]:
 
 
 def read_scp(path: str) -> List[AudioInput]:
-    """The entries of a wav.scp (``id source``; sources may be ``cmd |``: trusted recipe data)."""
+    """The entries of a wav.scp (``id source``; sources may be ``cmd |``, which will run: call this only for a
+    file its user named as a trusted list)."""
     return [AudioInput(key, scp_source=value) for key, value in read_table(path).items()]
 
 
@@ -129,8 +132,9 @@ def read_stdin(stdin: BinaryIO) -> List[AudioInput]:
 
 
 def expand_arguments(args: Sequence[str], stdin: Optional[BinaryIO] = None) -> List[AudioInput]:
-    """CLI INPUT arguments -> inputs, in order. A name that exists nowhere is kept as a file input, so that
-    transcription reports it as missing (with the others still transcribed). ``stdin``: binary, for ``-``."""
+    """CLI INPUT arguments -> inputs, in order. A name that exists nowhere, or a file that is no audio (a
+    ``*.scp`` too), is kept as a file input, so that transcription reports it (with the others still
+    transcribed). ``stdin``: binary, for ``-``."""
     out: List[AudioInput] = []
     for arg in args:
         if arg == "-":
@@ -142,8 +146,6 @@ def expand_arguments(args: Sequence[str], stdin: Optional[BinaryIO] = None) -> L
             if not files:
                 raise ValueError(f"{arg}: no audio files ({', '.join(AUDIO_EXTENSIONS)}) in this directory")
             out += [AudioInput(f, path=f) for f in files]
-        elif arg.endswith(".scp") and os.path.isfile(arg):
-            out += read_scp(arg)
         else:
             out.append(AudioInput(arg, path=arg))
     return out

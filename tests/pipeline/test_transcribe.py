@@ -279,7 +279,8 @@ def test_stdin_list_and_wav_scp(words_model, tmp_path, monkeypatch, capsys):
     import io
 
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(f"{tmp_path / 's1.wav'}\n".encode())))
-    assert main(["transcribe", "--model", str(exp), "--no-progress", "--num-workers", "0", str(scp), "-"]) == 0
+    assert main(["transcribe", "--model", str(exp), "--no-progress", "--num-workers", "0", "--scp", str(scp),
+                 "-"]) == 0
     lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
     assert lines == [["utt0", texts[0]], ["utt1", texts[1]], [str(tmp_path / "s1.wav"), texts[1]]]
 

@@ -24,7 +24,7 @@ from asrkit.checkpoint import save_model_weights
 from asrkit.cli import main
 from asrkit.config import ConfigError, load_config, save_config
 from asrkit.models.registry import build_model
-from asrkit.pipeline import Result
+from asrkit.pipeline import AudioInput, Result
 from asrkit.pipeline import stream as stream_module
 from asrkit.pipeline.inputs import starts_like_audio
 from asrkit.text.tokenizer import CharTokenizer
@@ -246,3 +246,33 @@ def test_a_list_of_paths_on_stdin_still_works(tiny_exp, tmp_path, monkeypatch, c
     _stdin(monkeypatch, "".join(p + "\n" for p in paths).encode())
     assert main(["transcribe", "--model", str(tiny_exp), "--no-progress", "-"]) == 0
     assert [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()] == paths
+
+
+# ------------------------------------------------------------------ item 17: pipes only from --scp
+
+def test_an_scp_among_the_inputs_runs_no_command(tiny_exp, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    sf.write(inbox / "a.wav", _noise(1.0, 8), SR)
+    (inbox / "notes.scp").write_text(f"x touch {tmp_path / 'pwned'}; cat {inbox / 'a.wav'} |\n")
+    status = main(["transcribe", "--model", str(tiny_exp), "--no-progress", str(inbox / "a.wav"),
+                   str(inbox / "notes.scp")])  # what `inbox/*` expands to
+    captured = capsys.readouterr()
+    assert not (tmp_path / "pwned").exists()
+    assert status == 1 and "notes.scp" in captured.err and "--scp" in captured.err
+    assert [line.split("\t")[0] for line in captured.out.splitlines()] == [str(inbox / "a.wav")]
+    # Named with --scp, the list is trusted: its pipe runs.
+    assert main(["transcribe", "--model", str(tiny_exp), "--no-progress", "--scp", str(inbox / "notes.scp"),
+                 str(inbox / "a.wav")]) == 0
+    assert (tmp_path / "pwned").exists()
+    lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [name for name, _ in lines] == ["x", str(inbox / "a.wav")]
+    assert lines[0][1] == lines[1][1]
+
+
+def test_the_python_api_reads_an_scp_name_as_a_file(tiny_exp, tmp_path):
+    (tmp_path / "list.scp").write_text(f"x touch {tmp_path / 'pwned'} |\n")
+    result = asrkit.load_model(str(tiny_exp)).transcribe(str(tmp_path / "list.scp"))
+    assert not result.ok and not (tmp_path / "pwned").exists()
+    assert AudioInput("x", scp_source="true |").scp_source == "true |"  # trusted only when built on purpose
