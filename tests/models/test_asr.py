@@ -341,3 +341,18 @@ def test_intermediate_layers_weigh_nothing_unless_asked():
     out = model(batch())
     assert "loss_interctc" in out
     torch.testing.assert_close(out["loss"], (1.0 - 1e-9) * out["loss_ctc"] + 1e-9 * out["loss_att"])
+
+
+def test_encode_and_forward_features_give_the_encodings_of_forward_on_a_self_conditioned_model():
+    """encode() (decoding) and forward_features() (training; MWER scores its N-best on its encodings) both run
+    the encoder with the model's CTC head, which a self-conditioned encoder needs: the same encodings."""
+    torch.manual_seed(0)
+    model = build_model(config(interctc_weight=0.3, interctc_layers=(1,), self_condition=True), VOCAB).eval()
+    b = batch()
+    enc, lens = model.encode(b["wav"], b["wav_lens"])
+    out, enc2, lens2 = model.forward_features(*model.frontend(b["wav"], b["wav_lens"]), b["tokens"], b["token_lens"])
+    ref_enc, ref_lens, _ = model.encoder(*model.frontend(b["wav"], b["wav_lens"]), model.ctc)
+    torch.testing.assert_close(enc, ref_enc)
+    torch.testing.assert_close(enc2, ref_enc)
+    assert lens.tolist() == lens2.tolist() == ref_lens.tolist()
+    torch.testing.assert_close(out["loss"], model(b)["loss"])
