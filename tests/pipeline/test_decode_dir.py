@@ -147,5 +147,6 @@ def test_a_full_disk_is_one_line_and_leaves_no_temporary_file(exp, tmp_path, mon
     assert _decode(exp, data, out) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err  # the lines before the last are the progress bar's
-    assert err.strip().splitlines()[-1] == f"asrkit decode: [Errno {errno.ENOSPC}] No space left on device: '{out / 'text'}'"
+    last = err.strip().splitlines()[-1]
+    assert last == f"asrkit decode: [Errno {errno.ENOSPC}] No space left on device: '{out / 'text'}'"
     assert sorted(os.listdir(out)) == ["decode.yaml"]
