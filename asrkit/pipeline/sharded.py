@@ -19,12 +19,16 @@ are not detected (delete ``OUT/split<N>`` to force a full decode).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import json
 import logging
 import os
 import shutil
+import signal
 import sys
+import threading
+import time
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
@@ -45,6 +49,7 @@ from asrkit.pipeline.transcriber import Transcriber
 log = logging.getLogger("asrkit.pipeline")
 
 MARKER = ".done"
+_PR_SET_PDEATHSIG = 1  # prctl(2) option, from <linux/prctl.h>
 # How long a torchrun rank waits at the final collective for the slowest rank's shard to finish.
 DIST_TIMEOUT = timedelta(hours=48)
 
@@ -194,8 +199,30 @@ def _shard_device(device: str, k: int) -> str:
     return device
 
 
-def _worker(job: DecodeJob, shard: Shard, threads: int) -> None:
+def die_with_parent(parent: int) -> None:
+    """End this process when process ``parent`` (its parent) ends, even by SIGKILL, when no handler of the
+    parent runs to end it: on Linux the kernel sends SIGKILL (``PR_SET_PDEATHSIG``; it fires when the parent
+    *thread* that started this process ends, so start workers from a thread that lives as long as they should);
+    elsewhere a daemon thread checks the parent's pid every second. A shard left running would decode on as
+    an orphan beside the rerun."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
+            if os.getppid() != parent:  # the parent died before the signal was armed
+                os._exit(1)
+            return
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _worker(job: DecodeJob, shard: Shard, threads: int, parent: int) -> None:
     """Entry point of a spawned process: exit status 0 when the shard finished, 1 otherwise."""
+    die_with_parent(parent)
     try:
         decode_shard(job, shard, threads, _shard_device(job.device, shard.index))
     except BaseException:  # the traceback is in the shard's log
@@ -253,7 +280,7 @@ def decode_sharded(job: DecodeJob, data_dir: str, out_dir: str, nj: int) -> dict
     try:
         for shard, sub in todo:
             prepare_shard(shard, sub)
-            p = ctx.Process(target=_worker, args=(job, shard, threads), name=f"decode.{shard.index}")
+            p = ctx.Process(target=_worker, args=(job, shard, threads, os.getpid()), name=f"decode.{shard.index}")
             p.start()
             procs.append((shard, p))
         from multiprocessing.connection import wait

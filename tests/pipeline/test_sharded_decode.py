@@ -6,11 +6,15 @@ The model is an untrained tiny CTC model (its greedy output is deterministic and
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +29,7 @@ from asrkit.data.datadir import DataDirError, read_data_dir
 from asrkit.data.split import balanced_ranges, split_data_dir
 from asrkit.data.table import read_table
 from asrkit.models.registry import build_model
-from asrkit.pipeline.sharded import DecodeJob, Shard, merge_shards, plan_shards
+from asrkit.pipeline.sharded import DecodeJob, Shard, decode_sharded, die_with_parent, merge_shards, plan_shards
 from asrkit.text.tokenizer import CharTokenizer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -228,3 +232,103 @@ def test_merge_puts_text_nbest_and_failed_in_utterance_order(tmp_path):
     merged = [json.loads(line) for line in (out / "nbest.jsonl").read_text().splitlines()]
     assert [(m["utt"], m["rank"]) for m in merged] == sorted((u, r) for k in lines for u, r, _ in lines[k])
     assert not (out / "failed").exists() and (out / "decode.yaml").read_text() == "mode: greedy\n"
+
+
+def _alive(pid: int) -> bool:
+    """A process that exists and is not a zombie (one whose parent died is reaped by init, or waits as Z)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _decode_nj2(job: DecodeJob, data: str, out: str) -> None:
+    """The parent of the shards' processes: ``asrkit decode --nj 2`` without the interpreter's start-up."""
+    os.setpgrp()  # its own group, so that the test can end whatever is left of it
+    decode_sharded(job, data, out, 2)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_kill_9_of_the_parent_ends_its_shard_processes(setup, tmp_path):
+    """The shard processes die with the parent (``asrkit decode --nj 2``) when it is killed with SIGKILL (no
+    handler runs), instead of decoding on as orphans beside the rerun. Each shard's audio comes from a pipe that
+    sleeps, so that the shards are surely still running when the parent is killed."""
+    import multiprocessing as mp
+
+    exp, data, _ = setup
+    wav = read_table(data / "wav.scp")
+    slow = tmp_path / "data"
+    slow.mkdir()
+    (slow / "wav.scp").write_text("".join(f"{u} sleep 120; cat {wav[u]} |\n" for u in ("utt0", "utt1")))
+    (slow / "utt2spk").write_text("utt0 utt0\nutt1 utt1\n")
+    (slow / "utt2dur").write_text("utt0 0.4\nutt1 0.55\n")  # the split reads no audio
+    out = tmp_path / "out"
+    parent = mp.get_context("fork").Process(target=_decode_nj2, args=(DecodeJob(str(exp), DecodeConfig()),
+                                                                      str(slow), str(out)))
+    parent.start()
+    try:
+        pids: dict = {}
+        deadline = time.monotonic() + 120
+        while len(pids) < 2:
+            assert parent.is_alive() and time.monotonic() < deadline, "the shards did not start"
+            for k in (1, 2):
+                log = out / "log" / f"decode.{k}.log"
+                found = re.search(r", pid (\d+)$", log.read_text(), re.M) if log.is_file() else None
+                if found:
+                    pids[k] = int(found.group(1))
+            time.sleep(0.05)
+        assert all(_alive(p) for p in pids.values())
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.join()
+        deadline = time.monotonic() + 20
+        while any(_alive(p) for p in pids.values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [k for k, p in pids.items() if _alive(p)], "shard processes outlived their parent"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(parent.pid, signal.SIGKILL)  # whatever is left of its group: orphans, the pipes' sleeps
+        parent.join()
+
+
+def _middle(platform: str, pid_file: str) -> None:
+    """A parent whose child arms die_with_parent (with ``sys.platform`` as given) and then waits forever."""
+    child = os.fork()
+    if child == 0:
+        sys.platform = platform  # "darwin": the polling thread instead of PR_SET_PDEATHSIG
+        die_with_parent(os.getppid())
+        with open(pid_file + ".tmp", "w") as fh:
+            fh.write(str(os.getpid()))
+        os.replace(pid_file + ".tmp", pid_file)
+        while True:
+            time.sleep(1)
+    time.sleep(120)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("platform", ["linux", "darwin"])
+def test_die_with_parent_by_signal_and_by_polling(platform, tmp_path):
+    import multiprocessing as mp
+
+    pid_file = str(tmp_path / "child.pid")
+    middle = mp.get_context("fork").Process(target=_middle, args=(platform, pid_file))
+    middle.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(pid_file):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        child = int(Path(pid_file).read_text())
+        assert _alive(child)
+        os.kill(middle.pid, signal.SIGKILL)
+        middle.join()
+        deadline = time.monotonic() + 5
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not _alive(child)
+    finally:
+        middle.kill()
+        middle.join()
+        if os.path.exists(pid_file):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(Path(pid_file).read_text()), signal.SIGKILL)
