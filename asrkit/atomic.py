@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from typing import IO, Any, Iterator
 
 
@@ -40,3 +41,12 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", *, fsync: bool = Fals
         if isinstance(exc, OSError) and exc.filename in (None, tmp) and exc.errno is not None:
             raise OSError(exc.errno, exc.strerror, path) from exc
         raise
+
+
+def check_writable_dir(path: str | os.PathLike) -> None:
+    """Create directory ``path`` (with its parents) and create and remove a file in it; raises the OSError that
+    writing there would raise. For commands whose outputs come after their work: they refuse at the start."""
+    os.makedirs(path, exist_ok=True)
+    fd, probe = tempfile.mkstemp(prefix=".asrkit-write-check-", dir=path)
+    os.close(fd)
+    os.remove(probe)

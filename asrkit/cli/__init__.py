@@ -78,4 +78,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         # and point stdout at /dev/null so the interpreter's final flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13
+    except OSError as exc:
+        if exc.errno is None:
+            raise
+        # the machine's refusal (a full disk, a read-only file system, a missing file): its message names the
+        # file, and a traceback would add nothing to act on
+        print(f"asrkit {name}: {exc}", file=sys.stderr)
+        return 1
 

@@ -20,6 +20,7 @@ import os
 import sys
 from typing import Iterator, List, Optional
 
+from asrkit.atomic import check_writable_dir
 from asrkit.cli.decode_options import add_decode_options, decode_config_from_args
 from asrkit.cli.device import DeviceError, add_device_option, resolve_device
 from asrkit.pipeline.formats import FORMATS, write_results
@@ -79,6 +80,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         p.error(f"--model {args.model}: not an experiment dir nor an exported model ({', '.join(EXPORTED_SUFFIXES)})")
     if exported and args.checkpoint:
         p.error("--checkpoint applies to an experiment dir, not to an exported model")
+    if args.output_dir is not None:
+        try:
+            check_writable_dir(args.output_dir)  # now, not after the first input's work
+        except OSError as exc:
+            print(f"asrkit transcribe: --output-dir {args.output_dir}: cannot write there: {exc.strerror}",
+                  file=sys.stderr)
+            return 1
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for arg in args.inputs:
         if arg.endswith(".scp") and os.path.isfile(arg):

@@ -67,6 +67,10 @@ def check_decode_config(cfg: DecodeConfig, model: Optional[AsrModel]) -> None:
         raise ConfigError("decode.nbest > 1 needs a beam search (decode.mode is greedy)")
     if cfg.batch_size < 1:
         raise ConfigError(f"decode.batch_size must be >= 1, got {cfg.batch_size}")
+    if cfg.token_topk is not None and cfg.token_topk < 1:
+        raise ConfigError(f"decode.token_topk must be >= 1 or null (no pruning), got {cfg.token_topk}")
+    if cfg.blank_skip_threshold is not None and not 0.0 < cfg.blank_skip_threshold < 1.0:
+        raise ConfigError(f"decode.blank_skip_threshold must be in (0, 1) or null, got {cfg.blank_skip_threshold}")
     if not 0.0 <= cfg.ctc_weight <= 1.0:
         raise ConfigError(f"decode.ctc_weight must be in [0, 1], got {cfg.ctc_weight}")
     if cfg.lm_units not in ("token", "word"):

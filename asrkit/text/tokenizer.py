@@ -138,9 +138,30 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
             obj = json.load(fh)
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: cannot read tokenizer: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path}: not an asrkit tokenizer file (a JSON object with a 'kind' is expected)")
     kind = obj.get("kind")
+    if kind not in ("char", "sentencepiece"):
+        shown = repr(kind) if len(repr(kind)) <= 40 else repr(kind)[:37] + "..."  # quote the file only briefly
+        raise ValueError(f"{path}: unknown tokenizer kind {shown} (expected 'char' or 'sentencepiece')")
+    entry = "tokens" if kind == "char" else "model"
+    if entry not in obj:
+        raise ValueError(f"{path}: a {kind} tokenizer file needs a '{entry}' entry; there is no '{entry}'")
     if kind == "char":
-        return CharTokenizer(obj["tokens"])
-    if kind == "sentencepiece":
-        return SentencePieceTokenizer(base64.b64decode(obj["model"]))
-    raise ValueError(f"{path}: unknown tokenizer kind {kind!r} (expected 'char' or 'sentencepiece')")
+        tokens = obj["tokens"]
+        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+            raise ValueError(f"{path}: 'tokens' must be a list of strings")
+        try:
+            return CharTokenizer(tokens)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+    try:
+        proto = base64.b64decode(obj["model"], validate=True)
+    except (TypeError, ValueError):  # binascii.Error is a ValueError
+        raise ValueError(f"{path}: 'model' is not a base64-encoded sentencepiece model") from None
+    try:
+        return SentencePieceTokenizer(proto)
+    except RuntimeError:  # sentencepiece's parse error: a C++ source location, nothing to act on
+        raise ValueError(f"{path}: the sentencepiece model in it is corrupt (sentencepiece cannot parse it)") from None
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None

@@ -3,8 +3,11 @@ utterances over the length limit are segmented as ``transcribe`` segments them, 
 decode (a bad data dir, a full disk) are one line that leaves no temporary file."""
 from __future__ import annotations
 
+import base64
 import errno
+import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -150,3 +153,26 @@ def test_a_full_disk_is_one_line_and_leaves_no_temporary_file(exp, tmp_path, mon
     last = err.strip().splitlines()[-1]
     assert last == f"asrkit decode: [Errno {errno.ENOSPC}] No space left on device: '{out / 'text'}'"
     assert sorted(os.listdir(out)) == ["decode.yaml"]
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("token_topk=0", "decode.token_topk must be >= 1 or null (no pruning), got 0"),
+    ("blank_skip_threshold=1.5", "decode.blank_skip_threshold must be in (0, 1) or null, got 1.5"),
+])
+def test_pruning_settings_are_checked_before_any_work(exp, tmp_path, capsys, setting, message):
+    """token_topk=0 was a traceback from inside the search, after the audio was read."""
+    data = write_data_dir(tmp_path / "data", SHORT)
+    assert _decode(exp, data, tmp_path / "out", "--mode", "ctc_prefix", "--set", setting) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [f"asrkit decode: {message}"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_corrupt_sentencepiece_model_is_one_line(exp, tmp_path, capsys):
+    broken = tmp_path / "exp"
+    shutil.copytree(exp, broken)
+    (broken / "tokenizer.json").write_text(json.dumps({"kind": "sentencepiece",
+                                                       "model": base64.b64encode(b"\x0a\x05junk").decode()}))
+    assert _decode(broken, write_data_dir(tmp_path / "data", SHORT), tmp_path / "out") == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"asrkit decode: {broken / 'tokenizer.json'}: the sentencepiece model in it is corrupt (sentencepiece cannot "
+        f"parse it)"]

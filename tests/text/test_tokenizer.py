@@ -1,3 +1,6 @@
+import base64
+import json
+
 import pytest
 
 from asrkit.text.tokenizer import WORD_MARK, CharTokenizer, load_tokenizer, train_sentencepiece
@@ -49,6 +52,30 @@ def test_load_errors_name_the_file(tmp_path):
         load_tokenizer(bad)
     with pytest.raises(ValueError, match="missing.json"):
         load_tokenizer(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("content, why", [
+    ({"kind": "sentencepiece", "model": base64.b64encode(b"SECRET not a model").decode()}, "corrupt"),
+    ({"kind": "sentencepiece", "model": "SECRET!not base64"}, "base64"),
+    ({"kind": "sentencepiece"}, "no 'model'"),
+    ({"kind": "char", "tokens": "SECRET"}, "list of strings"),
+    ({"kind": "char"}, "no 'tokens'"),
+    (["SECRET"], "not an asrkit tokenizer"),
+    ({"kind": "SECRET" * 100}, "unknown tokenizer kind"),
+])
+def test_a_corrupt_tokenizer_file_is_one_line_naming_it(tmp_path, content, why):
+    """A damaged tokenizer.json (a corrupt sentencepiece model inside, missing or mistyped entries) is a ValueError
+    naming the file and what is wrong, not a sentencepiece RuntimeError, KeyError or TypeError; and it quotes
+    nothing of the file beyond a short excerpt."""
+    bad = tmp_path / "tok.json"
+    bad.write_text(json.dumps(content))
+    with pytest.raises(ValueError) as info:
+        load_tokenizer(bad)
+    message = str(info.value)
+    assert message.startswith(f"{bad}: ") and why in message and "\n" not in message
+    assert len(message) < len(str(bad)) + 160, message
+    if "kind" not in why:  # only the kind is quoted, and briefly
+        assert "SECRET" not in message
 
 
 def test_train_tokenizer_cli(tmp_path):
