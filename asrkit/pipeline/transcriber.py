@@ -321,6 +321,8 @@ class Transcriber:
                     log.info("%s", item.error)  # the Result carries it; the CLI prints it
                     pending = [p for p in pending if p.index != item.index]  # its segments read before the error
             else:
+                if num_workers:  # out of the worker's shared memory, whose descriptor stays open while the
+                    item.data = item.data.clone()  # tensor lives: a buffer of small segments ran out of them
                 pending.append(item)
                 stats.load += item.load_seconds
                 stats.features += item.feature_seconds
