@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from asrkit.audio.io import AudioError, audio_duration
+from asrkit.config import _quote  # the one rule for a piece of a file in a message: escaped, short
 from asrkit.data.table import TableError, read_table, read_table_with_lines, write_table
 
 #: Files this module reads and writes; others in a data dir are left untouched.
@@ -127,7 +128,7 @@ def _parse_segment(fields: Sequence[str]) -> Segment:
     try:
         start, end = float(fields[1]), float(fields[2])
     except ValueError:
-        raise ValueError(f"start/end '{fields[1]} {fields[2]}' are not numbers") from None
+        raise ValueError(f"start/end {_quote(fields[1] + ' ' + fields[2])} are not numbers") from None
     return Segment(fields[0], start, None if end == -1 else end)
 
 
@@ -135,7 +136,7 @@ def _parse_duration(text: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise ValueError(f"duration '{text}' is not a number") from None
+        raise ValueError(f"duration {_quote(text)} is not a number") from None
 
 
 def read_data_dir(path: str | os.PathLike) -> DataDir:

@@ -8,6 +8,7 @@ import os
 from typing import Dict, Iterable, Iterator, Mapping, Tuple
 
 from asrkit.atomic import atomic_write
+from asrkit.config import _quote  # the one rule for a piece of a file in a message: escaped, short
 
 
 class TableError(ValueError):
@@ -20,7 +21,10 @@ def iter_table(path: str | os.PathLike, *, allow_empty_value: bool = True) -> It
     Tolerates CRLF line endings, tabs and repeated spaces (the value is
     whitespace-normalised to single spaces). Blank lines are an error because
     Kaldi tools reject them and they usually mean a broken file. Bytes that are
-    not UTF-8 are an error naming the line (:func:`_utf8_error`).
+    not UTF-8 are an error naming the line (:func:`_utf8_error`). An error quotes
+    a short excerpt of the file only after a good record: a file whose first
+    record fails is not of this kind, and nothing of it is shown (it may be any
+    file a path pointed to).
     """
     path = os.fspath(path)
     try:
@@ -35,7 +39,8 @@ def iter_table(path: str | os.PathLike, *, allow_empty_value: bool = True) -> It
                     raise TableError(f"{path}:{lineno}: empty line")
                 key, value = fields[0], " ".join(fields[1:])
                 if not value and not allow_empty_value:
-                    raise TableError(f"{path}:{lineno}: no value for key '{key}'")
+                    raise TableError(f"{path}:{lineno}: no value after the key (is this a Kaldi table file?)"
+                                     if lineno == 1 else f"{path}:{lineno}: no value for key {_quote(key)}")
                 yield key, value, lineno
         except UnicodeDecodeError as exc:
             raise TableError(_utf8_error(path)) from exc
@@ -64,7 +69,8 @@ def read_table(path: str | os.PathLike, *, allow_empty_value: bool = True) -> Di
     seen: Dict[str, int] = {}
     for key, value, lineno in iter_table(path, allow_empty_value=allow_empty_value):
         if key in seen:
-            raise TableError(f"{os.fspath(path)}:{lineno}: duplicate key '{key}' (first seen on line {seen[key]})")
+            raise TableError(f"{os.fspath(path)}:{lineno}: duplicate key {_quote(key)} "
+                             f"(first seen on line {seen[key]})")
         seen[key] = lineno
         out[key] = value
     return out
@@ -76,7 +82,7 @@ def read_table_with_lines(path: str | os.PathLike, *, allow_empty_value: bool = 
     for key, value, lineno in iter_table(path, allow_empty_value=allow_empty_value):
         if key in out:
             raise TableError(
-                f"{os.fspath(path)}:{lineno}: duplicate key '{key}' (first seen on line {out[key][1]})")
+                f"{os.fspath(path)}:{lineno}: duplicate key {_quote(key)} (first seen on line {out[key][1]})")
         out[key] = (value, lineno)
     return out
 

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Tuple
 
+from asrkit.config import _quote  # the one rule for a piece of a file in a message: escaped, short
+
 BOS = "<s>"
 EOS = "</s>"
 UNK = "<unk>"
@@ -74,7 +76,7 @@ def _parse_float(text: str, path: str, lineno: int, what: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise ArpaError(f"{path}:{lineno}: {what} '{text}' is not a number") from None
+        raise ArpaError(f"{path}:{lineno}: {what} {_quote(text)} is not a number") from None
     if math.isnan(value):
         raise ArpaError(f"{path}:{lineno}: {what} is NaN")
     if math.isinf(value):  # inf - inf in the back-off sums scores garbage
@@ -108,7 +110,7 @@ def read_arpa(path: str | os.PathLike) -> ArpaLM:
         if not m:
             if _SECTION.match(line):
                 break
-            raise ArpaError(f"{path}:{lineno}: expected 'ngram K=COUNT' in \\data\\, got '{line}'")
+            raise ArpaError(f"{path}:{lineno}: expected 'ngram K=COUNT' in \\data\\, got {_quote(line)}")
         declared[int(m.group(1))] = int(m.group(2))
     if not declared:
         raise ArpaError(f"{path}:{lineno}: \\data\\ section declares no n-gram counts")
@@ -141,7 +143,7 @@ def read_arpa(path: str | os.PathLike) -> ArpaLM:
             if line == "\\end\\":
                 ended = True
                 break
-            raise ArpaError(f"{path}:{lineno}: unexpected marker '{line}'")
+            raise ArpaError(f"{path}:{lineno}: unexpected marker {_quote(line)}")
         if current == 0:
             raise ArpaError(f"{path}:{lineno}: n-gram line outside any \\K-grams: section")
         fields = line.split()
@@ -154,14 +156,14 @@ def read_arpa(path: str | os.PathLike) -> ArpaLM:
             backoff = _parse_float(fields[-1], path, lineno, "back-off")
         else:
             raise ArpaError(f"{path}:{lineno}: a {k}-gram line needs {k + 1} or {k + 2} fields, "
-                            f"got {len(fields)}: '{line}'")
+                            f"got {len(fields)}: {_quote(line)}")
         prob = _parse_float(fields[0], path, lineno, "log-probability")
         if prob > 0.0:
             raise ArpaError(f"{path}:{lineno}: positive log10 probability {prob}")
         words = tuple(fields[1:k + 1])
         table = lm.ngrams[k - 1]
         if words in table:
-            raise ArpaError(f"{path}:{lineno}: duplicate {k}-gram '{' '.join(words)}'")
+            raise ArpaError(f"{path}:{lineno}: duplicate {k}-gram {_quote(' '.join(words))}")
         table[words] = (prob, backoff)
     if not ended:
         raise ArpaError(f"{path}: missing \\end\\ marker (truncated file?)")

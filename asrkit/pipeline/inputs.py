@@ -100,7 +100,7 @@ def find_audio(directory: str) -> List[str]:
 def read_scp(path: str) -> List[AudioInput]:
     """The entries of a wav.scp (``id source``; sources may be ``cmd |``, which will run: call this only for a
     file its user named as a trusted list)."""
-    return [AudioInput(key, scp_source=value) for key, value in read_table(path).items()]
+    return [AudioInput(key, scp_source=value) for key, value in read_table(path, allow_empty_value=False).items()]
 
 
 def starts_like_audio(head: bytes) -> bool:

@@ -144,8 +144,12 @@ class Searcher:
             # With a word LM the bonus counts words, beta * |W|, each as the LM closes it.
             self.bonus = WordCount(*self.lm.word_marks())
         elif cfg.lexicon is not None:  # no word LM to carry the constraint: a scorer of its own
-            self.lexicon = LexiconScorer(_word_list(cfg), tokenizer.token_list, blank_id=tokenizer.blank_id,
-                                         sos_eos_id=tokenizer.sos_eos_id, unk_id=tokenizer.unk_id)
+            words = _word_list(cfg)
+            try:
+                self.lexicon = LexiconScorer(words, tokenizer.token_list, blank_id=tokenizer.blank_id,
+                                             sos_eos_id=tokenizer.sos_eos_id, unk_id=tokenizer.unk_id)
+            except ValueError as exc:
+                raise ConfigError(f"decode.lexicon {cfg.lexicon}: {exc}") from None
 
     def reweighted(self, lm_weight: float, length_bonus: float) -> "Searcher":
         """The same search (sharing the loaded LM) with other fusion weights."""

@@ -77,12 +77,13 @@ class LexiconScorer:
                 kinds.append(_LETTERS), letters.append(tok)
         alphabet = set("".join(s for k, s in zip(kinds, letters) if k in (_LETTERS, _START)))
         unspellable = [w for w in lexicon if not set(w) <= alphabet]
-        if len(unspellable) == len(lexicon):
-            raise ValueError(f"LexiconScorer: no word of the list can be spelled with these tokens (e.g. "
-                             f"{lexicon[:5]}; token letters: {''.join(sorted(alphabet))[:60]!r})")
-        if unspellable:
+        if len(unspellable) == len(lexicon):  # not a word list for this model: quote none of it (any file)
+            raise ValueError(f"LexiconScorer: none of the {len(lexicon)} words of the list can be spelled with these "
+                             f"tokens (is it a word list? token letters: {''.join(sorted(alphabet))[:60]!r})")
+        if unspellable:  # a word list: a few of its words, each short and escaped
             warnings.warn(f"LexiconScorer: {len(unspellable)} of {len(lexicon)} words have letters no token has and "
-                          f"can never be output, e.g. {unspellable[:5]}", stacklevel=2)
+                          f"can never be output, e.g. {', '.join(repr(w[:20]) for w in unspellable[:3])}",
+                          stacklevel=2)
         self._build(lexicon, kinds, letters, dense_max_entries)
 
     def _build(self, lexicon: List[str], kinds: List[int], letters: List[str], dense_max: int) -> None:

@@ -56,7 +56,7 @@ GOOD = "\\data\\\nngram 1=3\nngram 2=1\n\n\\1-grams:\n-1\t<s>\t-0.5\n-0.5\tA\t-0
     # A duplicate of a multi-word n-gram is named with its words space-separated.
     ("-0.1\t<s> A\n", "-0.1\t<s> A\n-0.2\t<s> A\n", ":12: duplicate 2-gram '<s> A'"),
     ("-0.1\t<s> A\n", "-0.1\t<s> A\n\\2-grams:\n-0.2\tA </s>\n", ":12: section \\2-grams: appears twice"),
-    ("\\end\\\n", "\\fin\\\n", ":13: unexpected marker '\\fin\\'"),
+    ("\\end\\\n", "\\fin\\\n", ":13: unexpected marker '\\\\fin\\\\'"),  # quoted escaped (repr)
     # Entries before any section header (a reader that starts "inside" the 1-gram section would take them).
     ("\\1-grams:\n", "", ":5: n-gram line outside any \\K-grams: section"),
     ("ngram 1=3\nngram 2=1\n", "", ":3: \\data\\ section declares no n-gram counts"),
