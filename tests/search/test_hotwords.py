@@ -1,0 +1,239 @@
+"""The hotword scorer (asrkit.search.hotwords) against a brute-force reference.
+
+The reference computes a hypothesis's bonus from its token sequence directly (no automaton): the bonus of
+every phrase occurrence completed (sliding windows), plus the provisional bonus of the longest suffix that
+begins a phrase, for its tokens past the last whole phrase along it. A step's score is the change of that
+potential; the end cancels the provisional part.
+"""
+from __future__ import annotations
+
+import itertools
+import random
+from typing import Dict, List, Sequence, Tuple
+
+import pytest
+import torch
+
+from asrkit.search import ctc_prefix_beam_search
+from asrkit.search.hotwords import (HotwordScorer, Phrase, as_phrases, compile_hotwords, hotword_scorer,
+                                    parse_hotwords, read_hotwords, spell_with_tokens)
+from tests.search.reference_ctc_prefix import reference_prefix_search
+
+Phrases = Sequence[Tuple[Sequence[int], float]]
+
+
+def _merged(phrases: Phrases) -> Dict[Tuple[int, ...], float]:
+    out: Dict[Tuple[int, ...], float] = {}
+    for ids, w in phrases:
+        out[tuple(ids)] = max(w, out.get(tuple(ids), 0.0))
+    return out
+
+
+def ref_potential(seq: Sequence[int], phrases: Phrases, free: Sequence[int] = ()) -> Tuple[float, float]:
+    """(completed bonus C, provisional bonus pend) of a token sequence, by brute force."""
+    table = _merged(phrases)
+    seq = tuple(seq)
+    done = 0.0
+    for p, w in table.items():
+        for i in range(len(seq) - len(p) + 1):
+            if seq[i:i + len(p)] == p:
+                done += w * sum(t not in free for t in p)
+    prefixes = {p[:k] for p in table for k in range(1, len(p) + 1)}
+    suffix = next((seq[i:] for i in range(len(seq)) if seq[i:] in prefixes), ())
+
+    def acc(u: Tuple[int, ...]) -> float:
+        return sum(0.0 if u[j - 1] in free else max(w for p, w in table.items() if p[:j] == u[:j])
+                   for j in range(1, len(u) + 1))
+
+    whole = [k for k in range(1, len(suffix) + 1) if suffix[:k] in table]
+    return done, acc(suffix) - (acc(suffix[:whole[-1]]) if whole else 0.0)
+
+
+def ref_step(seq: Sequence[int], tok: int, phrases: Phrases, free: Sequence[int] = ()) -> float:
+    c0, p0 = ref_potential(seq, phrases, free)
+    c1, p1 = ref_potential(list(seq) + [tok], phrases, free)
+    return (c1 + p1) - (c0 + p0)
+
+
+def run_scorer(scorer: HotwordScorer, seq: Sequence[int], vocab: int) -> Tuple[List[List[float]], float]:
+    """Every candidate's score at every step of ``seq`` (one hypothesis), then the final score."""
+    state = scorer.init_state(1, 1, torch.device("cpu"))
+    all_tokens = torch.arange(vocab)[None]
+    rows = []
+    for tok in seq:
+        rows.append(scorer.score(state, all_tokens)[0].tolist())
+        state = scorer.select_state(state, torch.tensor([0]), torch.tensor([tok]))
+    return rows, float(scorer.final_score(state)[0])
+
+
+def check_against_reference(phrases: Phrases, seq: Sequence[int], vocab: int, free: Sequence[int] = ()) -> None:
+    scorer = HotwordScorer(compile_hotwords(phrases, vocab, free=free))
+    rows, final = run_scorer(scorer, seq, vocab)
+    for i, row in enumerate(rows):
+        want = [0.0] + [ref_step(seq[:i], t, phrases, free) for t in range(1, vocab)]
+        assert row == pytest.approx(want, abs=1e-5), f"step {i} after {list(seq[:i])}"
+    done, pend = ref_potential(seq, phrases, free)
+    assert final == pytest.approx(-pend, abs=1e-5)
+    total = sum(row[t] for row, t in zip(rows, seq)) + final
+    assert total == pytest.approx(done, abs=1e-4)
+
+
+CASES = {
+    "single": [((3, 4, 5), 1.0)],
+    "multi_word_with_free_boundary": [((1, 3, 4, 1, 5, 6), 1.0)],
+    "overlapping": [((3, 4), 1.0), ((4, 5), 2.0)],
+    "prefix_of_another": [((3, 4), 1.0), ((3, 4, 5, 6), 0.5)],
+    "nested_suffix": [((3, 4, 5), 1.0), ((4,), 3.0), ((5, 6), 1.0)],
+    "failure_chain": [((3, 3, 4), 1.0), ((3, 4, 3, 3, 5), 2.0), ((3, 3, 3), 0.5)],
+    "duplicates": [((3, 4), 1.0), ((3, 4), 2.5), ((3, 4), 0.5)],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_candidate_score_equals_the_brute_force_reference(case: str) -> None:
+    phrases = CASES[case]
+    rng = random.Random(case)
+    free = (1,) if "free" in case else ()
+    tokens = sorted({t for p, _ in phrases for t in p} | {2, 7})  # 2: <sos/eos>-like, 7: outside every phrase
+    seqs = [list(p) for p, _ in phrases] + [list(p) + list(q) for (p, _), (q, _) in itertools.product(phrases, phrases)]
+    seqs += [[rng.choice(tokens) for _ in range(12)] for _ in range(6)]
+    for seq in seqs:
+        check_against_reference(phrases, seq, 8, free)
+
+
+def test_failure_cancels_the_partial_bonus_and_the_end_cancels_an_unfinished_match() -> None:
+    scorer = HotwordScorer(compile_hotwords([((3, 4, 5), 2.0)], 8))
+    rows, final = run_scorer(scorer, [3, 4], 8)
+    assert final == pytest.approx(-4.0)
+    rows, final = run_scorer(scorer, [3, 4, 7], 8)
+    assert rows[0][3] == pytest.approx(2.0) and rows[1][4] == pytest.approx(2.0)
+    assert rows[2][7] == pytest.approx(-4.0)  # the failed partial match loses its 4
+    assert rows[2][5] == pytest.approx(2.0)  # completing keeps it
+    assert rows[2][3] == pytest.approx(-2.0)  # 3 4 3: back to a partial match of one token
+    rows, final = run_scorer(scorer, [3, 4, 2], 8)
+    assert rows[2][2] == pytest.approx(-4.0)  # so does <eos> (id 2) in a label-synchronous search
+    rows, final = run_scorer(scorer, [3, 4, 5, 2], 8)
+    assert final == 0.0 and rows[3][2] == 0.0  # a whole phrase keeps its bonus at the end
+
+
+def test_prefix_of_another_keeps_the_shorter_and_rewards_the_longer() -> None:
+    scorer = HotwordScorer(compile_hotwords([((3, 4), 1.0), ((3, 4, 5), 1.0)], 8))
+    rows, final = run_scorer(scorer, [3, 4, 5, 7], 8)
+    # 3 4 completes (2 in all), 5 completes the longer one (3 more), 7 fails with nothing to take back
+    assert [rows[0][3], rows[1][4], rows[2][5], rows[3][7]] == pytest.approx([1.0, 1.0, 3.0, 0.0])
+    assert final == 0.0
+
+
+def test_blank_and_unchanged_prefix_score_zero_and_keep_the_state() -> None:
+    scorer = HotwordScorer(compile_hotwords([((3, 4), 1.0)], 6))
+    state = scorer.init_state(1, 2, torch.device("cpu"))
+    state = scorer.select_state(state, torch.tensor([0, 1]), torch.tensor([3, 5]))
+    assert scorer.score(state, torch.tensor([[0, -1, 4], [0, -1, 4]])).tolist() == [[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
+    kept = scorer.select_state(state, torch.tensor([0, 0]), torch.tensor([-1, 0]))
+    assert kept.tolist() == [int(state[0])] * 2
+
+
+def test_max_gain_bounds_every_step() -> None:
+    phrases = CASES["nested_suffix"]
+    scorer = HotwordScorer(compile_hotwords(phrases, 8))
+    once, per, nonneg = scorer.max_gain()
+    assert (once, per, nonneg) == (0.0, 3.0, False)  # "3 4 5", "4" and "3 4" (via "4") each complete 3 at most
+    rng = random.Random(0)
+    for _ in range(50):
+        seq = [rng.choice([3, 4, 5, 6, 7]) for _ in range(8)]
+        rows, final = run_scorer(scorer, seq, 8)
+        for i in range(len(seq)):  # from any point, the rest of the sequence gains at most per * r
+            rest = sum(row[t] for row, t in zip(rows[i:], seq[i:])) + final
+            assert rest <= once + per * (len(seq) - i) + 1e-5
+
+
+def test_compile_checks_and_caches_by_content() -> None:
+    a = compile_hotwords([((3, 4), 1.0), ((5,), 2.0)], 8)
+    assert compile_hotwords([((5,), 2.0), ((3, 4), 1.0)], 8) is a
+    assert compile_hotwords([((5,), 2.0), ((3, 4), 1.5)], 8) is not a
+    for bad, match in (([], "no phrases"), ([((), 1.0)], "no tokens"), ([((8,), 1.0)], "outside"),
+                       ([((0,), 1.0)], "outside"), ([((3,), 0.0)], "> 0"), ([((3,), float("nan"))], "> 0")):
+        with pytest.raises(ValueError, match=match):
+            compile_hotwords(bad, 8)
+
+
+def test_start_token_makes_a_hypothesis_start_after_a_boundary() -> None:
+    # phrase "▁ A B" (▁ = 1, free): matches at the start and after a boundary, not inside a word
+    graph = compile_hotwords([((1, 3, 4), 1.0)], 6, free=(1,), start_token=1)
+    scorer = HotwordScorer(graph)
+    for seq, want in (([3, 4], 2.0), ([5, 1, 3, 4], 2.0), ([5, 3, 4], 0.0), ([1, 1, 3, 4, 1, 3, 4], 4.0)):
+        rows, final = run_scorer(scorer, seq, 6)
+        assert sum(row[t] for row, t in zip(rows, seq)) + final == pytest.approx(want), seq
+
+
+CHARS = ["<blank>", "<unk>", "<sos/eos>", "\u2581"] + list("ABCDEHJLNOS")
+PIECES = ["<blank>", "<unk>", "<sos/eos>", "\u2581", "\u2581JO", "\u2581AN", "HN", "NA", "\u2581S"] + list("ABCDEHJLNOS")
+
+
+def test_char_phrases_start_with_the_boundary_and_unspellable_ones_are_reported() -> None:
+    warned: List[str] = []
+    scorer = hotword_scorer([Phrase("JOHN", 1.0, "list line 1"), Phrase("42", 1.0, "list line 2"), "JOHN"],
+                            spell_with_tokens(CHARS), CHARS, unk_id=1, warn=warned.append)
+    assert warned == ["hotword '42' (list line 2) skipped: the model's units cannot spell it"]
+    ids = {t: i for i, t in enumerate(CHARS)}
+    for text, want in (("JOHN", 4.0), ("A JOHN", 4.0), ("AJOHN", 0.0), ("JOHNJOHN", 4.0), ("JOHN JOHN", 8.0)):
+        seq = [ids[c] for c in text.replace(" ", "\u2581")]
+        rows, final = run_scorer(scorer, seq, len(CHARS))
+        assert sum(row[t] for row, t in zip(rows, seq)) + final == pytest.approx(want), text
+    with pytest.raises(ValueError, match="no phrase can be spelled"):
+        hotword_scorer(["42"], spell_with_tokens(CHARS), CHARS, unk_id=1)
+
+
+def test_bpe_phrases_use_word_initial_pieces() -> None:
+    encode = spell_with_tokens(PIECES)
+    ids = {t: i for i, t in enumerate(PIECES)}
+    assert encode("JOHN ANNA") == [ids["\u2581JO"], ids["HN"], ids["\u2581AN"], ids["NA"]]
+    assert encode("JOHN 7") == []
+    scorer = hotword_scorer([("JOHN ANNA", 0.5)], encode, PIECES, unk_id=1)
+    seq = encode("JOHN ANNA")
+    rows, final = run_scorer(scorer, seq, len(PIECES))
+    assert [row[t] for row, t in zip(rows, seq)] == pytest.approx([0.5, 0.5, 0.5, 0.5]) and final == 0.0
+    check_against_reference([(seq, 0.5)], encode("JOHN JOHN ANNA SO"), len(PIECES))
+
+
+def test_parse_read_and_as_phrases(tmp_path) -> None:
+    got = parse_hotwords(["JOHN  SMITH\n", "\n", "# a comment\n", "ANNA\t2.5\r\n"], "f.txt")
+    assert got == [Phrase("JOHN SMITH", 1.0, "f.txt line 1"), Phrase("ANNA", 2.5, "f.txt line 4")]
+    for line, match in (("ANNA\tx", "line 1: the weight 'x' is not a number"), ("ANNA\t-1", "line 1: the weight -1.0"),
+                        ("ANNA\tinf", "must be a number > 0")):
+        with pytest.raises(ValueError, match=match):
+            parse_hotwords([line], "f.txt")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n# nothing\n")
+    with pytest.raises(ValueError, match=f"hotwords file {empty}: no phrases"):
+        read_hotwords(empty)
+    with pytest.raises(ValueError, match="cannot read it"):
+        read_hotwords(tmp_path / "missing.txt")
+    good = tmp_path / "good.txt"
+    good.write_text("ANNA\t2\n")
+    assert read_hotwords(good) == [Phrase("ANNA", 2.0, f"{good} line 1")]
+    assert as_phrases(["A", ("B C", 2)]) == [Phrase("A", 1.0, "hotwords[0]"), Phrase("B C", 2.0, "hotwords[1]")]
+    with pytest.raises(TypeError, match="list of phrases"):
+        as_phrases("ANNA")
+    with pytest.raises(TypeError, match=r"hotwords\[0\]"):
+        as_phrases([3])
+    with pytest.raises(ValueError, match=r"hotwords\[0\] 'A': the weight 0.0"):
+        as_phrases([("A", 0)])
+    with pytest.raises(ValueError, match="no phrases"):
+        as_phrases([" "])
+
+
+def test_prefix_search_with_hotwords_equals_the_reference_search() -> None:
+    phrases = [((3, 4, 5), 1.0), ((4, 6), 2.0), ((3, 4), 0.5)]
+    scorer = HotwordScorer(compile_hotwords(phrases, 8))
+    gen = torch.Generator().manual_seed(3)
+    lp = torch.randn(2, 9, 8, generator=gen, dtype=torch.float64).mul(2).log_softmax(-1)
+    lengths = torch.tensor([9, 7])
+    got = ctc_prefix_beam_search(lp, lengths, beam=6, scorers={"hotwords": scorer}, weights={"hotwords": 0.7},
+                                 token_topk=None, token_min_logp=None, blank_skip_threshold=None, native=False)
+    for b, hyps in enumerate(got.to_lists()):
+        want = reference_prefix_search(lp[b, :int(lengths[b])].tolist(), 6,
+                                       token_score=lambda p, c: 0.7 * ref_step(p, c, phrases),
+                                       final_score=lambda p: -0.7 * ref_potential(p, phrases)[1])
+        assert [tuple(h.tokens) for h in hyps] == [w[0] for w in want]
+        assert [h.score for h in hyps] == pytest.approx([w[1] for w in want], abs=1e-6)
