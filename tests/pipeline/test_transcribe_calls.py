@@ -21,34 +21,20 @@ import torch
 import torchaudio.functional as AF
 
 import asrkit
-from asrkit.checkpoint import save_model_weights
 from asrkit.cli import main
-from asrkit.config import ConfigError, load_config, save_config
-from asrkit.models.registry import build_model
+from asrkit.config import ConfigError
 from asrkit.pipeline import AudioInput, Result
 from asrkit.pipeline import stream as stream_module
 from asrkit.pipeline.inputs import starts_like_audio
-from asrkit.text.tokenizer import CharTokenizer
+from tests.pipeline.tiny_exp import make_tiny_exp
 
-REPO = Path(__file__).resolve().parents[2]
 SR = 16000
 
 
 @pytest.fixture(scope="module")
 def tiny_exp(tmp_path_factory) -> Path:
-    """An experiment dir with a tiny untrained CTC model (random weights, seed 0)."""
-    exp = tmp_path_factory.mktemp("tiny_exp")
-    cfg = load_config(REPO / "conf" / "tiny_ctc.yaml", [
-        "tokenizer.path=tokenizer.json", "frontend.n_mels=40", "model.encoder.d_model=32",
-        "model.encoder.num_heads=2", "model.encoder.ffn_dim=64", "model.encoder.num_layers=1",
-        "model.encoder.conv_channels=8"])
-    tok = CharTokenizer.train(["ABC DEF GHI"])
-    torch.manual_seed(0)
-    model = build_model(cfg, tok.vocab_size)
-    save_config(cfg, exp / "config.yaml")
-    tok.save(exp / "tokenizer.json")
-    save_model_weights(model.eval(), exp / "model.pt")
-    return exp
+    """An experiment dir with a tiny untrained CTC model (seeded)."""
+    return make_tiny_exp(tmp_path_factory.mktemp("tiny") / "exp")
 
 
 def _noise(seconds: float, seed: int, rate: int = SR) -> np.ndarray:
