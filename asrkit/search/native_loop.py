@@ -18,7 +18,9 @@ tables (plain CPU tensors, read through their ``data_ptr()``; dtypes are checked
 - ``lexicon`` (:class:`asrkit.search.lexicon.LexiconScorer`): the word-list trie, dense or sorted edges;
 - ``token_ngram`` (:class:`asrkit.lm.ngram.NgramScorer`, dense tables only);
 - ``word_count`` (:class:`asrkit.search.scorers.WordCount`, the word bonus beside a word LM): per token, whether
-  it closes the partial word and whether a word is open after it.
+  it closes the partial word and whether a word is open after it;
+- ``hotwords`` (:class:`asrkit.search.hotwords.HotwordScorer`): the automaton's ``root_next``, its sorted
+  ``arc_keys``/``arc_dst`` and the per-state ``reach``/``pend`` bonuses.
 
 Utterances are independent: with ``torch.get_num_threads() > 1`` they are spread over that many threads.
 ``ASRKIT_NATIVE=0`` in the environment turns the automatic choice off (e.g. to run a test suite through the
@@ -55,6 +57,8 @@ _KINDS: Dict[str, Tuple[int, Tuple[Tuple[str, torch.dtype], ...], Tuple[str, ...
                 ("dense", "width")),
     "token_ngram": (3, (("logp", _F32), ("next_state", _I32), ("eos", _F32)), ("vocab", "start_state")),
     "word_count": (4, (("closes", _BOOL), ("opens", _I64)), ()),
+    "hotwords": (5, (("root_next", _I64), ("arc_keys", _I64), ("arc_dst", _I64), ("reach", _F32), ("pend", _F32)),
+                 ("vocab", "start_state")),
 }
 
 

@@ -19,7 +19,8 @@ import torch
 from asrkit.lm import ngram_scorer
 from asrkit.lm.ngram import NgramScorer, load_ngram
 import asrkit.search.ctc_prefix as ctc_prefix
-from asrkit.search import WordCount, ctc_prefix_beam_search, native_build
+from asrkit.search import WordCount, ctc_prefix_beam_search, hotword_scorer, native_build
+from asrkit.search.hotwords import spell_with_tokens
 from asrkit.search.interfaces import NativeScorer
 from asrkit.search.lexicon import LexiconScorer
 
@@ -198,6 +199,26 @@ def test_lexicon_scorer_equals_torch_loop(word_lm, with_lm: bool, tokens: List[s
     got = assert_paths_agree(lp, torch.tensor([50, 50, 38]), beam=8, nbest=3, scorers=scorers, weights=weights,
                              token_min_logp=None)
     assert any(h and h[0].tokens for h in got)
+
+
+@needs_library
+@pytest.mark.filterwarnings("ignore:.*no word of the LM contains")
+@pytest.mark.parametrize("with_lm", [False, True])
+@pytest.mark.parametrize("tokens", [CHARS, PIECES], ids=["chars", "pieces"])
+@pytest.mark.parametrize("pruning", ["default", "exact"])
+def test_hotwords_equal_torch_loop(word_lm, with_lm: bool, tokens: List[str], pruning: str) -> None:
+    # overlapping phrases, a prefix of another, per-phrase weights; an OOV word (ZOO) among them
+    hot = hotword_scorer(["CAT", ("CAT SAT", 2.0), "AT", ("ZOO", 3.0), "DOG ON"], spell_with_tokens(tokens), tokens,
+                         unk_id=1)
+    scorers, weights = {"hotwords": hot}, {"hotwords": 1.5}
+    if with_lm:
+        scorers["lm"] = ngram_scorer(word_lm, tokens, units="word", unk_offset=-5.0)
+        weights.update(lm=0.5, length_bonus=0.3)
+    lp = spelled_log_probs(tokens, 3, 50, seed=11 + len(tokens))
+    lengths = torch.tensor([50, 50, 38])
+    assert ctc_prefix.native_loop.unavailable(lp, lengths, scorers) is None
+    got = assert_paths_agree(lp, lengths, beam=8, nbest=3, scorers=scorers, weights=weights, **PRUNING[pruning])
+    assert sum(len(h[0].tokens) for h in got if h) > 10
 
 
 @needs_library

@@ -491,7 +491,7 @@ void search_all(const SearchDesc& d, const std::vector<Scorer>& scorers) {
 
 using namespace asrkit_native;
 
-extern "C" int64_t asrkit_native_abi(void) { return 5; }
+extern "C" int64_t asrkit_native_abi(void) { return 6; }
 
 extern "C" int64_t asrkit_prefix_search(const SearchDesc* d) {
   if (d == nullptr || d->beam < 1 || d->nbest < 1 || d->nbest > d->beam || d->n_cand < 1) return 1;
@@ -499,7 +499,7 @@ extern "C" int64_t asrkit_prefix_search(const SearchDesc* d) {
   std::vector<Scorer> scorers;
   for (int64_t j = 0; j < d->n_scorers; ++j) {
     Scorer s = make_scorer(d->scorers[j]);
-    if (s.kind != kWord && s.kind != kLexicon && s.kind != kTokenNgram && s.kind != kWordCount) return 2;
+    if (s.kind < kWord || s.kind > kHotwords) return 2;
     scorers.push_back(s);
   }
   if (d->is_double) search_all<double>(*d, scorers);

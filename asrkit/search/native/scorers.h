@@ -1,7 +1,7 @@
 // The scorers the native search evaluates from their exported tables (see native_loop.py for the tables of
 // each kind): asrkit.lm.word_ngram.WordNgramScorer, asrkit.search.lexicon.LexiconScorer, the dense
-// asrkit.lm.ngram.NgramScorer and asrkit.search.scorers.WordCount, each computing what its Python class
-// computes, in the same float order.
+// asrkit.lm.ngram.NgramScorer, asrkit.search.scorers.WordCount and asrkit.search.hotwords.HotwordScorer, each
+// computing what its Python class computes, in the same float order.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -55,6 +55,10 @@ struct Scorer {
   // word count
   const uint8_t* wc_closes = nullptr;     // (V,) the token closes the partial word
   const int64_t* wc_opens = nullptr;      // (V,) a word open after it: 1, 0, or -1 unchanged
+  // hotwords (edge_keys/edge_dst/n_edges: the arcs that differ from root_next; vocab; start_state)
+  const int64_t* root_next = nullptr;     // (V,) the state after each token from the empty match
+  const float* reach = nullptr;           // (S,) out + pend of reaching a state
+  const float* pend = nullptr;            // (S,) provisional bonus held in a state
 };
 
 const float kNegInfF = -std::numeric_limits<float>::infinity();
@@ -111,6 +115,15 @@ Scorer make_scorer(const ScorerDesc& d) {
   } else if (s.kind == kWordCount) {
     s.wc_closes = u8(0);
     s.wc_opens = i64(1);
+  } else if (s.kind == kHotwords) {
+    s.root_next = i64(0);
+    s.edge_keys = i64(1);
+    s.n_edges = d.sizes[1];
+    s.edge_dst = i64(2);
+    s.reach = f32(3);
+    s.pend = f32(4);
+    s.vocab = d.iparams[0];
+    s.start_state = d.iparams[1];
   }
   return s;
 }
@@ -212,18 +225,27 @@ inline float lex_score(const Scorer& s, const SState& st, int64_t tok) {
   return lex_next_node(s, st.i[0], tok + 1) == 1 ? kNegInfF : 0.0f;
 }
 
+// ---- hotwords (asrkit.search.hotwords.HotwordScorer) ----
+
+inline int64_t hot_next(const Scorer& s, int64_t state, int64_t tok) {
+  const int64_t key = state * s.vocab + tok;
+  const int64_t pos = lower(s.edge_keys, s.n_edges, key);
+  return s.edge_keys[pos] == key ? s.edge_dst[pos] : s.root_next[tok];
+}
+
 // ---- dispatch over kinds ----
 
 void scorer_init(const Scorer& s, SState& st, LookupCache& cache) {
   st = SState{{0, 0, 0}, {0.0f, 0.0f, 0.0f}};
   if (s.kind == kWord) word_state(s, 0, s.start_state, st, cache);
-  else if (s.kind == kTokenNgram) st.i[0] = s.start_state;
+  else if (s.kind == kTokenNgram || s.kind == kHotwords) st.i[0] = s.start_state;
 }
 
 inline float scorer_score(const Scorer& s, const SState& st, int64_t tok) {
   if (s.kind == kWord) return word_score(s, st, tok);
   if (s.kind == kLexicon) return lex_score(s, st, tok);
   if (s.kind == kWordCount) return st.i[0] != 0 && s.wc_closes[tok] ? 1.0f : 0.0f;
+  if (s.kind == kHotwords) return tok > 0 ? s.reach[hot_next(s, st.i[0], tok)] - s.pend[st.i[0]] : 0.0f;
   return s.logp[st.i[0] * s.vocab + tok];
 }
 
@@ -237,6 +259,9 @@ void scorer_select(const Scorer& s, const SState& old, int64_t tok, SState& out,
   } else if (s.kind == kWordCount) {
     out = old;
     if (s.wc_opens[tok] >= 0) out.i[0] = s.wc_opens[tok];
+  } else if (s.kind == kHotwords) {
+    out = old;
+    if (tok > 0) out.i[0] = hot_next(s, old.i[0], tok);
   } else {
     out = old;
     out.i[0] = s.tok_next[old.i[0] * s.vocab + tok];
@@ -247,6 +272,7 @@ inline float scorer_final(const Scorer& s, const SState& st) {
   if (s.kind == kWord) return st.f[2];
   if (s.kind == kLexicon) return s.is_word[st.i[0] / s.width] ? 0.0f : kNegInfF;
   if (s.kind == kWordCount) return st.i[0] != 0 ? 1.0f : 0.0f;
+  if (s.kind == kHotwords) return -s.pend[st.i[0]];
   return s.eos[st.i[0]];
 }
 
