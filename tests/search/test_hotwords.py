@@ -14,7 +14,8 @@ from typing import Dict, List, Sequence, Tuple
 import pytest
 import torch
 
-from asrkit.search import ctc_prefix_beam_search
+from asrkit.search import (CTCPrefixScorer, attention_rescore, beam_search, ctc_prefix_beam_search,
+                           joint_beam_search)
 from asrkit.search.hotwords import (HotwordScorer, Phrase, as_phrases, compile_hotwords, hotword_scorer,
                                     parse_hotwords, read_hotwords, spell_with_tokens)
 from tests.search.reference_ctc_prefix import reference_prefix_search
@@ -237,3 +238,63 @@ def test_prefix_search_with_hotwords_equals_the_reference_search() -> None:
                                        final_score=lambda p: -0.7 * ref_potential(p, phrases)[1])
         assert [tuple(h.tokens) for h in hyps] == [w[0] for w in want]
         assert [h.score for h in hyps] == pytest.approx([w[1] for w in want], abs=1e-6)
+
+
+def _two_readings() -> torch.Tensor:
+    """(1, 4, 6) log-probs of "3 then 5 (0.6) or 4 (0.4)", blanks between."""
+    p = torch.full((4, 6), 1e-4, dtype=torch.float64)
+    p[0, 3] = p[1, 0] = p[3, 0] = 1.0
+    p[2, 5], p[2, 4] = 0.6, 0.4
+    return (p / p.sum(-1, keepdim=True)).log()[None]
+
+
+def test_a_biased_phrase_wins_only_with_hotwords_in_every_search() -> None:
+    lp, lens = _two_readings(), torch.tensor([4])
+    hot = {"hotwords": HotwordScorer(compile_hotwords([((3, 4), 1.0)], 6))}
+    for native in (False, None):
+        plain = ctc_prefix_beam_search(lp, lens, beam=4, native=native).to_lists()[0]
+        biased = ctc_prefix_beam_search(lp, lens, beam=4, scorers=hot, weights={"hotwords": 0.5},
+                                        native=native).to_lists()[0]
+        assert plain[0].tokens == [3, 5] and biased[0].tokens == [3, 4]
+        bonus = {tuple(h.tokens): h.score - h.ctc_score for h in biased}
+        assert bonus[(3, 4)] == pytest.approx(1.0) and bonus[(3, 5)] == pytest.approx(0.0)
+    # joint search (the CTC prefix score as the only model scorer) and attention rescoring of the biased N-best
+    ctc = CTCPrefixScorer(lp, lens)
+    assert beam_search({"ctc": ctc}, {"ctc": 1.0}, lens, beam=4).to_lists()[0][0].tokens == [3, 5]
+    joint = beam_search({"ctc": ctc, **hot}, {"ctc": 1.0, "hotwords": 0.5}, lens, beam=4).to_lists()[0]
+    assert joint[0].tokens == [3, 4] and joint[0].score - joint[0].ctc_score == pytest.approx(1.0)
+    nbest = ctc_prefix_beam_search(lp, lens, beam=4, scorers=hot, weights={"hotwords": 0.5})
+    rescored = attention_rescore(nbest, lambda u, t, n: torch.zeros(u.shape[0]), ctc_weight=0.5).to_lists()[0]
+    assert rescored[0].tokens == [3, 4]
+
+
+def test_joint_search_with_hotwords_and_an_lm_equals_the_reference_search() -> None:
+    from tests.search.test_beam_search import ToyDecoder, problem, random_bigram, run_and_compare
+
+    phrases = [((3, 4), 1.0), ((4, 5, 3), 2.0), ((3,), 0.5)]
+    gen = torch.Generator().manual_seed(5)
+    vocab = 7
+    memory, lp, lens = problem(2, 8, vocab, gen)
+    decoder = ToyDecoder(vocab, gen)
+    hot = HotwordScorer(compile_hotwords(phrases, vocab))
+
+    def hot_ref(prefix) -> List[float]:
+        return [0.0] + [ref_step(prefix, t, phrases) for t in range(1, vocab)]
+
+    run_and_compare(decoder, memory, lp, lens, lens.clone(), {"decoder": 0.7, "ctc": 0.3, "lm": 0.8}, beam=4, nbest=2,
+                    lm=(hot, hot_ref), tol=1e-5)
+    # beside an LM: the same search as the reference with both scorers summed
+    bigram = random_bigram(vocab, gen)
+    both = {"lm": bigram, "hotwords": hot}
+    got = joint_beam_search(decoder, memory, lens, lp, ctc_weight=0.3, beam=4, nbest=2, scorers=both,
+                            weights={"lm": 0.5, "hotwords": 0.8}).to_lists()
+    alone = joint_beam_search(decoder, memory, lens, lp, ctc_weight=0.3, beam=4, nbest=2, scorers={"lm": bigram},
+                              weights={"lm": 0.5}).to_lists()
+    checked = 0
+    for b in range(2):
+        for h in got[b]:  # every hypothesis's score holds 0.8 x its brute-force bonus beside the LM's part
+            mine = [a for a in alone[b] if a.tokens == h.tokens]
+            if mine:
+                checked += 1
+                assert h.score - mine[0].score == pytest.approx(0.8 * ref_potential(h.tokens, phrases)[0], abs=1e-4)
+    assert checked >= 2
