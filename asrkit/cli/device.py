@@ -34,8 +34,9 @@ def resolve_device(device: Optional[str]) -> str:
             raise DeviceError(f"--device {device}: no CUDA device is available (torch sees none; use --device cpu)")
         count = torch.cuda.device_count()
         if dev.index is not None and dev.index >= count:
-            raise DeviceError(f"--device {device}: there {'is' if count == 1 else 'are'} only {count} CUDA "
-                              f"device{'s' if count != 1 else ''} (cuda:0 .. cuda:{count - 1})")
+            have = "there is only 1 CUDA device (cuda:0)" if count == 1 else \
+                f"there are only {count} CUDA devices (cuda:0 .. cuda:{count - 1})"
+            raise DeviceError(f"--device {device}: {have}")
     elif dev.type != "cpu":
         raise DeviceError(f"--device {device}: asrkit runs on cpu or cuda devices, not {dev.type}")
     return device

@@ -79,5 +79,8 @@ def test_bad_names_and_indices_beyond_the_count(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert resolve_device("cuda:1") == "cuda:1"
-    with pytest.raises(DeviceError, match=r"only 2 CUDA devices \(cuda:0 .. cuda:1\)"):
+    with pytest.raises(DeviceError, match=r"^--device cuda:2: there are only 2 CUDA devices \(cuda:0 .. cuda:1\)$"):
         resolve_device("cuda:2")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(DeviceError, match=r"^--device cuda:1: there is only 1 CUDA device \(cuda:0\)$"):
+        resolve_device("cuda:1")
