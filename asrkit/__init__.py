@@ -21,7 +21,8 @@ def load_model(model: str | os.PathLike, device: str = "cpu", checkpoint: str | 
     ``trust_torchscript=True``, for files whose author you trust (ONNX needs no trust). ``decode``: an
     :class:`asrkit.config.DecodeConfig` or the path of a ``conf/decode_*.yaml`` choosing the search; greedy CTC
     when None. ``options``: ``segmenter`` (vad | fixed | none), ``vad`` (:class:`asrkit.audio.vad.VadConfig`),
-    ``batch_seconds``.
+    ``batch_seconds``, ``hotwords`` (phrases, or (phrase, weight factor) pairs, that a beam search is biased
+    toward, beside ``decode.hotwords``; weighted by ``decode.hotword_weight``).
 
     :meth:`~asrkit.pipeline.Transcriber.transcribe` takes one input (a path, a waveform tensor or numpy array)
     and returns one Result, or a list of inputs and returns a list; keyword arguments other than its own are
@@ -30,6 +31,7 @@ def load_model(model: str | os.PathLike, device: str = "cpu", checkpoint: str | 
     >>> model = asrkit.load_model("exp/tiny_ctc")                      # doctest: +SKIP
     >>> model.transcribe("a.wav").text                                 # doctest: +SKIP
     >>> model.transcribe(samples_8k, sample_rate=8000, mode="ctc_prefix", beam=8)  # doctest: +SKIP
+    >>> model.transcribe("a.wav", mode="ctc_prefix", hotwords=["ZANZIBAR", ("ANNA KARENINA", 2.0)])  # doctest: +SKIP
     >>> for r in model.transcribe(["a.wav", waveform, "long.flac"]):    # doctest: +SKIP
     ...     print(r.text, [(w.text, w.start, w.end, w.confidence) for w in r.words])
     """

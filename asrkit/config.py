@@ -331,6 +331,9 @@ class DecodeConfig:
     lm_word_boundary: Optional[str] = None  # word ARPA only: the mark word-initial tokens start with (None: ▁, | or space)
     # A word list (one word a line, or a lexicon's first field): only listed words are output (closed vocabularies)
     lexicon: Optional[str] = None
+    # Hotwords (contextual biasing, beam searches): a file of phrases, one a line, optionally a tab and a weight factor
+    hotwords: Optional[str] = None
+    hotword_weight: float = 1.5  # bonus per token of a hotword (a line's factor multiplies it); 0 = off
     lm_weight: float = 0.5  # alpha
     length_bonus: float = 0.0  # beta, per emitted token (per word with a word LM)
     # CTC prefix search pruning (all null: exact search)
@@ -613,6 +616,7 @@ def save_config(cfg: Any, path: str | os.PathLike) -> None:
     directory (a relative path in a config is read relative to the working directory, as on the command line)."""
     if isinstance(cfg, DecodeConfig):
         cfg = dataclasses.replace(cfg, lm=None if cfg.lm is None else os.path.abspath(cfg.lm),
-                                  lexicon=None if cfg.lexicon is None else os.path.abspath(cfg.lexicon))
+                                  lexicon=None if cfg.lexicon is None else os.path.abspath(cfg.lexicon),
+                                  hotwords=None if cfg.hotwords is None else os.path.abspath(cfg.hotwords))
     with atomic_write(path) as fh:
         yaml.safe_dump(to_dict(cfg), fh, sort_keys=False)

@@ -16,11 +16,14 @@ def add_decode_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--beam", type=int)
     g.add_argument("--lm", help="ARPA file or neural LM dir (asrkit train-lm) for shallow fusion")
     g.add_argument("--lm-weight", type=float)
+    g.add_argument("--hotwords", metavar="FILE",
+                   help="bias the search toward these phrases: one a line, optionally a tab and a weight factor")
+    g.add_argument("--hotword-weight", type=float, metavar="W", help="bonus per hotword token (default 1.5)")
 
 
 def decode_config_from_args(args: argparse.Namespace) -> DecodeConfig:
     """The DecodeConfig the arguments describe; raises ConfigError naming a bad key. The shortcut options win over
     ``--set`` and keep the values argparse gave them: ``--lm null`` is a file named null, not YAML's "no LM"."""
     cfg = load_decode_config(args.decode_config, args.overrides)
-    given = {key: getattr(args, key) for key in ("mode", "beam", "lm", "lm_weight")}
+    given = {key: getattr(args, key) for key in ("mode", "beam", "lm", "lm_weight", "hotwords", "hotword_weight")}
     return replace(cfg, **{key: value for key, value in given.items() if value is not None})

@@ -19,10 +19,11 @@ audio is read, with a message that names the setting.
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import os
 from dataclasses import asdict, replace
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 import torch
 from torchaudio.functional import forced_align, merge_tokens
@@ -33,8 +34,9 @@ from asrkit.lm.word_ngram import WordNgramScorer
 from asrkit.lm.neural import NeuralLMScorer, load_neural_lm
 from asrkit.models.asr import AsrModel
 from asrkit.nets.lstm_decoder import LSTMAttentionDecoder
-from asrkit.search import (LexiconScorer, NBest, WordCount, attention_rescore, ctc_prefix_beam_search, greedy_search,
-                           joint_beam_search, read_word_list)
+from asrkit.search import (HotwordScorer, LexiconScorer, NBest, WordCount, attention_rescore, ctc_prefix_beam_search,
+                           greedy_search, hotword_scorer, joint_beam_search, read_hotwords, read_word_list)
+from asrkit.search.hotwords import HOTWORDS, PhraseSpec, as_phrases
 from asrkit.text.tokenizer import Tokenizer
 
 MODES = ("greedy", "ctc_prefix", "attention", "joint", "rescore")
@@ -88,6 +90,12 @@ def check_decode_config(cfg: DecodeConfig, model: Optional[AsrModel]) -> None:
         raise ConfigError("decode.lexicon is set but decode.mode is greedy (the lexicon constrains a beam search)")
     if cfg.lexicon is not None and not os.path.isfile(cfg.lexicon):
         raise ConfigError(f"decode.lexicon {cfg.lexicon}: no such file")
+    if cfg.hotwords is not None and cfg.mode == "greedy":
+        raise ConfigError("decode.hotwords is set but decode.mode is greedy (hotwords bias a beam search)")
+    if cfg.hotwords is not None and not os.path.isfile(cfg.hotwords):
+        raise ConfigError(f"decode.hotwords {cfg.hotwords}: no such file")
+    if cfg.hotword_weight < 0:
+        raise ConfigError(f"decode.hotword_weight must be >= 0 (0: off), got {cfg.hotword_weight}")
     if cfg.lm_word_boundary is not None and cfg.lm_units != "word":
         raise ConfigError("decode.lm_word_boundary applies to a word LM (decode.lm_units: word)")
     if cfg.attention_window < 0:
@@ -128,13 +136,35 @@ def load_lm_scorer(cfg: DecodeConfig, tokenizer: Tokenizer, device: torch.device
         raise ConfigError(f"decode.lm {path}: {exc}") from None
 
 
+def load_hotwords(cfg: DecodeConfig, tokenizer: Tokenizer, extra: Optional[Sequence[PhraseSpec]] = None
+                  ) -> Optional[HotwordScorer]:
+    """The hotword scorer of ``decode.hotwords`` (a file) and ``extra`` phrases (the Python API's list), spelled
+    with the model's tokenizer; phrases it cannot spell are logged with their line and skipped."""
+    if cfg.hotwords is None and extra is None:
+        return None
+    if cfg.mode == "greedy":
+        raise ConfigError("hotwords bias a beam search, but decode.mode is greedy (use ctc_prefix, joint, ...)")
+    try:
+        phrases = read_hotwords(cfg.hotwords) if cfg.hotwords is not None else []
+        if extra is not None:
+            phrases += as_phrases(extra)
+        return hotword_scorer(phrases, tokenizer.encode, tokenizer.token_list, unk_id=tokenizer.unk_id,
+                              warn=log.warning)
+    except ValueError as exc:
+        where = f"decode.hotwords {cfg.hotwords}" if cfg.hotwords is not None else "hotwords"
+        raise ConfigError(f"{where}: {exc}") from None
+
+
 class Searcher:
     """``search(model, enc, enc_lens) -> NBest`` for one DecodeConfig; scorers that do not depend on the
-    audio (the LM, the length bonus) are built once."""
+    audio (the LM, the length bonus, the hotwords) are built once. ``hotwords``: phrases (or (phrase, weight
+    factor) pairs) beside ``decode.hotwords``'s file."""
 
-    def __init__(self, cfg: DecodeConfig, model: Optional[AsrModel], tokenizer: Tokenizer, device: torch.device):
+    def __init__(self, cfg: DecodeConfig, model: Optional[AsrModel], tokenizer: Tokenizer, device: torch.device,
+                 hotwords: Optional[Sequence[PhraseSpec]] = None):
         check_decode_config(cfg, model)
         self.cfg, self.tokenizer = cfg, tokenizer
+        self.hotwords = load_hotwords(cfg, tokenizer, hotwords)
         if cfg.attention_window:
             model.decoder.set_decoding_window(cfg.attention_window)
         self.lm = load_lm_scorer(cfg, tokenizer, device)
@@ -165,6 +195,8 @@ class Searcher:
             scorers["lm"], weights["lm"] = self.lm, self.cfg.lm_weight
         if self.lexicon is not None:
             scorers["lexicon"], weights["lexicon"] = self.lexicon, 1.0
+        if self.hotwords is not None:
+            scorers[HOTWORDS], weights[HOTWORDS] = self.hotwords, self.cfg.hotword_weight
         if self.cfg.length_bonus:
             if self.bonus is not None:
                 scorers["length_bonus"] = self.bonus

@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, overload
@@ -26,6 +27,7 @@ from asrkit.pipeline.stream import (SEGMENTERS, InputDone, SegmentDataset, Segme
                                     segment_loader)
 from asrkit.pipeline.words import TokenTime, align_tokens, group_words, snap_to_speech
 from asrkit.search import Hypothesis
+from asrkit.search.hotwords import PhraseSpec
 from asrkit.text.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
@@ -155,19 +157,21 @@ class Transcriber:
     def __init__(self, model: Optional[AsrModel], cfg: Optional[ExperimentConfig], tokenizer: Tokenizer,
                  device: str | torch.device = "cpu", decode: Optional[DecodeConfig] = None, *,
                  exported: Optional["ExportedModel"] = None, segmenter: str = "vad",
-                 vad: Optional[VadConfig] = None, batch_seconds: float = 120.0):
+                 vad: Optional[VadConfig] = None, batch_seconds: float = 120.0,
+                 hotwords: Optional[Sequence[PhraseSpec]] = None):
         if (model is None) == (exported is None):
             raise ValueError("give a model or an exported model, not both")
         self.model, self.cfg, self.tokenizer = model, cfg, tokenizer
         self.device = torch.device(device)
         self.decode_cfg = decode or DecodeConfig()
+        self.hotwords = None if hotwords is None else list(hotwords)
         if model is not None:
             model.eval()
-            self.searcher = Searcher(self.decode_cfg, model, tokenizer, self.device)
+            self.searcher = Searcher(self.decode_cfg, model, tokenizer, self.device, self.hotwords)
             self.acoustic: Any = _EagerAcoustic(model, self.device)
             self.sample_rate = model.frontend.sample_rate
         else:
-            self.searcher = Searcher(self.decode_cfg, None, tokenizer, self.device)
+            self.searcher = Searcher(self.decode_cfg, None, tokenizer, self.device, self.hotwords)
             self.acoustic = _ExportedAcoustic(exported)
             self.sample_rate = exported.sample_rate
         # seconds per encoder frame = feature hop x subsampling factor
@@ -277,14 +281,23 @@ class Transcriber:
 
     def _call_searcher(self, options: Dict[str, Any]) -> Searcher:
         """The search for one call: the model's, or a new one with ``options`` (DecodeConfig keys) over the
-        model's decode config (a per-call LM is loaded for that call)."""
+        model's decode config (a per-call LM is loaded for that call). ``hotwords``: a file (the DecodeConfig
+        key) or a list of phrases, which replaces the list given to load_model for that call."""
         if not options:
             return self.searcher
+        hotwords = self.hotwords
+        if "hotwords" in options and not isinstance(options["hotwords"], (str, os.PathLike, type(None))):
+            options = dict(options)
+            hotwords = list(options.pop("hotwords"))
+            if not options and hotwords == self.hotwords:
+                return self.searcher
         if "attention_window" in options:  # it is set on the model's decoder and would outlive the call
             raise ConfigError("decode.attention_window changes the model: give it to load_model(decode=...), "
                               "not to one call")
         cfg = from_dict(DecodeConfig, {**to_dict(self.decode_cfg), **options})
-        return self.searcher if cfg == self.decode_cfg else Searcher(cfg, self.model, self.tokenizer, self.device)
+        if cfg == self.decode_cfg and hotwords == self.hotwords:
+            return self.searcher
+        return Searcher(cfg, self.model, self.tokenizer, self.device, hotwords)
 
     @torch.inference_mode()
     def transcribe_iter(self, inputs: Iterable[Inputlike], *, sample_rate: Optional[int] = None,

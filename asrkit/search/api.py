@@ -16,12 +16,14 @@ log-probabilities (not probabilities, not logits).
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
 from asrkit.search.ctc_prefix import _checked_search
+from asrkit.search.hotwords import HOTWORDS, PhraseSpec, hotword_scorer, spell_with_tokens
 from asrkit.search.interfaces import BatchScorer
 
 BLANK_NAMES = ("<blank>", "<pad>", "<b>", "<eps>", "")
@@ -153,7 +155,8 @@ def decode_ctc(log_probs: Any, lengths: Any = None, tokens: Optional[Sequence[st
                length_bonus: float = 0.0, blank_id: Optional[int] = None, unk_id: Optional[int] = None,
                eos_id: Optional[int] = None, token_topk: Optional[int] = 8,
                token_min_logp: Optional[float] = -12.0, blank_skip_threshold: Optional[float] = 0.999,
-               cuda_graph: bool = False, native: Optional[bool] = None) -> List[List[Decoded]]:
+               cuda_graph: bool = False, native: Optional[bool] = None,
+               hotwords: Optional[Sequence[PhraseSpec]] = None, hotword_weight: float = 1.5) -> List[List[Decoded]]:
     """CTC prefix beam search with checked inputs; per utterance, up to `nbest` :class:`Decoded`, best first.
 
     log_probs: (B, T, V) or (T, V) log-probabilities (torch, numpy or nested lists; a (T, V) input is
@@ -165,6 +168,10 @@ def decode_ctc(log_probs: Any, lengths: Any = None, tokens: Optional[Sequence[st
     ``native``: which frame loop runs, as :func:`ctc_prefix_beam_search`'s: None (default) the C++ loop
     where it can run (CPU inputs, every scorer with a native form, the library built), else the torch
     loop; True: the C++ loop or a ValueError saying why it cannot run; False: the torch loop.
+    ``hotwords``: phrases (or (phrase, weight factor) pairs) the search is biased toward
+    (:mod:`asrkit.search.hotwords`), spelled with the token list (longest tokens first, word-initial tokens
+    after ``▁`` or ``|``); a hypothesis gains ``hotword_weight`` (x the factor) per token of a phrase it holds.
+    A phrase the tokens cannot spell is skipped with a warning; none left is a ValueError.
     """
     lp = _as_tensor(log_probs, "log_probs")
     if lp.dim() == 2:
@@ -220,6 +227,13 @@ def decode_ctc(log_probs: Any, lengths: Any = None, tokens: Optional[Sequence[st
                              f"reorder the model's outputs or decode without lm")
         perm = torch.tensor([blank] + [i for i in range(vocab) if i != blank], device=lp.device)
         lp = lp.index_select(2, perm)
+    if hotwords is not None:
+        order = list(range(vocab)) if perm is None else perm.tolist()  # the search's ids
+        search_tokens = [tokens[i] for i in order]
+        scorers[HOTWORDS] = hotword_scorer(hotwords, spell_with_tokens(search_tokens), search_tokens,
+                                           unk_id=None if unk is None else order.index(unk),
+                                           warn=lambda message: warnings.warn(message, stacklevel=3))
+        weights[HOTWORDS] = float(hotword_weight)
     # The checks above cover ctc_prefix_beam_search's (NaN, +inf, lengths): no second pass over the input.
     found = _checked_search(lp, lens, beam, nbest, scorers, weights, token_topk, token_min_logp,
                             blank_skip_threshold, cuda_graph, native)
