@@ -139,7 +139,7 @@ def _compile(phrases: Tuple[Tuple[Tuple[int, ...], float], ...], vocab: int, fre
 
 def _move(arcs: List[Dict[int, int]], root_children: Dict[int, int], state: int, tok: int) -> int:
     """The next state from ``state`` by ``tok`` while the tables are built."""
-    return arcs[state].get(tok, root_children.get(tok, 0)) if state else root_children.get(tok, 0)
+    return arcs[state].get(tok, root_children.get(tok, 0))  # arcs[0] is empty: the root reads root_children
 
 
 class HotwordScorer:
@@ -193,7 +193,7 @@ def parse_hotwords(lines: Iterable[str], source: str) -> List[Phrase]:
     ``#`` comments skipped. Errors name ``source`` and the line."""
     phrases = []
     for n, line in enumerate(lines, 1):
-        text, _, weight = line.rstrip("\r\n").partition("\t")
+        text, _, weight = line.partition("\t")  # both are stripped below
         text = " ".join(text.split())
         if not text or text.startswith("#"):
             continue
@@ -228,7 +228,7 @@ def as_phrases(hotwords: Iterable[Union[PhraseSpec, Phrase]], source: str = "hot
     phrases = []
     for n, item in enumerate(hotwords):
         if isinstance(item, str):
-            item = Phrase(item, 1.0)
+            item = Phrase(item)
         elif isinstance(item, tuple) and not isinstance(item, Phrase) and len(item) == 2:
             item = Phrase(str(item[0]), float(item[1]))
         if not isinstance(item, Phrase):

@@ -152,8 +152,9 @@ def test_compile_checks_and_caches_by_content() -> None:
     a = compile_hotwords([((3, 4), 1.0), ((5,), 2.0)], 8)
     assert compile_hotwords([((5,), 2.0), ((3, 4), 1.0)], 8) is a
     assert compile_hotwords([((5,), 2.0), ((3, 4), 1.5)], 8) is not a
-    for bad, match in (([], "no phrases"), ([((), 1.0)], "no tokens"), ([((8,), 1.0)], "outside"),
-                       ([((0,), 1.0)], "outside"), ([((3,), 0.0)], "> 0"), ([((3,), float("nan"))], "> 0")):
+    for bad, match in (([], "^compile_hotwords: no phrases$"), ([((), 1.0)], "^compile_hotwords: a phrase has no tokens$"),
+                       ([((8,), 1.0)], r"\[8\] has ids outside 1\.\.7$"), ([((0,), 1.0)], "outside"),
+                       ([((3,), 0.0)], "> 0"), ([((3,), float("nan"))], "> 0")):
         with pytest.raises(ValueError, match=match):
             compile_hotwords(bad, 8)
 
@@ -173,23 +174,38 @@ PIECES = ["<blank>", "<unk>", "<sos/eos>", "\u2581", "\u2581JO", "\u2581AN", "HN
 
 def test_char_phrases_start_with_the_boundary_and_unspellable_ones_are_reported() -> None:
     warned: List[str] = []
-    scorer = hotword_scorer([Phrase("JOHN", 1.0, "list line 1"), Phrase("42", 1.0, "list line 2"), "JOHN"],
+    scorer = hotword_scorer([Phrase("JOHN", 1.0, "list line 1"), Phrase("42", 1.0, "list line 2"), "JOHN", "SO"],
                             spell_with_tokens(CHARS), CHARS, unk_id=1, warn=warned.append)
     assert warned == ["hotword '42' (list line 2) skipped: the model's units cannot spell it"]
     ids = {t: i for i, t in enumerate(CHARS)}
-    for text, want in (("JOHN", 4.0), ("A JOHN", 4.0), ("AJOHN", 0.0), ("JOHNJOHN", 4.0), ("JOHN JOHN", 8.0)):
+    for text, want in (("JOHN", 4.0), ("A JOHN", 4.0), ("AJOHN", 0.0), ("JOHNJOHN", 4.0), ("JOHN JOHN", 8.0),
+                       ("SO", 2.0)):
         seq = [ids[c] for c in text.replace(" ", "\u2581")]
         rows, final = run_scorer(scorer, seq, len(CHARS))
         assert sum(row[t] for row, t in zip(rows, seq)) + final == pytest.approx(want), text
-    with pytest.raises(ValueError, match="no phrase can be spelled"):
+    with pytest.raises(ValueError, match="^hotwords: no phrase can be spelled with the model's units$"):
         hotword_scorer(["42"], spell_with_tokens(CHARS), CHARS, unk_id=1)
+    # ids the search cannot emit (the blank, past the vocabulary) are refused; without an unk id, 1 is a token
+    assert hotword_scorer(["X"], lambda text: [1], CHARS, unk_id=None).native_form()[0] == "hotwords"
+    for ids in ([0], [len(CHARS)]):
+        with pytest.raises(ValueError, match="no phrase"):
+            hotword_scorer(["X"], lambda text: ids, CHARS)
+
+
+def test_without_a_boundary_token_phrases_match_anywhere() -> None:
+    letters = ["<blank>", "<unk>", "<sos/eos>", "A", "B", "C", "<", ">"]
+    encode = spell_with_tokens(letters)
+    assert encode("AB C") == [3, 4, 5] and encode("<unk>") == [] and encode("A<") == [3, 6]
+    scorer = hotword_scorer(["BC"], encode, letters, unk_id=1)
+    rows, final = run_scorer(scorer, [3, 4, 5], len(letters))
+    assert [row[t] for row, t in zip(rows, [3, 4, 5])] == pytest.approx([0.0, 1.0, 1.0]) and final == 0.0
 
 
 def test_bpe_phrases_use_word_initial_pieces() -> None:
     encode = spell_with_tokens(PIECES)
     ids = {t: i for i, t in enumerate(PIECES)}
     assert encode("JOHN ANNA") == [ids["\u2581JO"], ids["HN"], ids["\u2581AN"], ids["NA"]]
-    assert encode("JOHN 7") == []
+    assert encode("JOHN 7") == [] and encode("SO") == [ids["\u2581S"], ids["O"]] and encode("<unk>") == []
     scorer = hotword_scorer([("JOHN ANNA", 0.5)], encode, PIECES, unk_id=1)
     seq = encode("JOHN ANNA")
     rows, final = run_scorer(scorer, seq, len(PIECES))
@@ -201,7 +217,7 @@ def test_parse_read_and_as_phrases(tmp_path) -> None:
     got = parse_hotwords(["JOHN  SMITH\n", "\n", "# a comment\n", "ANNA\t2.5\r\n"], "f.txt")
     assert got == [Phrase("JOHN SMITH", 1.0, "f.txt line 1"), Phrase("ANNA", 2.5, "f.txt line 4")]
     for line, match in (("ANNA\tx", "line 1: the weight 'x' is not a number"), ("ANNA\t-1", "line 1: the weight -1.0"),
-                        ("ANNA\tinf", "must be a number > 0")):
+                        ("ANNA\tinf", "must be a number > 0"), ("ANNA\t0", "the weight 0.0 must be")):
         with pytest.raises(ValueError, match=match):
             parse_hotwords([line], "f.txt")
     empty = tmp_path / "empty.txt"
@@ -298,3 +314,9 @@ def test_joint_search_with_hotwords_and_an_lm_equals_the_reference_search() -> N
                 checked += 1
                 assert h.score - mine[0].score == pytest.approx(0.8 * ref_potential(h.tokens, phrases)[0], abs=1e-4)
     assert checked >= 2
+
+
+def test_a_utf8_list_reads_under_the_c_locale(tmp_path, c_locale) -> None:
+    listed = tmp_path / "names.txt"
+    listed.write_text("ÉMILE ZOLA\t2\n", encoding="utf-8")
+    assert read_hotwords(listed) == [Phrase("ÉMILE ZOLA", 2.0, f"{listed} line 1")]
