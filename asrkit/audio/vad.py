@@ -217,7 +217,8 @@ def frame_energies(source: Source, sample_rate: Optional[int] = None, cfg: Optio
             raise ValueError("frame_energies: a waveform needs its sample_rate")
         mono = _to_numpy(source)
         frame_len, hop = frame_geometry(sample_rate, cfg)
-        energies = _stream_energies([mono], len(mono), frame_len, hop)
+        step = cfg.block_hops * hop  # framed block by block, as a file is: never a copy of every frame at once
+        energies = _stream_energies((mono[i:i + step] for i in range(0, len(mono), step)), len(mono), frame_len, hop)
     if not np.isfinite(energies).all():
         raise AudioError(f"{source if isinstance(source, (str, os.PathLike)) else 'waveform'}: "
                          "audio contains NaN or infinite samples")

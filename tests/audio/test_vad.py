@@ -233,6 +233,24 @@ def test_energies_of_a_30_minute_file_are_computed_in_bounded_memory(tmp_path):
                for k, w in enumerate(windows))
 
 
+
+def test_energies_of_a_long_waveform_are_computed_in_blocks():
+    """A waveform (asrkit decode hands an over-long utterance to the segmenter as one) is framed block by block,
+    as a file is: framing it whole made a float64 copy of every frame (an hour at 16 kHz: 1.2 GB)."""
+    sr = 16000
+    wav = torch.from_numpy(layout([(5.0, 50.0), (100.0, 170.0)], 600.0, sr))  # 10 minutes: 38 MB of float32
+    cfg = VadConfig()
+    tracemalloc.start()
+    try:
+        energies = frame_energies(wav, sr, cfg)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    framed_whole = 60000 * frame_geometry(sr)[0] * 8  # 60000 frames of 400 float64 samples: 192 MB
+    assert peak < wav.numel() * 4 * 1.5 < framed_whole / 2, peak  # the mono copy and one block, no more
+    np.testing.assert_allclose(energies, frame_energies(wav, sr, VadConfig(block_hops=10**9)), atol=1e-4)
+
+
 SENTENCES = ["the cat sat on the mat", "she read a good book", "birds sing in the morning"]
 
 
