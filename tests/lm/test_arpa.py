@@ -34,14 +34,14 @@ GOOD = "\\data\\\nngram 1=3\nngram 2=1\n\n\\1-grams:\n-1\t<s>\t-0.5\n-0.5\tA\t-0
 
 @pytest.mark.parametrize("old,new,message", [
     ("ngram 2=1", "ngram 2=2", "declares ngram 2=2 but the \\2-grams: section has 1"),
-    ("-0.1\t<s> A\n", "-0.1\t<s> A B C\n", ":11: a 2-gram line needs 3 or 4 fields"),
+    ("-0.1\t<s> A\n", "-0.1\t<s> A B C\n", ":11: a 2-gram line needs 3 or 4 fields, got 5: '-0.1\\t<s> A B C'"),
     ("-0.5\tA\t-0.2", "-0.5\tA\tx", ":7: back-off 'x' is not a number"),
     ("-0.5\tA\t-0.2", "0.5\tA\t-0.2", ":7: positive log10 probability"),
     ("-0.1\t<s> A\n", "-0.1\t<s> A\t-0.3\n", ":11: highest-order 2-gram has a back-off"),
     ("-0.7\t</s>\n", "-0.7\t</s>\n-0.2\tA\n", ":9: duplicate 1-gram 'A'"),
     ("\\end\\\n", "", "missing \\end\\ marker"),
     ("\\data\\\n", "", "no \\data\\ header"),
-    ("ngram 1=3\n", "ngram one=3\n", ":2: expected 'ngram K=COUNT'"),
+    ("ngram 1=3\n", "ngram one=3\n", ":2: expected 'ngram K=COUNT' in \\data\\, got 'ngram one=3'"),
     ("\\2-grams:", "\\3-grams:", ":10: section \\3-grams: but \\data\\ declares order 2"),
     # The unigram count is checked like the others (a reader that only checks orders >= 2 misses it).
     ("ngram 1=3", "ngram 1=4", "declares ngram 1=4 but the \\1-grams: section has 3 entries"),
