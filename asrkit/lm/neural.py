@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from asrkit.checkpoint import load_checkpoint
+from asrkit.checkpoint import load_checkpoint, load_weights
 from asrkit.config import ConfigError, LMModelConfig, load_lm_config
 from asrkit.nets.attention import MultiHeadAttention
 from asrkit.nets.mask import causal_mask
@@ -300,8 +300,5 @@ def load_neural_lm(lm_dir: str | os.PathLike, device: torch.device | str | None 
     tokenizer = load_tokenizer(os.path.join(lm_dir, cfg.tokenizer.path))
     lm = build_lm(cfg.model, tokenizer.vocab_size)
     ckpt = load_checkpoint(weights)  # weights_only, format version checked
-    try:
-        lm.load_state_dict(ckpt["model"])
-    except (RuntimeError, KeyError, TypeError) as exc:
-        raise ValueError(f"{weights}: cannot load the LM weights ({type(exc).__name__}: {exc})") from exc
+    load_weights(lm, ckpt, weights)  # weights of another config: one line naming the file and what differs
     return lm.to(device or "cpu").eval(), tokenizer

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 import re
+import shutil
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -233,6 +234,21 @@ def test_tiny_lm_reaches_a_low_dev_perplexity(kind: str, trained: dict) -> None:
     with torch.no_grad():
         nll = -sentence_log_likelihood(lm, *make_lm_batch(dev)).sum()
     assert math.exp(float(nll) / sum(len(s) + 1 for s in dev)) == pytest.approx(summary["best_valid_ppl"], rel=1e-4)
+
+
+def test_weights_of_another_config_are_one_line_naming_the_file(trained: dict, tmp_path: Path) -> None:
+    src = trained["lstm"][0]
+    lm_dir = tmp_path / "lm"
+    shutil.copytree(src, lm_dir)
+    cfg = (lm_dir / "config.yaml").read_text(encoding="utf-8")
+    layers = re.search(r"num_layers: (\d+)", cfg)
+    (lm_dir / "config.yaml").write_text(cfg.replace(layers.group(0), f"num_layers: {int(layers.group(1)) + 1}"),
+                                        encoding="utf-8")
+    with pytest.raises(ValueError) as exc:
+        load_neural_lm(lm_dir)
+    message = str(exc.value)
+    assert "\n" not in message and message.startswith(f"{lm_dir / 'model.pt'}: the weights do not fit")
+    assert "missing" in message and "weight_ih_l" in message
 
 
 def ambiguous_ctc(tok, text: str, position: int, rival: str) -> torch.Tensor:

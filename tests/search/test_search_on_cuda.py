@@ -16,6 +16,7 @@ import torch
 
 from asrkit.lm import LSTMLM, NeuralLMScorer, TransformerLM, ngram_scorer
 from asrkit.search import ctc_prefix_beam_search
+from asrkit.search.hotwords import hotword_scorer, spell_with_tokens
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -108,3 +109,25 @@ def test_captured_searches_of_several_batches_share_one_scorer() -> None:
         want = ctc_prefix_beam_search(lp, lengths, scorers={"lm": _word_lm("cpu")}, native=False, **kw)
         got = ctc_prefix_beam_search(lp.cuda(), lengths.cuda(), scorers={"lm": scorer}, cuda_graph=True, **kw)
         assert torch.equal(got.tokens.cpu(), want.tokens), f"batch {seed}"
+
+
+@pytest.mark.parametrize("cuda_graph", [False, True])
+@pytest.mark.parametrize("with_lm", [False, True])
+def test_prefix_search_with_hotwords_on_cuda_equals_cpu(with_lm: bool, cuda_graph: bool) -> None:
+    # The hotword automaton's tables move to the search's device; beside the word LM too.
+    lp, lengths = spelled_log_probs(TOKENS, WORDS, batch=6, seed=11)
+
+    def scorers(device: str, hotwords: bool = True) -> dict:
+        out = {"lm": _word_lm(device)} if with_lm else {}
+        if hotwords:
+            out["hotwords"] = hotword_scorer(["CAT ON", "DOG", "MAT"], spell_with_tokens(TOKENS), TOKENS)
+        return out
+    weights = {"hotwords": 2.0, "length_bonus": 0.5, **({"lm": 0.8} if with_lm else {})}
+    kw = dict(beam=6, nbest=3, weights=weights)
+    cpu = ctc_prefix_beam_search(lp, lengths, scorers=scorers("cpu"), native=False, **kw)
+    plain = ctc_prefix_beam_search(lp, lengths, scorers=scorers("cpu", hotwords=False), native=False,
+                                   **{**kw, "weights": {k: w for k, w in weights.items() if k != "hotwords"}})
+    assert not torch.equal(cpu.tokens, plain.tokens), "the hotwords changed nothing: the test would not see it on CUDA"
+    gpu = ctc_prefix_beam_search(lp.cuda(), lengths.cuda(), scorers=scorers("cuda"), cuda_graph=cuda_graph, **kw)
+    assert torch.equal(gpu.tokens.cpu(), cpu.tokens) and torch.equal(gpu.token_frames.cpu(), cpu.token_frames)
+    torch.testing.assert_close(gpu.scores.cpu(), cpu.scores, atol=2e-4, rtol=0)
