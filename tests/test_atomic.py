@@ -8,6 +8,7 @@ import pytest
 
 import asrkit.atomic
 from asrkit.atomic import atomic_write
+from tests.full_disk import FullDisk
 
 
 def test_creates_the_parent_directories_and_leaves_only_the_target(tmp_path):
@@ -31,27 +32,10 @@ def test_an_error_in_the_block_keeps_the_old_file_and_removes_the_temporary_one(
     assert target.read_text() == "old\n" and os.listdir(tmp_path) == ["out.txt"]
 
 
-class _FullDisk:
-    """A file whose writes fail as on a full disk (the write raises ENOSPC without a file name)."""
-
-    def __init__(self, fh):
-        self._fh = fh
-
-    def write(self, data):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self._fh.close()
-
-    def __getattr__(self, name):
-        return getattr(self._fh, name)
 
 
 def test_a_full_disk_names_the_target_and_leaves_no_temporary_file(tmp_path, monkeypatch):
-    monkeypatch.setattr(asrkit.atomic, "open", lambda *a, **k: _FullDisk(open(*a, **k)), raising=False)
+    monkeypatch.setattr(asrkit.atomic, "open", lambda *a, **k: FullDisk(open(*a, **k)), raising=False)
     target = tmp_path / "text"
     with pytest.raises(OSError) as info:
         with atomic_write(target) as fh:

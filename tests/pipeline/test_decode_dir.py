@@ -21,6 +21,7 @@ from asrkit.pipeline import Transcriber
 from asrkit.pipeline.decode_dir import MAX_UTTERANCE_SECONDS
 from asrkit.pipeline.sharded import DecodeJob, decode_shard, plan_shards, prepare_shard
 from asrkit.pipeline.transcriber import _EagerAcoustic
+from tests.full_disk import FullDisk
 from tests.pipeline.tiny_exp import make_tiny_exp, tone, write_data_dir
 
 SHORT = {f"s{i}": tone(0.5 + 0.2 * i, 220 + 60 * i, seed=i) for i in range(4)}
@@ -121,21 +122,6 @@ def test_a_bad_data_dir_is_one_line_without_nj_as_with_it(exp, tmp_path, capsys)
         assert len(err) == 1 and "wav.scp" in err[0] and "duplicate key 's0'" in err[0], (more, err)
 
 
-class _FullDisk:
-    def __init__(self, fh):
-        self._fh = fh
-
-    def write(self, data):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self._fh.close()
-
-    def __getattr__(self, name):
-        return getattr(self._fh, name)
 
 
 def test_a_full_disk_is_one_line_and_leaves_no_temporary_file(exp, tmp_path, monkeypatch, capsys):
@@ -143,7 +129,7 @@ def test_a_full_disk_is_one_line_and_leaves_no_temporary_file(exp, tmp_path, mon
 
     def opener(path, *a, **k):
         fh = open(path, *a, **k)
-        return _FullDisk(fh) if os.path.basename(path).startswith("text.tmp") else fh
+        return FullDisk(fh) if os.path.basename(path).startswith("text.tmp") else fh
 
     monkeypatch.setattr(asrkit.atomic, "open", opener, raising=False)
     out = tmp_path / "out"

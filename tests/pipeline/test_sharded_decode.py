@@ -20,17 +20,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-import torch
 
-from asrkit.checkpoint import save_model_weights
 from asrkit.cli import main
-from asrkit.config import DecodeConfig, load_config, save_config
+from asrkit.config import DecodeConfig
 from asrkit.data.datadir import DataDirError, read_data_dir
 from asrkit.data.split import balanced_ranges, split_data_dir
 from asrkit.data.table import read_table
-from asrkit.models.registry import build_model
 from asrkit.pipeline.sharded import DecodeJob, Shard, decode_sharded, die_with_parent, merge_shards, plan_shards
-from asrkit.text.tokenizer import CharTokenizer
+from tests.pipeline.tiny_exp import make_tiny_exp
 
 REPO = Path(__file__).resolve().parents[2]
 DURATIONS = [0.4 + 0.15 * i for i in range(8)]  # utt0 .. utt7
@@ -40,17 +37,7 @@ DURATIONS = [0.4 + 0.15 * i for i in range(8)]  # utt0 .. utt7
 def setup(tmp_path_factory):
     """(exp dir, data dir, reference output dir of a plain one-process decode)."""
     root = tmp_path_factory.mktemp("sharded")
-    torch.manual_seed(0)
-    cfg = load_config(REPO / "conf" / "tiny_ctc.yaml", [
-        "model.encoder.d_model=32", "model.encoder.num_heads=2", "model.encoder.ffn_dim=64",
-        "model.encoder.num_layers=1", "model.encoder.dropout=0.0", "frontend.n_mels=20",
-        "tokenizer.path=tokenizer.json", "cmvn=null", "specaug.enabled=false"])
-    tok = CharTokenizer.train(["ABCDEFGHIJ KLMNOP"])
-    exp = root / "exp"
-    exp.mkdir()
-    save_config(cfg, exp / "config.yaml")
-    tok.save(exp / "tokenizer.json")
-    save_model_weights(build_model(cfg, tok.vocab_size), exp / "model.pt")
+    exp = make_tiny_exp(root / "exp")
 
     data = root / "data"
     data.mkdir()
