@@ -487,8 +487,8 @@ _YAML_NULLS = ("", "~", "null", "Null", "NULL")
 
 
 def _field_type(cls: Any, parts: Sequence[str]) -> Any:
-    """The type of the field at key path ``parts`` of dataclass ``cls``; None if there is none (or the kinds of a
-    section of several kinds disagree on it)."""
+    """The type of the field at key path ``parts`` of dataclass ``cls``; None if there is none (no ``cls``, or the
+    kinds of a section of several kinds disagree on it)."""
     tp = cls
     for part in parts:
         sections = [a for a in (typing.get_args(tp) or (tp,)) if dataclasses.is_dataclass(a)]
@@ -514,7 +514,7 @@ def apply_overrides(data: Dict[str, Any], overrides: Sequence[str], cls: Optiona
             node = node.setdefault(p, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override '{item}': '{p}' is not a section")
-        tp = _field_type(cls, parts) if cls is not None else None
+        tp = _field_type(cls, parts)
         if tp is str or set(typing.get_args(tp)) == {str, type(None)}:
             node[parts[-1]] = None if tp is not str and raw in _YAML_NULLS else raw
             continue

@@ -252,6 +252,8 @@ def test_string_fields_take_an_override_literally():
     exp = load_config(CONF / "tiny_ctc.yaml", ["cmvn=a #b", "model.decoder.kind=none", "model.encoder.d_model=8"])
     assert exp.cmvn == "a #b" and type(exp.model.decoder).__name__ == "NoDecoderConfig"
     assert exp.model.encoder.d_model == 8
+    with pytest.raises(ConfigError, match=r"model.decoder.kind 'lstm_location #x' is unknown"):  # not cut at '#'
+        load_config(CONF / "tiny_ctc.yaml", ["model.decoder.kind=lstm_location #x"])
     # Without a config class (or for a key it lacks) values are YAML, and unknown keys are still refused.
     assert apply_overrides({}, ["lm=null"]) == {"lm": None}
     with pytest.raises(ConfigError, match="unknown config key 'lm_wieght'"):

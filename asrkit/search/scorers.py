@@ -62,13 +62,13 @@ class WordCount:
 
     def score(self, state: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """tokens (N, C) -> (N, C): 1.0 where the token closes an open word."""
-        return self.closes.take(tokens.clamp(min=0)).to(state.dtype) * state[:, None]
+        return self.closes.take(tokens.clamp(min=0)) * state[:, None]  # bool x float: the state's dtype
 
     def select_state(self, state: torch.Tensor, index: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """Rows ``index`` (M,) extended by ``tokens`` (M,); -1 (prefix unchanged) keeps the row's state."""
         old = state.index_select(0, index)
         after = self.opens.take(tokens.clamp(min=0))
-        return torch.where((tokens < 0) | (after < 0), old, after.to(old.dtype))
+        return torch.where((tokens < 0) | (after < 0), old, after)  # the float state's dtype
 
     def final_score(self, state: torch.Tensor) -> torch.Tensor:
         """(N,) 1.0 for the open word the end closes."""

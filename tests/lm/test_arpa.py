@@ -154,3 +154,14 @@ def test_a_utf8_byte_order_mark_is_read(tmp_path):
     want = read_arpa(_write(tmp_path, GOOD, "good.arpa")).ngrams
     for path in (plain, gz):
         assert read_arpa(path).ngrams == want, path
+
+
+def test_non_finite_values_are_named_exactly(tmp_path):
+    # The hint about -99 belongs to log-probabilities only; a back-off's message ends at "not finite".
+    inf_backoff = _write(tmp_path, GOOD.replace("-0.5\tA\t-0.2", "-0.5\tA\tinf"))
+    with pytest.raises(ArpaError, match=rf"^{inf_backoff}:7: back-off inf is not finite$"):
+        read_arpa(inf_backoff)
+    inf_prob = _write(tmp_path, GOOD.replace("-0.5\tA\t-0.2", "-inf\tA\t-0.2"), "prob.arpa")
+    with pytest.raises(ArpaError, match=rf"^{inf_prob}:7: log-probability -inf is not finite \(write -99 for a "
+                                        r"probability of 0, as SRILM does\)$"):
+        read_arpa(inf_prob)

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import asrkit.lm.ngram as ngram_module
-from asrkit.lm import NgramScorer, load_ngram
-from test_ngram import LN10, TOL, RefLM
+from asrkit.lm import NgramScorer, UnitsError, load_ngram
+from test_ngram import FIXTURES, LN10, TOL, RefLM
 
 # "<s> A C" lacks its suffix "A C" and "C A B" its prefix "C A": both are inserted with back-off values.
 # "<s> </s>" makes the key 0 * M + 1 exist (a miss must never read as it).
@@ -171,3 +171,21 @@ def test_token_scorer_checks_and_messages(tmp_path):
     with pytest.warns(UserWarning, match="^8 of 18 tokens .*: 'x0', 'x1', 'x2', 'x3', 'x4', 'x5', 'x6', 'x7' \\(is"):
         NgramScorer(lm, tokens + missing[:8] + known)
     assert not math.isnan(float(NgramScorer(lm, tokens).final_score(torch.tensor([lm.start_state]))[0]))
+
+
+def test_a_word_lm_as_tokens_is_refused_naming_its_words_and_the_units_it_needs():
+    # Most tokens (here 5 of 7) are no words of the LM: it is a word LM, whose dense tables as a token LM
+    # once took 22 GB. Half of them missing is still a token LM that lacks some (the warning above).
+    lm = load_ngram(FIXTURES / "words_3gram.arpa")
+    tokens = ["<blank>", "<unk>", "<sos/eos>", "\u2581", "B", "C", "D", "E", "THE", "A"]
+    with pytest.raises(UnitsError) as err:
+        NgramScorer(lm, tokens)
+    what = ("a word LM (asrkit train-ngram --units word): 5 of 7 tokens are not words of the LM (e.g. '\u2581', "
+            "'B', 'C'; its words: 'THE', 'CAT', 'SAT', ...)")
+    assert (str(err.value), err.value.what, err.value.units) == (f"{what}, but units='token': pass units='word'",
+                                                               what, "word")
+    other = UnitsError("a token LM", "token")
+    assert (str(other), other.what, other.units) == ("a token LM, but units='word': pass units='token'",
+                                                   "a token LM", "token")
+    with pytest.warns(UserWarning, match="^2 of 5 tokens"):
+        NgramScorer(lm, ["<blank>", "\u2581", "B", "THE", "A"])  # 2 of 4: a token LM missing two

@@ -1,5 +1,6 @@
 """The token n-gram scorer's dense state machine against its lookup path, and the prefix closure."""
 import itertools
+import math
 import random
 
 import pytest
@@ -95,11 +96,12 @@ def test_dense_is_chosen_by_size():
 
 def test_dense_tables_over_the_limit_are_refused_with_their_size_before_allocating(monkeypatch):
     lm = load_ngram(FIXTURES / "words_3gram.arpa")
-    tokens = ["<blank>", "<unk>", "<sos/eos>", "THE", "CAT"]
+    tokens = ["<blank>", "<unk>", "<sos/eos>"] + ["THE", "CAT"] * 10000  # 21 states x 20,003 tokens: 3.2 MB
     monkeypatch.setattr(lm, "dense_tables", lambda *a: pytest.fail("built the tables it refuses"))
     entries = lm.num_states * len(tokens)
-    with pytest.raises(ValueError, match=rf"^dense tables of {lm.num_states} LM states x 5 tokens = {entries} "
-                                         rf"entries \(0.0 MB\) exceed dense_max_entries={entries - 1}: leave dense "
+    assert entries == 420063
+    with pytest.raises(ValueError, match=rf"^dense tables of 21 LM states x 20003 tokens = {entries} entries "
+                                         rf"\(3.2 MB\) exceed dense_max_entries={entries - 1}: leave dense "
                                          rf"unset \(the lookup path\) or raise the limit$"):
         NgramScorer(lm, tokens, dense=True, dense_max_entries=entries - 1)
 
@@ -310,3 +312,40 @@ def test_the_gain_bound_holds_on_both_paths(tmp_path, order):
         assert once >= 0 and per >= 0
     dense, lookup = both_paths(load_ngram(path), TOKENS)
     assert dense.max_gain()[0] <= lookup.max_gain()[0] + 1e-6  # the dense tables' bound is exact, lookup's above it
+    # a model whose scores are all log-probabilities below 0 (no positive back-off): nothing to gain
+    chars = load_ngram(FIXTURES / "chars_2gram.arpa")
+    for scorer in both_paths(chars, ["<blank>", "<unk>", "<sos/eos>", "\u2581", "A", "B", "C"]):
+        assert scorer.max_gain() == (0.0, 0.0, False)
+
+
+def ref_max_logprobs(arpa, vocab):
+    """ln of max over every n-gram g = c + w and every state s (a substring of the model's n-grams, of 1 .. order-1
+    words) that ends in c, of P(g) times the back-offs of the suffixes of s longer than c: per word w, from the
+    ARPA's own dictionaries (read_arpa)."""
+    table = {g: v for order in arpa.ngrams for g, v in order.items()}
+    states = {g[i:j] for g in table for i in range(len(g)) for j in range(i + 1, min(len(g), i + arpa.order - 1) + 1)}
+    states = states or {()}  # an order-1 model has one state, the empty context
+    best = {w: -math.inf for w in vocab}
+    for s in states:
+        for j in range(len(s), -1, -1):  # the context: the last j words of s
+            ctx = s[len(s) - j:]
+            on_top = sum(table.get(s[len(s) - i:], (0.0, 0.0))[1] for i in range(j + 1, len(s) + 1))
+            for g, (prob, _) in table.items():
+                if g[:-1] == ctx:
+                    best[g[-1]] = max(best[g[-1]], (prob + on_top) * LN10)
+    return [best[w] for w in vocab]
+
+
+@pytest.mark.parametrize("order,closed", [(1, True), (2, False), (3, False), (3, True)])
+def test_max_logprobs_equal_a_reference_from_the_arpa(tmp_path, order, closed):
+    from asrkit.lm import read_arpa
+
+    path = write_random_arpa(tmp_path / "lm.arpa", WORDS[:6], order, seed=60 + order + closed, closed=closed)
+    lm = load_ngram(path)
+    got = lm.max_logprobs()
+    assert got.shape == (len(lm.vocab),) and got.dtype == torch.float32
+    want = ref_max_logprobs(read_arpa(path), lm.vocab[:-1] if lm.vocab[-1] == "<unk>" else lm.vocab)
+    torch.testing.assert_close(got[:len(want)], torch.tensor(want), atol=1e-5, rtol=1e-6)
+    # and no history scores a word above its bound (every state, every word: the dense tables)
+    exact = lm.dense_tables(torch.arange(len(lm.vocab)))[0].max(0).values
+    assert bool((exact <= got + 1e-5).all())

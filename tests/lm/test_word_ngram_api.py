@@ -251,7 +251,7 @@ def test_a_word_lm_scored_as_tokens_is_refused_naming_both_settings(word_lm):
         NgramScorer(lm, ["<blank>", "<unk>", "<sos/eos>", MARK, "Q", "R"])
 
 
-def test_a_token_lm_scored_as_words_is_refused_naming_both_settings():
+def test_a_token_lm_scored_as_words_is_refused_naming_both_settings(tmp_path):
     # A char LM's words are the tokens, the boundary "▁" among them: as a word LM it spells nothing.
     lm = load_ngram(FIXTURES / "chars_2gram.arpa")
     with pytest.raises(UnitsError, match=r"^a token LM \(asrkit train-ngram --units token\): its words start with the "
@@ -260,6 +260,12 @@ def test_a_token_lm_scored_as_words_is_refused_naming_both_settings():
         ngram_scorer(lm, ["<blank>", "<unk>", "<sos/eos>", MARK, "A", "B", "C"], units="word")
     assert err.value.units == "token"
     quiet(ngram_scorer, lm, ["<blank>", "<unk>", "<sos/eos>", "|", "A", "B", "C"], units="word")  # another mark
+    pieces = ["<s>", "</s>", MARK + "THE", "S", MARK + "CAT", MARK + "A", MARK + "DOG"]  # a sentencepiece LM: 3 shown
+    arpa = tmp_path / "bpe.arpa"
+    arpa.write_text("\\data\\\nngram 1=7\n\n\\1-grams:\n" + "".join(f"-1.0\t{w}\n" for w in pieces) + "\n\\end\\\n",
+                    encoding="utf-8")
+    with pytest.raises(UnitsError, match=rf"^a token LM .*mark '{MARK}' \(e.g. '{MARK}THE', '{MARK}CAT', '{MARK}A'\), but"):
+        ngram_scorer(arpa, ["<blank>", "<unk>", "<sos/eos>", MARK + "THE", "S"], units="word")
 
 
 @pytest.mark.parametrize("tokens", ["chars", "pieces"])
@@ -280,3 +286,64 @@ def test_the_gain_bound_holds_along_spelled_sentences(tmp_path, tokens, lookahea
         walks = [(spell(rng.choices(WORDS + OOV_WORDS, k=6), tokens, rng) + [3] * 40)[:24] for _ in range(60)]
         worst = worst_gain(scorer, walks, eos=2)
         assert worst > once - 8.0  # walks of real words come near it: the bound is not a wild overestimate
+
+
+def test_word_marks_say_where_words_close_and_open(word_lm):
+    # The word bonus counts words where this LM scores them: a boundary or </s> closes, letters (and a
+    # boundary with letters, "\u2581THE") open a word, a lone boundary clears it; the blank, </s> and empty
+    # pieces leave it as it is.
+    tokens = ["<blank>", "<unk>", "<sos/eos>", MARK, MARK + "THE", "CAT", ""]
+    closes, opens = quiet(WordNgramScorer, word_lm, tokens).word_marks()
+    assert closes.tolist() == [False, False, True, True, True, False, False]
+    assert opens.tolist() == [-1, 1, -1, 0, 1, 1, -1] and opens.dtype == torch.int64
+    scorer = quiet(WordNgramScorer, word_lm, tokens)
+    closes[3] = False  # a copy: the scorer's own marks stay
+    assert scorer.word_marks()[0][3]
+
+
+def ref_gain(lm, tokens_scorer, lookahead, unk_offset, lexicon):
+    """(once, per_token) of WordNgramScorer.max_gain from strings: LA of every prefix by brute force, the most
+    each word's closing adds (NgramLM.max_logprobs, tested on its own), the most any prefix still gains."""
+    best = lm.max_logprobs().tolist()
+    uni = {w: float(lm.prob_1[i]) for i, w in enumerate(lm.vocab)}
+    words = lexicon or [w for w in lm.vocab if w not in ("<s>", "</s>", "<unk>")]
+    closing = {w: best[lm.index(w)] + (0.0 if w in lm.word_to_id else unk_offset) for w in words}
+    unigram = {w: uni[w] if w in lm.word_to_id else uni["<unk>"] + unk_offset for w in words}
+    unk = best[lm.unk_id] + unk_offset
+    gains = []
+    for prefix in {w[:j] for w in words for j in range(1, len(w) + 1)}:
+        under = [w for w in words if w.startswith(prefix)]
+        la = max(unigram[w] for w in under) if lookahead else 0.0
+        gains.append(max([closing[w] for w in under] + ([] if lexicon else [unk])) - la)
+    if not lexicon:  # a prefix of no word: it can only close as <unk>
+        gains.append(unk - ((uni["<unk>"] + unk_offset) if lookahead else 0.0))
+    end = float(lm.state_tables().eos.max())
+    per = max([closing[w] for w in words] + ([] if lexicon else [unk]))
+    return max(max(gains), 0.0) + max(end, 0.0), max(per, 0.0)
+
+
+@pytest.mark.parametrize("lookahead,unk_offset,lexicon", [(True, -10.0, None), (True, 6.0, None), (False, -2.0, None),
+                                                         (True, -3.0, ["THE", "CAT", "ZOO", "A"]),
+                                                         (False, 0.0, ["THEY", "DOGS"]),
+                                                         (True, 6.0, ["ZOO", "CAS"])])  # words outside the LM only
+def test_the_gain_bound_equals_a_reference_from_strings(tmp_path, lookahead, unk_offset, lexicon):
+    for seed in (7, 8):
+        lm = load_ngram(write_random_arpa(tmp_path / f"g{seed}.arpa", WORDS, 3, seed=seed, closed=False))
+        scorer = quiet(WordNgramScorer, lm, CHAR_TOKENS, lookahead=lookahead, unk_offset=unk_offset, lexicon=lexicon)
+        once, per, nonnegative = scorer.max_gain()
+        want = ref_gain(lm, CHAR_TOKENS, lookahead, unk_offset, lexicon)
+        assert (once, per) == pytest.approx(want, abs=1e-5) and nonnegative is False
+
+
+def test_native_form_names_the_tables_of_its_trie(word_lm):
+    # The native loop reads the tables by name: the dense trie's or the sparse one's, and the LM's.
+    common = {"la", "col_is_start", "token_slot", "node_word", "node_floats", "chain_keys", "keys", "next_state",
+              "row_floats", "backoff", "dense", "width", "order", "start_state"}
+    for dense_max, trie in ((None, {"trans", "la_next"}),
+                            (1, {"edge_keys", "edge_dst", "col_stay", "col_start", "col_is_end"})):
+        kw = {} if dense_max is None else dict(dense_max_entries=dense_max)
+        scorer = quiet(WordNgramScorer, word_lm, CHAR_TOKENS, **kw)
+        kind, tables = scorer.native_form()
+        assert kind == "word_ngram" and set(tables) == common | trie
+        assert tables["la"] is scorer.la and int(tables["dense"]) == (dense_max is None)
+        assert all(isinstance(t, torch.Tensor) for t in tables.values())

@@ -244,3 +244,18 @@ def test_out_of_range_candidate_ids_do_not_disturb_the_real_ones() -> None:
     mixed = scorer.score(state, torch.tensor([[1, -1, 3, 5, 4], [7, 1, 3, 4, -1]]))
     torch.testing.assert_close(mixed[0, [0, 2, 4]], plain[0], atol=0, rtol=0)
     torch.testing.assert_close(mixed[1, [1, 2, 3]], plain[1], atol=0, rtol=0)
+
+
+def test_the_prefix_score_never_gains() -> None:
+    # beam_search's early stop takes the CTC prefix score to add nothing (max_gain 0, 0): psi(h + c) <= psi(h) and
+    # log P_ctc(h | x) <= psi(h), checked along random continuations that end by <eos> or the final score.
+    import random
+
+    from gain_bound import worst_gain
+
+    gen = torch.Generator().manual_seed(8)
+    lp = random_log_probs(1, 12, 5, gen, dtype=torch.float64).expand(30, -1, -1)  # one utterance per walk
+    scorer = CTCPrefixScorer(lp, torch.full((30,), 12))
+    assert scorer.max_gain() == (0.0, 0.0, False)
+    rng = random.Random(8)
+    assert worst_gain(scorer, [[rng.choice([1, 3, 4]) for _ in range(5)] for _ in range(30)], eos=2) <= 1e-9

@@ -103,6 +103,7 @@ def test_scores_by_hand():
     assert lex.final_score(state).tolist() == [0.0]
     state = lex.select_state(state, torch.tensor([0]), torch.tensor([ids[MARK]]))
     assert state.tolist() == [0]  # a new, empty word
+    assert lex.max_gain() == (0.0, 0.0, False)  # 0 or -inf: a search may take it to add nothing
 
 
 @pytest.mark.parametrize("dense_max", [None, 0])

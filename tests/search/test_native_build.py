@@ -176,3 +176,9 @@ class _no_warning:
     def __exit__(self, *exc):
         self._cm.__exit__(*exc)
         assert not self._seen, [str(w.message) for w in self._seen]
+
+
+def test_the_python_side_expects_the_abi_the_source_declares() -> None:
+    # Bumped together with the C structs (a new scorer kind): a mismatch would turn the native loop off.
+    source = native_build.SOURCE.read_text(encoding="utf-8")
+    assert f'extern "C" int64_t asrkit_native_abi(void) {{ return {native_build.ABI}; }}' in source

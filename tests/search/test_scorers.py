@@ -84,8 +84,18 @@ def test_word_count_rows_follow_the_selection_and_bad_masks_are_named() -> None:
     with pytest.raises(ValueError, match=r"^WordCount: closes \(9,\) and opens \(8,\) must be \(V,\) masks of "
                                          r"one vocabulary$"):
         WordCount(CLOSES, OPENS[:8])
-    with pytest.raises(ValueError, match=r"opens must hold -1, 0 or 1"):
+    with pytest.raises(ValueError, match=r"opens must hold -1, 0 or 1, got \[0, 1, 2\]"):
         WordCount(CLOSES, OPENS + 1)
+    with pytest.raises(ValueError, match=r"opens must hold -1, 0 or 1, got \[-2, -1, 0\]"):
+        WordCount(CLOSES, OPENS - 1)
+    # Masks of other dtypes are taken as truth values and ids; the native search reads bool and int64.
+    tables = WordCount(CLOSES.to(torch.uint8), OPENS.to(torch.int32)).native_form()[1]
+    assert (tables["closes"].dtype, tables["opens"].dtype) == (torch.bool, torch.int64)
+    # Token ids are read as they are, 0 included: only -1 means "prefix unchanged".
+    custom = WordCount(torch.tensor([False, True]), torch.tensor([1, 0]))
+    state = custom.select_state(custom.init_state(1, 3, CPU), torch.arange(3), torch.tensor([0, -1, 1]))
+    assert state.tolist() == [1.0, 0.0, 0.0] and state.dtype == torch.get_default_dtype()
+    assert custom.score(state, torch.tensor([[0, 1, -1]] * 3)).tolist() == [[0.0, 1.0, 0.0], [0.0] * 3, [0.0] * 3]
 
 
 def test_length_bonus_state_follows_the_selected_rows() -> None:
