@@ -42,6 +42,7 @@ from asrkit.text.tokenizer import Tokenizer
 MODES = ("greedy", "ctc_prefix", "attention", "joint", "rescore")
 _NEEDS_CTC = ("greedy", "ctc_prefix", "joint", "rescore")
 _NEEDS_DECODER = ("attention", "joint", "rescore")
+log = logging.getLogger("asrkit.pipeline")
 
 
 def check_decode_config(cfg: DecodeConfig, model: Optional[AsrModel]) -> None:
