@@ -208,11 +208,14 @@ def test_make_shards_tool(shards, tmp_path, capsys):
 def test_without_the_shards_extra_writing_and_reading_are_one_line_naming_it(shards, not_installed, tmp_path,
                                                                              capsys):
     not_installed("webdataset")
-    with pytest.raises(MissingExtraError, match=r"^writing shards needs webdataset, .*'asrkit\[shards\]'$"):
+    with pytest.raises(MissingExtraError,
+                       match=r"^writing shards needs webdataset, .*'\.\[shards\]' \(in the asrkit checkout\)$"):
         write_shards(str(shards["data"]), str(tmp_path / "w"), utts_per_shard=4, progress=False)
     assert not (tmp_path / "w").exists()
     assert load_tool("make_shards").main(["--no-progress", str(shards["data"]), str(tmp_path / "t")]) == 1
     assert capsys.readouterr().err.strip().splitlines() == [
-        "make_shards.py: writing shards needs webdataset, which is not installed: pip install -e '.[shards]' (in the asrkit checkout)"]
-    with pytest.raises(MissingExtraError, match=r"^reading shards needs webdataset, .*'asrkit\[shards\]'$"):
+        "make_shards.py: writing shards needs webdataset, which is not installed: "
+        "pip install -e '.[shards]' (in the asrkit checkout)"]
+    with pytest.raises(MissingExtraError,
+                       match=r"^reading shards needs webdataset, .*'\.\[shards\]' \(in the asrkit checkout\)$"):
         stream(shards["dir"], 0, 1, 0)  # built before the loader starts, so training fails at once

@@ -177,7 +177,8 @@ def test_fp16_needs_cuda(corpus, tmp_path):
 
 def test_attention_plots_without_the_plot_extra_fail_before_training(corpus, tmp_path, not_installed):
     not_installed("matplotlib")
-    with pytest.raises(MissingExtraError, match=r"^train.plot_attention needs matplotlib, .*'asrkit\[plot\]'$"):
+    with pytest.raises(MissingExtraError,
+                       match=r"^train.plot_attention needs matplotlib, .*'\.\[plot\]' \(in the asrkit checkout\)$"):
         make_trainer(corpus, tmp_path / "exp", ["train.plot_attention=3"])
     make_trainer(corpus, tmp_path / "exp2", ["train.plot_attention=0"])  # no plots: no matplotlib needed
 
