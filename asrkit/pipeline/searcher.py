@@ -188,7 +188,7 @@ class Searcher:
         other.cfg = replace(self.cfg, lm_weight=lm_weight, length_bonus=length_bonus)
         return other
 
-    def _fusion(self) -> tuple[Dict[str, Any], Dict[str, float]]:
+    def fusion(self) -> tuple[Dict[str, Any], Dict[str, float]]:
         """LM and length-bonus scorers and weights shared by every beam search mode."""
         scorers: Dict[str, Any] = {}
         weights: Dict[str, float] = {}
@@ -206,7 +206,7 @@ class Searcher:
 
     def _ctc_prefix(self, log_probs: torch.Tensor, lens: torch.Tensor, beam: int, nbest: int) -> NBest:
         c = self.cfg
-        scorers, weights = self._fusion()
+        scorers, weights = self.fusion()
         return ctc_prefix_beam_search(log_probs, lens, beam=beam, nbest=nbest, scorers=scorers, weights=weights,
                                       token_topk=c.token_topk, token_min_logp=c.token_min_logp,
                                       blank_skip_threshold=c.blank_skip_threshold)
@@ -230,7 +230,7 @@ class Searcher:
                 return model.score_tokens(enc[utts], enc_lens[utts], tokens, lengths)
 
             return attention_rescore(nbest, score_fn, c.ctc_weight).top(c.nbest)
-        scorers, weights = self._fusion()
+        scorers, weights = self.fusion()
         if log_probs is None and model.ctc is not None:
             log_probs = model.ctc_log_probs(enc)
         joint = c.mode == "joint"

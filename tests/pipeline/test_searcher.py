@@ -355,7 +355,7 @@ def test_the_word_bonus_counts_words_not_boundaries():
     tok = CharTokenizer.train(["THE CAT SAT ON A MAT", "A DOG RAN"])
     searcher = Searcher(DecodeConfig(mode="ctc_prefix", lm=str(words), length_bonus=1.5), None, tok,
                         torch.device("cpu"))
-    scorers, weights = searcher._fusion()
+    scorers, weights = searcher.fusion()
     bonus = scorers["length_bonus"]
     assert weights["length_bonus"] == 1.5 and isinstance(bonus, WordCount)
     for text in ("THE CAT", " THE  CAT ", "A", " ", "", "THE DOG SAT ON A MAT "):
