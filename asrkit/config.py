@@ -94,9 +94,12 @@ class FrontendConfig:
     # kaldi_fbank only: Gaussian noise of this standard deviation in int16 units (Kaldi's --dither), added in
     # training only, so decoding, validation and CMVN stats are deterministic. None: the kind's (kaldi_fbank: 1.0)
     dither: Optional[float] = None
-    # subtract each utterance's mean feature vector before global CMVN (asrkit.audio.utterance_cmn): removes
-    # gain and channel/spectral-tilt offsets, so voices and recordings unlike the training ones read better
-    utterance_cmn: bool = False
+    # subtract each utterance's mean feature vector (asrkit.audio.utterance_cmn): removes gain and
+    # channel/spectral-tilt offsets, so voices and recordings unlike the training ones read better. true: the
+    # whole utterance's mean, before global CMVN (cannot stream); causal: a running mean over the frames so
+    # far, after global CMVN, started from its mean (0) with utterance_cmn_prior_frames of weight (streams)
+    utterance_cmn: Union[bool, str] = False
+    utterance_cmn_prior_frames: float = 100.0  # causal only: the prior's weight in frames (1 s); 0 = none
 
     def __post_init__(self) -> None:
         if self.kind not in FRONTEND_KIND_DEFAULTS:
@@ -108,6 +111,12 @@ class FrontendConfig:
             object.__setattr__(self, "window", window)
         if self.dither is None:
             object.__setattr__(self, "dither", dither)
+        if not (isinstance(self.utterance_cmn, bool) or self.utterance_cmn == "causal"):
+            raise ConfigError(f"frontend.utterance_cmn must be true, false or causal, "
+                              f"got {_quote(self.utterance_cmn)}")
+        if self.utterance_cmn_prior_frames < 0:
+            raise ConfigError(f"frontend.utterance_cmn_prior_frames must be >= 0, "
+                              f"got {self.utterance_cmn_prior_frames}")
 
 
 @dataclass(frozen=True)
@@ -386,6 +395,11 @@ class LMExperimentConfig:
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
+
+# What a scalar field of each type takes, for the error of a Union field that none of its types takes.
+_EXPECTED = {bool: "true/false", str: "a string", int: "an integer", float: "a number"}
+
+
 def _convert(value: Any, tp: Any, where: str) -> Any:
     """Check/convert one YAML value against a field type; ``where`` names the key for errors."""
     origin = typing.get_origin(tp)
@@ -400,6 +414,13 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         inner = [a for a in args if a is not type(None)]
         if len(inner) > 1 and all(dataclasses.is_dataclass(a) for a in inner):
             return _convert_kind(value, inner, where)
+        if len(inner) > 1:  # e.g. Union[bool, str]: the first type that takes the value
+            for member in inner:
+                try:
+                    return _convert(value, member, where)
+                except ConfigError:
+                    pass
+            raise ConfigError(f"{where}: expected {' or '.join(_EXPECTED[m] for m in inner)}, got {_quote(value)}")
         return _convert(value, inner[0], where)
     if origin in (tuple, Tuple, list, List, Sequence):
         if not isinstance(value, (list, tuple)):

@@ -77,7 +77,7 @@ class _AllTypes:
     table: Dict[str, int] = field(default_factory=dict)
     anything: Any = None
     loose: List = field(default_factory=list)  # no item type: items unchecked
-    either: Union[int, str] = 0  # a union of plain types: the first one's check
+    either: Union[int, str] = 0  # a union of plain types: the first type that takes the value
     inner: _Inner = field(default_factory=_Inner)
     part: Union[_Inner, _Other] = field(default_factory=_Inner)  # a section of two kinds
     piped: "_Inner | _Other | None" = None  # the same written with |
@@ -95,6 +95,7 @@ def test_values_of_every_type_convert():
     assert from_dict(_AllTypes, {"maybe": 5}).maybe == 5
     other = from_dict(_AllTypes, {"loose": [1, "a"], "either": 4, "part": {"kind": "other", "rate": 1},
                                   "piped": {"kind": "other"}})
+    assert from_dict(_AllTypes, {"either": "x"}).either == "x"
     assert other.loose == [1, "a"] and other.either == 4 and other.part == _Other(rate=1.0) and other.piped == _Other()
     assert from_dict(_AllTypes, {"part": {"size": 2}, "piped": {"size": 3}}).piped == _Inner(size=3)
     assert from_dict(_AllTypes, {"piped": None}).piped is None
@@ -117,7 +118,8 @@ def test_values_of_every_type_convert():
     ("table", [1], r"table: expected a mapping, got \[1\]"),
     ("inner", 3, "inner: expected a mapping for section, got 3"),
     ("inner", {"sise": 1}, r"unknown config key 'inner.sise' \(valid keys here: kind, size\)"),
-    ("either", "x", "either: expected an integer, got 'x'"),
+    ("either", [1], r"either: expected an integer or a string, got \[1\]"),
+    ("either", True, "either: expected an integer or a string, got True"),
     ("piped", {"kind": "third"}, r"piped.kind 'third' is unknown \(choose from: inner, other\)"),
     ("piped", {"kind": "other", "size": 1}, r"unknown config key 'piped.size' \(valid keys here: kind, rate\)"),
 ])

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from asrkit.audio.augment import SpecAugment, SpeedPerturb
 from asrkit.audio.cmvn import CMVNStats, GlobalCMVN
-from asrkit.audio.utterance_cmn import UtteranceCMN
+from asrkit.audio.utterance_cmn import CausalCMN, build_utterance_cmn
 from asrkit.config import ConfigError, FrontendConfig, SpecAugmentConfig, SpeedPerturbConfig
 
 __all__ = ["LogMel", "KaldiFbank", "Frontend", "build_frontend", "mel_filterbank", "hz_to_mel", "mel_to_hz"]
@@ -219,20 +219,23 @@ def build_frontend(cfg: FrontendConfig) -> nn.Module:
 
 
 def _check_stats_frontend(stats: CMVNStats, frontend: FrontendConfig) -> None:
-    """Stats from ``asrkit compute-cmvn`` record its frontend: they must match on utterance CMN, which shifts
-    every feature's mean to 0 (global stats of the other kind would mis-normalise every frame)."""
+    """Stats from ``asrkit compute-cmvn`` record its frontend: they must match on whether the whole utterance's
+    mean was removed before them (``utterance_cmn: true``), which shifts every feature's mean to 0 (global stats
+    of the other kind would mis-normalise every frame). ``false`` and ``causal`` both take the extractor's own
+    features (the running mean comes after global CMVN)."""
     recorded = stats.meta.get("frontend")
     if not isinstance(recorded, dict):
         return  # stats from elsewhere: nothing recorded to check
-    theirs = bool(recorded.get("utterance_cmn", False))
-    if theirs != frontend.utterance_cmn:
+    theirs = recorded.get("utterance_cmn", False)
+    if (theirs is True) != (frontend.utterance_cmn is True):
         raise ConfigError(f"the CMVN stats were computed with frontend.utterance_cmn={theirs}, but the frontend "
                           f"has utterance_cmn={frontend.utterance_cmn}: recompute them with "
                           f"'asrkit compute-cmvn --config' on this config")
 
 
 class Frontend(nn.Module):
-    """Waveform -> model input: speed perturbation -> features (-> utterance CMN) -> SpecAugment -> global CMVN.
+    """Waveform -> model input: speed perturbation -> features (-> utterance CMN) -> SpecAugment -> global CMVN;
+    with ``utterance_cmn: causal``: speed perturbation -> features -> global CMVN -> causal CMN -> SpecAugment.
 
     Speed perturbation and SpecAugment act only in training mode (and only
     when enabled in their configs); ``.eval()`` leaves the deterministic
@@ -240,7 +243,7 @@ class Frontend(nn.Module):
     :class:`~asrkit.audio.cmvn.CMVNStats`, or a ``(mean, istd)`` pair; the
     resulting buffers are part of the state dict. When CMVN is present,
     SpecAugment fills masks with the CMVN mean so masked cells become exactly
-    0 after normalisation (the mean value, as in the SpecAugment paper).
+    0 after normalisation (the mean value, as in the SpecAugment paper); after causal CMN they fill with 0.
     """
 
     def __init__(self, frontend: FrontendConfig, specaug: Optional[SpecAugmentConfig] = None,
@@ -253,7 +256,10 @@ class Frontend(nn.Module):
         self.speed_perturb = SpeedPerturb(speed_perturb, frontend.sample_rate) if speed_perturb.enabled else None
         self.extractor = build_frontend(frontend)
         self.output_dim: int = self.extractor.output_dim
-        self.utterance_cmn = UtteranceCMN() if frontend.utterance_cmn else None
+        cmn = build_utterance_cmn(frontend)
+        # the whole utterance's mean goes before global CMVN, the running mean after it (asrkit.audio.utterance_cmn)
+        self.causal_cmn: Optional[CausalCMN] = cmn if isinstance(cmn, CausalCMN) else None
+        self.utterance_cmn = None if self.causal_cmn is not None else cmn
         self.specaug = SpecAugment(specaug) if specaug.enabled else None
         if isinstance(cmvn, CMVNStats):
             _check_stats_frontend(cmvn, frontend)
@@ -264,6 +270,10 @@ class Frontend(nn.Module):
             if self.cmvn.mean.numel() != self.output_dim:
                 raise ConfigError(f"CMVN stats have dimension {self.cmvn.mean.numel()}, but the frontend "
                                   f"produces {self.output_dim} features (frontend.n_mels)")
+        if self.causal_cmn is not None and self.causal_cmn.prior_frames > 0 and self.cmvn is None:
+            raise ConfigError(f"frontend.utterance_cmn_prior_frames={frontend.utterance_cmn_prior_frames} needs "
+                              f"global CMVN stats (the prior is their mean): set cmvn, or "
+                              f"utterance_cmn_prior_frames: 0")
 
     def num_frames(self, num_samples: Tensor) -> Tensor:
         """Frames produced for ``num_samples`` samples without speed perturbation (e.g. for batching)."""
@@ -276,6 +286,8 @@ class Frontend(nn.Module):
         feats, feat_lens = self.extractor(wav, wav_lens)
         if not (self.training and self.specaug is not None):
             return self.normalize(feats, feat_lens)
+        if self.causal_cmn is not None:  # its output's mean is 0: the masks' fill
+            return self.specaug(*self.normalize(feats, feat_lens))
         if self.utterance_cmn is not None:
             feats, feat_lens = self.utterance_cmn(feats, feat_lens)
         fill = self.cmvn.mean if self.cmvn is not None else None
@@ -285,11 +297,14 @@ class Frontend(nn.Module):
         return feats, feat_lens
 
     def normalize(self, feats: Tensor, feat_lens: Tensor) -> Tuple[Tensor, Tensor]:
-        """Extractor output -> model input without augmentation: utterance CMN (if on), then global CMVN (if any)."""
+        """Extractor output -> model input without augmentation: utterance CMN (if on), global CMVN (if any), causal
+        CMN (if on)."""
         if self.utterance_cmn is not None:
             feats, feat_lens = self.utterance_cmn(feats, feat_lens)
         if self.cmvn is not None:
             feats, feat_lens = self.cmvn(feats, feat_lens)
+        if self.causal_cmn is not None:
+            feats, feat_lens = self.causal_cmn(feats, feat_lens)
         return feats, feat_lens
 
     @property

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from asrkit.audio.cmvn import CMVNError, CMVNStats
 from asrkit.audio.frontend import build_frontend
-from asrkit.audio.utterance_cmn import UtteranceCMN
+from asrkit.audio.utterance_cmn import UtteranceCMN, build_utterance_cmn
 from asrkit.audio.io import AudioError, load_audio
 from asrkit.cli.device import DeviceError, add_device_option, resolve_device
 from asrkit.config import ConfigError, FrontendConfig, load_config, to_dict
@@ -53,7 +53,8 @@ def compute_cmvn(data_dir: str | os.PathLike, out: Optional[str | os.PathLike] =
     """
     dd = read_data_dir(data_dir)
     extractor = build_frontend(frontend_cfg).to(device).eval()
-    utterance_cmn = UtteranceCMN() if frontend_cfg.utterance_cmn else None
+    cmn = build_utterance_cmn(frontend_cfg)  # only the whole utterance's mean comes before global CMVN
+    utterance_cmn = cmn if isinstance(cmn, UtteranceCMN) else None
     utts = _pick_evenly(list(dd.utterances()), max_utts)
     stats = CMVNStats(extractor.output_dim, meta={"frontend": to_dict(frontend_cfg)})
     result = CMVNResult(stats)
