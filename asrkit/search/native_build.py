@@ -28,7 +28,7 @@ from typing import List, Optional
 SOURCE = Path(__file__).resolve().parent / "native" / "prefix_search.cpp"
 COMPILER = "g++"
 FLAGS = ("-O3", "-march=x86-64-v2", "-std=c++17", "-shared", "-fPIC", "-pthread")
-ABI = 6  # asrkit_native_abi() of a library this module can drive (bump with the C structs)
+ABI = 7  # asrkit_native_abi() of a library this module can drive (bump with the C structs)
 
 _lib: Optional[ctypes.CDLL] = None
 _error: Optional[str] = None
@@ -84,6 +84,31 @@ def build(compiler: Optional[str] = None) -> Path:
     return target
 
 
+_PTR, _I64 = ctypes.c_void_p, ctypes.c_int64
+# The functions of native/api.h besides asrkit_native_abi: name -> (return type, argument types); declared so
+# that ctypes passes and returns 64-bit values (its default is a C int).
+SIGNATURES = {
+    "asrkit_prefix_search": (_I64, [_PTR]),
+    "asrkit_stream_create": (_PTR, [_PTR]),
+    "asrkit_stream_free": (_I64, [_PTR]),
+    "asrkit_stream_live": (_I64, []),
+    "asrkit_stream_frames": (_I64, [_PTR]),
+    "asrkit_stream_width": (_I64, [_PTR, _I64]),
+    "asrkit_stream_advance": (_I64, [_PTR]),
+    "asrkit_stream_nbest": (_I64, [_PTR]),
+    "asrkit_stream_blank_run": (_I64, [_PTR, _I64, _I64, _PTR]),
+}
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    for name, (restype, argtypes) in SIGNATURES.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            raise RuntimeError(f"the library has no function {name}") from None
+        fn.restype, fn.argtypes = restype, argtypes
+
+
 def load() -> Optional[ctypes.CDLL]:
     """The loaded library, building it on the first call; None (after one warning) if that fails."""
     global _lib, _error, _tried
@@ -95,8 +120,7 @@ def load() -> Optional[ctypes.CDLL]:
         lib.asrkit_native_abi.restype = ctypes.c_int64
         if lib.asrkit_native_abi() != ABI:
             raise RuntimeError(f"library ABI {lib.asrkit_native_abi()} != {ABI}")
-        lib.asrkit_prefix_search.restype = ctypes.c_int64
-        lib.asrkit_prefix_search.argtypes = [ctypes.c_void_p]
+        _declare(lib)
         _lib = lib
     except (OSError, RuntimeError) as exc:
         _error = str(exc)

@@ -22,22 +22,37 @@ tables (plain CPU tensors, read through their ``data_ptr()``; dtypes are checked
 - ``hotwords`` (:class:`asrkit.search.hotwords.HotwordScorer`): the automaton's ``root_next``, its sorted
   ``arc_keys``/``arc_dst`` and the per-state ``reach``/``pend`` bonuses.
 
+Streaming (resumable search): a :class:`StreamState` owns one stream's search state in C++ (the beam's prefix
+hashes and pb/pnb/fused scores, every scorer's per-hypothesis state, the emission history with frames counted
+from the state's creation, the skipped-blank sum); it is created with the search's configuration (beam, the
+active scorers with their weights, the length bonus, the dtype), freed by :meth:`StreamState.close` or when
+collected. :func:`stream_advance` moves B states (each at its own position) over their next frames in one
+call, :func:`stream_nbest` reads their N best (``final=True`` adds the scorers' end-of-sentence scores, as
+the offline search does; ``False`` the partial ranking without them) and :func:`stream_blank_run` the
+trailing blank frames of each best partial hypothesis. The offline :func:`search` is the same C++ code: a
+fresh state per utterance, advanced once, so one advance over all frames then ``final=True`` is the offline
+result. A state's memory grows with its frames (at most ``beam`` emissions a searched frame): start a new one
+at each endpoint.
+
 Utterances are independent: with ``torch.get_num_threads() > 1`` they are spread over that many threads.
 ``ASRKIT_NATIVE=0`` in the environment turns the automatic choice off (e.g. to run a test suite through the
 torch loop, the GPU path, on a CPU); ``native=True`` then fails saying so.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 import os
-from typing import Dict, List, Mapping, Optional, Tuple
+import weakref
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
 from asrkit.search import native_build
 from asrkit.search.candidates import top_tokens
 from asrkit.search.compaction import compact_frames
+from asrkit.search.greedy import check_ctc_inputs
 from asrkit.search.hypotheses import NBest
 from asrkit.search.interfaces import BLANK_ID, BatchScorer, NativeScorer
 
@@ -78,15 +93,40 @@ class _SearchDesc(ctypes.Structure):
         ("token_frames", ctypes.c_void_p), ("lengths", ctypes.c_void_p)]
 
 
+class _StreamDesc(ctypes.Structure):
+    _fields_ = [("is_double", ctypes.c_int64), ("beam", ctypes.c_int64), ("n_scorers", ctypes.c_int64),
+                ("bonus", ctypes.c_double), ("scorers", ctypes.POINTER(_ScorerDesc))]
+
+
+class _AdvanceDesc(ctypes.Structure):
+    _fields_ = [("states", ctypes.c_void_p)] + [
+        (name, ctypes.c_int64) for name in ("is_double", "batch", "frames", "vocab", "steps", "n_cand", "threads",
+                                            "select")] + [
+        ("min_logp", ctypes.c_double), ("lp", ctypes.c_void_p), ("frame", ctypes.c_void_p), ("cval", ctypes.c_void_p),
+        ("ctok", ctypes.c_void_p), ("offset", ctypes.c_void_p), ("lengths", ctypes.c_void_p)]
+
+
+class _NBestDesc(ctypes.Structure):
+    _fields_ = [("states", ctypes.c_void_p)] + [
+        (name, ctypes.c_int64) for name in ("is_double", "batch", "nbest", "final", "width")] + [
+        (name, ctypes.c_void_p) for name in ("total", "ctc", "tokens", "token_frames", "lengths")]
+
+
 def unavailable(log_probs: torch.Tensor, lengths: torch.Tensor, scorers: Mapping[str, BatchScorer]) -> Optional[str]:
     """Why the native loop cannot run this search (None: it can). Builds the library on first use."""
-    if os.environ.get("ASRKIT_NATIVE", "").strip() == "0":
-        return "turned off by ASRKIT_NATIVE=0"
     for what, t in (("log_probs", log_probs), ("lengths", lengths)):
         if t.device.type != "cpu":
             return f"{what} is on {t.device}, the native search runs on the CPU only"
     if log_probs.requires_grad and torch.is_grad_enabled():
         return "log_probs requires grad (the native search records no autograd graph)"
+    return scorers_unavailable(scorers)
+
+
+def scorers_unavailable(scorers: Mapping[str, BatchScorer]) -> Optional[str]:
+    """Why the native loop cannot search with these scorers (None: it can), whatever the input; builds the
+    library on first use (a streaming search decides with this before it has frames)."""
+    if os.environ.get("ASRKIT_NATIVE", "").strip() == "0":
+        return "turned off by ASRKIT_NATIVE=0"
     for name, sc in scorers.items():
         if not isinstance(sc, NativeScorer):
             return f"scorer {name!r} ({type(sc).__name__}) has no native form (NativeScorer protocol)"
@@ -149,29 +189,52 @@ def _frames(lp: torch.Tensor, lengths: torch.Tensor, topk: Optional[int], skip_t
     return frame, cval.contiguous(), ctok.contiguous(), offset, n_cand
 
 
+def _library() -> ctypes.CDLL:
+    lib = native_build.load()
+    if lib is None:
+        raise RuntimeError(f"the native library is unavailable: {native_build.build_error()}")
+    return lib
+
+
+@contextlib.contextmanager
+def _one_torch_thread() -> Iterator[int]:
+    """Torch on one intra-op thread inside (the setup's ops are small, as in the torch loop; the C++ loop has its
+    own threads); yields the caller's thread count, restored after."""
+    threads = torch.get_num_threads()
+    if threads > 1:
+        torch.set_num_threads(1)
+    try:
+        yield threads
+    finally:
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+
+
+def _scorer_array(scorers: Mapping[str, BatchScorer], weights: Mapping[str, float], keep: List[torch.Tensor]
+                  ) -> ctypes.Array:
+    """The C descriptions of the scorers, their tables moved to the CPU (as the torch loop's init_state does)
+    and appended to ``keep``."""
+    for sc in scorers.values():
+        sc.init_state(1, 1, torch.device("cpu"))
+    descs = [_scorer_desc(name, sc, weights[name], keep) for name, sc in scorers.items()]  # type: ignore[arg-type]
+    return (_ScorerDesc * max(1, len(descs)))(*descs)
+
+
 def search(lp: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: int, scorers: Mapping[str, BatchScorer],
            weights: Mapping[str, float], bonus: float, topk: Optional[int], min_logp: Optional[float],
            skip: Optional[float]) -> NBest:
     """The search of ctc_prefix._search_batch, natively (the caller checked :func:`unavailable`).
 
     lp: (B, T, V) float32 or float64 on the CPU; lengths: (B,) int64. Returns an NBest (B, nbest)."""
-    lib = native_build.load()
-    if lib is None:
-        raise RuntimeError(f"the native library is unavailable: {native_build.build_error()}")
-    threads = torch.get_num_threads()
-    if threads > 1:
-        torch.set_num_threads(1)  # the setup's ops are small (as in the torch loop); the C++ loop has its threads
-    try:
+    lib = _library()
+    with _one_torch_thread() as threads:
         lp = lp.contiguous()
         lengths = lengths.to(torch.long).contiguous()
-        for sc in scorers.values():
-            sc.init_state(1, 1, torch.device("cpu"))  # moves the scorer's tables to the CPU, as the torch loop does
+        keep: List[torch.Tensor] = []
+        arr = _scorer_array(scorers, weights, keep)
         frame, cval, ctok, offset, n_cand = _frames(lp, lengths, topk, skip)
         batch, frames, vocab = lp.shape
         steps = frame.shape[1]
-        keep: List[torch.Tensor] = []
-        descs = [_scorer_desc(name, sc, weights[name], keep) for name, sc in scorers.items()]  # type: ignore[arg-type]
-        arr = (_ScorerDesc * max(1, len(descs)))(*descs)
         total = torch.empty((batch, nbest), dtype=lp.dtype)
         ctc = torch.empty((batch, nbest), dtype=lp.dtype)
         tokens = torch.empty((batch, nbest, steps), dtype=torch.long)
@@ -179,7 +242,7 @@ def search(lp: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: int, score
         out_len = torch.empty((batch, nbest), dtype=torch.long)
         desc = _SearchDesc(
             is_double=int(lp.dtype == torch.float64), batch=batch, frames=frames, vocab=vocab, steps=steps,
-            n_cand=n_cand, beam=beam, nbest=nbest, n_scorers=len(descs), threads=threads,
+            n_cand=n_cand, beam=beam, nbest=nbest, n_scorers=len(scorers), threads=threads,
             select=int(_selects_natively(vocab, n_cand) and steps > 0), bonus=float(bonus),
             min_logp=-math.inf if min_logp is None else float(min_logp),
             lp=lp.data_ptr(), frame=frame.data_ptr(), cval=None if cval is None else cval.data_ptr(),
@@ -189,9 +252,179 @@ def search(lp: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: int, score
         code = lib.asrkit_prefix_search(ctypes.byref(desc))
         if code != 0:
             raise RuntimeError(f"the native prefix search rejected its arguments (code {code})")
-        width = int(out_len.max()) if out_len.numel() else 0
-        return NBest(tokens[..., :width].contiguous(), out_len, total, ctc, token_frames[..., :width].contiguous())
-    finally:
-        if torch.get_num_threads() != threads:
-            torch.set_num_threads(threads)
+        return _trimmed(tokens, out_len, total, ctc, token_frames)
 
+
+def _trimmed(tokens: torch.Tensor, lengths: torch.Tensor, total: torch.Tensor, ctc: torch.Tensor,
+             token_frames: torch.Tensor) -> NBest:
+    """An NBest whose rows are as wide as its longest hypothesis."""
+    width = int(lengths.max()) if lengths.numel() else 0
+    return NBest(tokens[..., :width].contiguous(), lengths, total, ctc, token_frames[..., :width].contiguous())
+
+
+
+class StreamState:
+    """One stream's native search state (a C++ handle; see the module docstring), at sentence start.
+
+    beam: hypotheses kept; scorers/weights: the active scorers (every one with a native form) and their weights,
+    bonus: the length bonus per token, as :func:`asrkit.search.interfaces.active_scorers` returns them; dtype:
+    float32 or float64, the search's precision (log-probs given to :func:`stream_advance` are converted to it).
+    The scorers' tables are kept alive by the state. Free it with :meth:`close` (or ``with``); collection frees
+    it too. A closed state refuses every use.
+    """
+
+    def __init__(self, beam: int, scorers: Optional[Mapping[str, BatchScorer]] = None,
+                 weights: Optional[Mapping[str, float]] = None, bonus: float = 0.0,
+                 dtype: torch.dtype = torch.float32) -> None:
+        scorers, weights = scorers or {}, weights or {}
+        if beam < 1:
+            raise ValueError(f"beam must be >= 1, got {beam}")
+        if dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+        missing = sorted(set(scorers) - set(weights))
+        if missing:
+            raise ValueError(f"scorer {missing[0]!r} has no weight")
+        why = scorers_unavailable(scorers)
+        if why is not None:
+            raise ValueError(f"the native stream search cannot run: {why}")
+        lib = _library()
+        self._keep: List[torch.Tensor] = []  # the scorers' tables: the C++ state reads them
+        arr = _scorer_array(scorers, weights, self._keep)
+        desc = _StreamDesc(is_double=int(dtype == torch.float64), beam=beam, n_scorers=len(scorers),
+                           bonus=float(bonus), scorers=arr)
+        handle = lib.asrkit_stream_create(ctypes.byref(desc))
+        if not handle:
+            raise RuntimeError("the native library refused to create a stream state")
+        self.beam, self.dtype, self.vocab = beam, dtype, 0  # vocab: V of the advances so far (0: none)
+        self._handle: int = handle
+        self._free = weakref.finalize(self, lib.asrkit_stream_free, handle)
+
+    @property
+    def closed(self) -> bool:
+        return not self._free.alive
+
+    def close(self) -> None:
+        """Free the C++ state (idempotent)."""
+        self._free()
+
+    def __enter__(self) -> "StreamState":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def handle(self) -> int:
+        """The C++ handle; ValueError once closed."""
+        if self.closed:
+            raise ValueError("this StreamState is closed: its native state was freed")
+        return self._handle
+
+    @property
+    def frames(self) -> int:
+        """Input frames advanced over since the state was created."""
+        return int(_library().asrkit_stream_frames(self.handle))
+
+
+def live_streams() -> int:
+    """C++ stream states created and not yet freed, in this process (a leak check)."""
+    return int(_library().asrkit_stream_live())
+
+
+def _handles(states: Sequence[StreamState], what: str) -> Tuple[ctypes.Array, torch.dtype]:
+    """The C array of the states' handles and their common dtype; ValueError naming the bad state."""
+    if not states:
+        raise ValueError(f"{what}: no stream states given")
+    seen: Dict[int, int] = {}
+    for b, st in enumerate(states):
+        if not isinstance(st, StreamState):
+            raise ValueError(f"{what}: state {b} is a {type(st).__name__}, not a native_loop.StreamState")
+        if st.closed:
+            raise ValueError(f"{what}: state {b} is closed: its native state was freed")
+        if id(st) in seen:
+            raise ValueError(f"{what}: state {b} is state {seen[id(st)]} again (each stream once per call)")
+        seen[id(st)] = b
+        if st.dtype != states[0].dtype:
+            raise ValueError(f"{what}: state {b} searches in {st.dtype}, state 0 in {states[0].dtype}: "
+                             f"one call takes one dtype")
+    return (ctypes.c_void_p * len(states))(*(st.handle for st in states)), states[0].dtype
+
+
+def _raise_on(code: int, what: str) -> None:
+    if code != 0:
+        raise RuntimeError(f"{what}: the native library rejected its arguments (code {code})")
+
+
+def stream_advance(states: Sequence[StreamState], lp: torch.Tensor, lengths: torch.Tensor, *,
+                   topk: Optional[int] = 8, min_logp: Optional[float] = -12.0, skip: Optional[float] = 0.999) -> None:
+    """Advance B streams over their next frames, in place: row b of lp (B, T, V) (log-probs on the CPU, blank
+    0) holds state b's next ``lengths[b]`` frames (0 leaves it as it is). The streams may be at different
+    positions. Pruning as in :func:`asrkit.search.ctc_prefix_beam_search` (token_topk, token_min_logp,
+    blank_skip_threshold; all None: the exact search); each is per frame, so any split of a stream's frames
+    into chunks gives the same search. Streams are spread over ``torch.get_num_threads()`` threads."""
+    arr, dtype = _handles(states, "stream_advance")
+    check_ctc_inputs(lp, lengths)
+    batch, frames, vocab = lp.shape
+    if batch != len(states):
+        raise ValueError(f"stream_advance: log_probs has {batch} rows for {len(states)} stream states")
+    if lp.device.type != "cpu" or lengths.device.type != "cpu":
+        raise ValueError(f"stream_advance: log_probs and lengths must be on the CPU, got {lp.device} and "
+                         f"{lengths.device}")
+    if topk is not None and topk < 1:
+        raise ValueError(f"token_topk must be >= 1 or None, got {topk}")
+    if skip is not None and not 0.0 < skip < 1.0:
+        raise ValueError(f"blank_skip_threshold must be in (0, 1) or None, got {skip}")
+    for b, st in enumerate(states):
+        if st.vocab and st.vocab != vocab:
+            raise ValueError(f"stream_advance: state {b} was advanced over {st.vocab} tokens, log_probs row {b} "
+                             f"has {vocab}")
+    lib = _library()
+    with _one_torch_thread() as threads:
+        lp = lp.detach().to(dtype).contiguous()
+        lengths = lengths.to(torch.long).contiguous()
+        frame, cval, ctok, offset, n_cand = _frames(lp, lengths, topk, skip)
+        steps = frame.shape[1]
+        desc = _AdvanceDesc(
+            states=ctypes.cast(arr, ctypes.c_void_p), is_double=int(dtype == torch.float64), batch=batch,
+            frames=frames, vocab=vocab, steps=steps, n_cand=n_cand, threads=threads,
+            select=int(_selects_natively(vocab, n_cand) and steps > 0),
+            min_logp=-math.inf if min_logp is None else float(min_logp), lp=lp.data_ptr(), frame=frame.data_ptr(),
+            cval=None if cval is None else cval.data_ptr(), ctok=None if ctok is None else ctok.data_ptr(),
+            offset=offset.data_ptr(), lengths=lengths.data_ptr())
+        _raise_on(lib.asrkit_stream_advance(ctypes.byref(desc)), "stream_advance")
+    for st in states:
+        st.vocab = vocab
+
+
+def stream_nbest(states: Sequence[StreamState], nbest: int, final: bool) -> NBest:
+    """The N best hypotheses of each state so far, an NBest (B, nbest), best first; token_frames count from the
+    state's creation. final=True: + the scorers' end-of-sentence scores (the offline search's result after all
+    frames); False: the partial ranking, without them. The states are not changed."""
+    arr, dtype = _handles(states, "stream_nbest")
+    beam = min(st.beam for st in states)
+    if not 1 <= nbest <= beam:
+        raise ValueError(f"nbest must be in [1, beam={beam}], got {nbest}")
+    lib = _library()
+    width = int(lib.asrkit_stream_width(arr, len(states)))
+    batch = len(states)
+    total = torch.empty((batch, nbest), dtype=dtype)
+    ctc = torch.empty((batch, nbest), dtype=dtype)
+    tokens = torch.empty((batch, nbest, width), dtype=torch.long)
+    token_frames = torch.empty((batch, nbest, width), dtype=torch.long)
+    lengths = torch.empty((batch, nbest), dtype=torch.long)
+    desc = _NBestDesc(states=ctypes.cast(arr, ctypes.c_void_p), is_double=int(dtype == torch.float64), batch=batch,
+                      nbest=nbest, final=int(final), width=width, total=total.data_ptr(), ctc=ctc.data_ptr(),
+                      tokens=tokens.data_ptr(), token_frames=token_frames.data_ptr(), lengths=lengths.data_ptr())
+    _raise_on(lib.asrkit_stream_nbest(ctypes.byref(desc)), "stream_nbest")
+    return _trimmed(tokens, lengths, total, ctc, token_frames)
+
+
+def stream_blank_run(states: Sequence[StreamState]) -> List[int]:
+    """Per state, the input frames since the last token of its best partial hypothesis (the ranking of
+    ``stream_nbest(final=False)``) was emitted, the emission frame not counted; all its frames when it has no
+    token. Frames of a token's repeats count as blank: the prefix search keeps no single best path."""
+    arr, dtype = _handles(states, "stream_blank_run")
+    out = torch.empty(len(states), dtype=torch.long)
+    _raise_on(_library().asrkit_stream_blank_run(arr, len(states), int(dtype == torch.float64), out.data_ptr()),
+              "stream_blank_run")
+    return out.tolist()

@@ -135,14 +135,26 @@ def test_a_library_of_another_abi_is_refused_once_then_retried_after_reset(fresh
         assert native_build.load() is None  # tried once: no second build, no second warning
     native_build.reset()
     assert native_build.build_error() is None
+    stubs = "".join(f'extern "C" void* {name}(...) {{ return 0; }}\n' for name in native_build.SIGNATURES
+                    if name != "asrkit_prefix_search")
     src.write_text(f'#include <cstdint>\nextern "C" int64_t asrkit_native_abi() {{ return {native_build.ABI}; }}\n'
-                   'extern "C" int64_t asrkit_prefix_search(void*) { return 5; }\n')
+                   'extern "C" int64_t asrkit_prefix_search(void*) { return 5; }\n' + stubs)
     lib = native_build.load()
     assert lib is not None and native_build.build_error() is None and native_build.load() is lib
     assert lib.asrkit_native_abi() == native_build.ABI
     assert lib.asrkit_prefix_search.restype is ctypes.c_int64
     assert lib.asrkit_prefix_search.argtypes == [ctypes.c_void_p]
     assert lib.asrkit_prefix_search(None) == 5
+
+
+@needs_compiler
+def test_a_library_without_a_function_of_the_api_is_refused(fresh_native_cache, monkeypatch, tmp_path) -> None:
+    src = tmp_path / "partial.cpp"
+    src.write_text(f'#include <cstdint>\nextern "C" int64_t asrkit_native_abi() {{ return {native_build.ABI}; }}\n'
+                   'extern "C" int64_t asrkit_prefix_search(void*) { return 5; }\n')
+    monkeypatch.setattr(native_build, "SOURCE", src)
+    with pytest.warns(RuntimeWarning, match=r"unavailable \(the library has no function asrkit_stream_create\)"):
+        assert native_build.load() is None
 
 
 @needs_compiler

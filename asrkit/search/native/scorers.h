@@ -148,9 +148,21 @@ inline int64_t word_next_node(const Scorer& s, int64_t node, int64_t col) {
 // hypothesis spelling a word looks up the same (history, <unk>) pair letter after letter.
 struct LookupCache {
   static constexpr int64_t kSize = 1 << 12;
+  const int64_t* owner = nullptr;  // the n-gram keys table the entries were looked up in
   std::vector<int64_t> key, row, col;
   LookupCache() : key(kSize, -1), row(kSize), col(kSize) {}
 };
+
+// One cache per scorer, emptied where a scorer's tables are not those it was filled from (a thread serves
+// streams with different scorers).
+inline void bind_caches(std::vector<LookupCache>& cache, const std::vector<Scorer>& scorers) {
+  if (cache.size() != scorers.size()) cache.resize(scorers.size());
+  for (size_t j = 0; j < scorers.size(); ++j) {
+    if (cache[j].owner == scorers[j].keys) continue;
+    std::fill(cache[j].key.begin(), cache[j].key.end(), -1);
+    cache[j].owner = scorers[j].keys;
+  }
+}
 
 // WordNgramScorer._state: trie node `node` after LM state `hist`, one n-gram lookup.
 void word_state(const Scorer& s, int64_t node, int64_t hist, SState& out, LookupCache& cache) {
