@@ -5,10 +5,10 @@
 # same references) and training throughput (audio seconds per second). tools/espnet/bench_espnet_audit.md: what
 # differs between the two at tiny_ctc.yaml.
 #
-# Usage: tools/espnet/bench_espnet.sh --asrkit-config conf/tiny_ctc.yaml --data DIR --epochs N --out DIR
-#                              [--threads 1] [--stage 0] [--stop-stage 100]
+# Usage: tools/espnet/bench_espnet.sh --asrkit-config conf/tiny_ctc.yaml --data DIR (--epochs N | --budget-minutes M)
+#                              --out DIR [--threads 1] [--stage 0] [--stop-stage 100]
 #                              [--tokenizer DIR/lang/tokenizer.json] [--cmvn FILE | none]
-#                              [--overrides "KEY=VALUE ..."]
+#                              [--overrides "KEY=VALUE ..."] [--probe-epochs 2] [--cores "0 1"]
 #   --overrides: asrkit config overrides (as asrkit train's --set; space-separated) applied to --asrkit-config
 #   for both toolkits, e.g. "frontend.utterance_cmn=false data.max_frames=4000" for the demo's model
 #   DIR holds train/ dev/ test/ Kaldi dirs (wav.scp of audio files, text, utt2dur) and lang/ (asrkit's char
@@ -26,6 +26,14 @@
 #   stage 7: score all three decodings, print the table and write it to OUT/results.md
 #            (tools/espnet/espnet_report.py); the asrkit / ESPnet WER ratio is taken against ESPnet's best path (the
 #            same rule as asrkit's) and also printed against its prefix search
+#   --budget-minutes M: equal training time instead of equal epochs. Both toolkits train at the same time on this
+#   machine, asrkit pinned to the first CPU of --cores and ESPnet to the second (taskset; --threads 1), each for as
+#   many epochs as its own measured speed fits in M minutes; stages 2 and 3 become:
+#   stage 2: the probe: both train --probe-epochs epochs at once into OUT/probe/ (timed: asrkit_probe, espnet_probe)
+#   stage 3: tools/espnet/espnet_budget.py plan: from each probe, its seconds per epoch (the spacing of its log's
+#            epoch stamps) and start-up; its epochs = floor((M x 60 - start-up) / seconds per epoch), at least 2
+#            (OUT/budget.json); both configs written for their epochs; both train at once (timed, as above)
+#   A timed training of this mode that was killed starts again from scratch (its wall time is what is compared).
 # Needs .venv (make install) and .venv-espnet (tools/espnet/setup_espnet_env.sh). Both toolkits run with
 # OMP_NUM_THREADS=--threads and one data-loader worker (data.num_workers of the config, for both).
 # Stages are idempotent: a timed training that finished is not run again (OUT/timings.json); decoding and
@@ -44,11 +52,34 @@ stop_stage=100
 tokenizer=""
 cmvn=""
 overrides=""
+budget_minutes=""   # equal training time: both toolkits at once, one CPU each, each fitting its epochs in M minutes
+probe_epochs=2      # epochs of the probe that measures each toolkit's seconds per epoch (>= 2: start-up apart)
+cores="0 1"         # the CPUs of asrkit and ESPnet in the equal-time mode
 . "$root/tools/parse_options.sh"
-[ $# -eq 0 ] || { echo "$0: unexpected argument '$1' (see --help)" >&2; exit 2; }
-for v in asrkit_config data epochs out; do
-  [ -n "${!v}" ] || { echo "$0: --${v//_/-} is required (see --help)" >&2; exit 2; }
+usage_error() { echo "$0: $*" >&2; exit 2; }
+[ $# -eq 0 ] || usage_error "unexpected argument '$1' (see --help)"
+for v in asrkit_config data out; do
+  [ -n "${!v}" ] || usage_error "--${v//_/-} is required (see --help)"
 done
+cpus=()
+if [ -n "$budget_minutes" ]; then
+  [ -z "$epochs" ] || usage_error "--epochs and --budget-minutes exclude each other (the budget decides each" \
+    "toolkit's epochs)"
+  { [[ "$budget_minutes" =~ ^[0-9]+([.][0-9]+)?$ ]] && awk "BEGIN { exit !($budget_minutes > 0) }"; } \
+    || usage_error "--budget-minutes must be a number of minutes > 0, not '$budget_minutes'"
+  { [[ "$probe_epochs" =~ ^[0-9]+$ ]] && [ "$probe_epochs" -ge 1 ]; } \
+    || usage_error "--probe-epochs must be an integer >= 1, not '$probe_epochs'"
+  [ "$threads" = 1 ] || usage_error "--budget-minutes gives each toolkit one CPU: --threads must be 1, not '$threads'"
+  read -r -a cpus <<< "$cores"
+  if [ ${#cpus[@]} -ne 2 ] || ! [[ "${cpus[0]}.${cpus[1]}" =~ ^[0-9]+[.][0-9]+$ ]] || [ "${cpus[0]}" = "${cpus[1]}" ]; then
+    usage_error "--cores needs two different CPUs (asrkit's, ESPnet's), not '$cores'"
+  fi
+  for c in "${cpus[@]}"; do
+    taskset -c "$c" true 2> /dev/null || usage_error "--cores: CPU $c is not one this process may run on (taskset -c $c)"
+  done
+elif [ -z "$epochs" ]; then
+  usage_error "--epochs is required (or --budget-minutes) (see --help)"
+fi
 for split in train dev test; do
   [ -d "$data/$split" ] || { echo "$0: $data/$split: no such Kaldi data dir" >&2; exit 1; }
 done
@@ -75,9 +106,58 @@ esp_data_opts() {  # ESPnet's input options for the train and valid (dev) dirs
 esp_text_opts="--use_preprocessor true --token_type char --token_list $out/espnet/tokens.txt
   --non_linguistic_symbols none --cleaner none --g2p none --ngpu 0"
 stats="$out/espnet/stats"
+budget_tool="$root/tools/espnet/espnet_budget.py"
+# The configs stage 0 writes: the run's, or in the equal-time mode the probe's (stage 3 writes the run's).
+if [ -n "$budget_minutes" ]; then
+  conf_dir="$out/probe/espnet"; conf_epochs="$probe_epochs"; asrkit_sets="$out/probe/asrkit/overrides.txt"
+else
+  conf_dir="$out/espnet"; conf_epochs="$epochs"; asrkit_sets="$out/asrkit/overrides.txt"
+fi
+mkdir -p "$conf_dir" "$(dirname "$asrkit_sets")"
+
+espnet_train() {  # CONFIG EXP_DIR LOG RECORD_NAME [CPU]: ESPnet training, timed (pinned to CPU if given)
+  local conf=$1 exp=$2 log=$3 name=$4 pin=() norm_opt=()
+  [ -z "${5:-}" ] || pin=(taskset -c "$5")
+  if grep -q '^normalize: global_mvn' "$conf"; then
+    norm_opt=(--normalize_conf "stats_file=$stats/train/feats_stats.npz")
+  fi
+  # shellcheck disable=SC2046,SC2086
+  "${pin[@]}" "$py" "$helper" timed --record "$out/timings.json" --name "$name" -- \
+    bash -c '"$@" > "'"$log"'" 2>&1' _ \
+    "$esp" -m espnet2.bin.asr_train $esp_text_opts $(esp_data_opts) \
+    --train_shape_file "$stats/train/speech_shape" --train_shape_file "$stats/train/text_shape.char" \
+    --valid_shape_file "$stats/valid/speech_shape" --valid_shape_file "$stats/valid/text_shape.char" \
+    --resume true --output_dir "$exp" --config "$conf" "${norm_opt[@]}" \
+    || { tail -n 30 "$log" >&2; return 1; }
+}
+
+asrkit_train() {  # OVERRIDES EXP_DIR RECORD_NAME [CPU]: asrkit training, timed (pinned to CPU if given)
+  local sets=() cmvn_opt=() pin=() kv
+  while read -r kv; do [ -z "$kv" ] || sets+=(--set "$kv"); done < "$1"
+  [ "$cmvn" = none ] || cmvn_opt=(--cmvn "$cmvn")
+  [ -z "${4:-}" ] || pin=(taskset -c "$4")
+  "${pin[@]}" "$py" "$helper" timed --record "$out/timings.json" --name "$3" -- \
+    "$root/.venv/bin/asrkit" train --config "$asrkit_config" --train-data "$data/train" --valid-data "$data/dev" \
+    --out "$2" --tokenizer "$tokenizer" "${cmvn_opt[@]}" "${sets[@]}"
+}
+
+fresh() {  # DIR RECORD_NAME: an equal-time training not yet timed starts from nothing (no resume: wall time counts)
+  grep -qs "\"$2\":" "$out/timings.json" || rm -rf "$1"
+}
+
+train_both() {  # ASRKIT_SETS ASRKIT_EXP ESPNET_CONF ESPNET_EXP ESPNET_LOG SUFFIX: both at once, one CPU each
+  fresh "$2" "asrkit_$6"
+  fresh "$4" "espnet_$6"
+  asrkit_train "$1" "$2" "asrkit_$6" "${cpus[0]}" & local a=$!
+  espnet_train "$3" "$4" "$5" "espnet_$6" "${cpus[1]}" & local e=$!
+  local rc=0
+  wait "$a" || { echo "$0: asrkit's training ($2) failed" >&2; rc=1; }
+  wait "$e" || { echo "$0: ESPnet's training ($4) failed" >&2; rc=1; }
+  return "$rc"
+}
 
 if run_stage 0; then
-  log 0 "ESPnet config from $asrkit_config ($epochs epochs${overrides:+, $overrides}) into $out/espnet"
+  log 0 "ESPnet config from $asrkit_config ($conf_epochs epochs${overrides:+, $overrides}) into $conf_dir"
   set_opts=()
   for kv in $overrides; do set_opts+=(--set "$kv"); done
   if [ "$cmvn" = "$out/asrkit/cmvn.json" ] && [ ! -f "$cmvn" ]; then
@@ -88,9 +168,9 @@ if run_stage 0; then
   cmvn_opt=()
   [ "$cmvn" = none ] || { [ -f "$cmvn" ] || { echo "$0: $cmvn: no CMVN stats (or --cmvn none)" >&2; exit 1; }
                           cmvn_opt=(--cmvn); }
-  "$py" "$helper" config --asrkit-config "$asrkit_config" --epochs "$epochs" --train "$data/train" \
-    --out "$out/espnet" "${cmvn_opt[@]}" "${set_opts[@]}"
-  cp "$out/espnet/asrkit_overrides.txt" "$out/asrkit/overrides.txt"
+  "$py" "$helper" config --asrkit-config "$asrkit_config" --epochs "$conf_epochs" --train "$data/train" \
+    --out "$conf_dir" "${cmvn_opt[@]}" "${set_opts[@]}"
+  cp "$conf_dir/asrkit_overrides.txt" "$asrkit_sets"
   "$py" "$helper" tokens --tokenizer "$tokenizer" --out "$out/espnet/tokens.txt"
 fi
 
@@ -99,36 +179,44 @@ if run_stage 1; then
   # shellcheck disable=SC2046,SC2086
   "$esp" -m espnet2.bin.asr_train --collect_stats true $esp_text_opts $(esp_data_opts) \
     --train_shape_file "$data/train/wav.scp" --valid_shape_file "$data/dev/wav.scp" \
-    --config "$out/espnet/asr.yaml" --normalize none --output_dir "$stats" > "$out/espnet/collect_stats.log" 2>&1 \
+    --config "$conf_dir/asr.yaml" --normalize none --output_dir "$stats" > "$out/espnet/collect_stats.log" 2>&1 \
     || { tail -n 30 "$out/espnet/collect_stats.log" >&2; exit 1; }
   "$py" "$helper" text-shapes --stats "$stats" --token-list "$out/espnet/tokens.txt"
 fi
 
-if run_stage 2; then
+if run_stage 2 && [ -z "$budget_minutes" ]; then
   log 2 "ESPnet training ($epochs epochs) into $out/espnet/exp; log: $out/espnet/train.log"
-  norm_opt=()
-  if grep -q '^normalize: global_mvn' "$out/espnet/asr.yaml"; then
-    norm_opt=(--normalize_conf "stats_file=$stats/train/feats_stats.npz")
-  fi
-  # shellcheck disable=SC2046,SC2086
-  "$py" "$helper" timed --record "$out/timings.json" --name espnet_train -- \
-    bash -c '"$@" > "'"$out"'/espnet/train.log" 2>&1' _ \
-    "$esp" -m espnet2.bin.asr_train $esp_text_opts $(esp_data_opts) \
-    --train_shape_file "$stats/train/speech_shape" --train_shape_file "$stats/train/text_shape.char" \
-    --valid_shape_file "$stats/valid/speech_shape" --valid_shape_file "$stats/valid/text_shape.char" \
-    --resume true --output_dir "$out/espnet/exp" --config "$out/espnet/asr.yaml" "${norm_opt[@]}" \
-    || { tail -n 30 "$out/espnet/train.log" >&2; exit 1; }
+  espnet_train "$out/espnet/asr.yaml" "$out/espnet/exp" "$out/espnet/train.log" espnet_train
+elif run_stage 2; then
+  log 2 "the probe: both toolkits train $probe_epochs epochs at once (asrkit on CPU ${cpus[0]}, ESPnet on CPU" \
+    "${cpus[1]}) into $out/probe"
+  train_both "$asrkit_sets" "$out/probe/asrkit/exp" "$out/probe/espnet/asr.yaml" "$out/probe/espnet/exp" \
+    "$out/probe/espnet/train.log" probe
 fi
 
-if run_stage 3; then
+if run_stage 3 && [ -z "$budget_minutes" ]; then
   log 3 "asrkit training ($epochs epochs) into $out/asrkit/exp; log: $out/asrkit/exp/train.log"
-  sets=()
-  while read -r kv; do [ -z "$kv" ] || sets+=(--set "$kv"); done < "$out/asrkit/overrides.txt"
+  asrkit_train "$out/asrkit/overrides.txt" "$out/asrkit/exp" asrkit_train
+elif run_stage 3; then
+  fits="$("$py" "$budget_tool" plan --budget-minutes "$budget_minutes" --probe-epochs "$probe_epochs" \
+          --out-dir "$out" --cores "${cpus[*]}")"
+  read -r asrkit_epochs espnet_epochs <<< "$fits"
+  log 3 "$budget_minutes minutes each ($out/budget.json): asrkit $asrkit_epochs epochs, ESPnet $espnet_epochs;" \
+    "both train at once into $out/{asrkit,espnet}/exp"
+  set_opts=()
+  for kv in $overrides; do set_opts+=(--set "$kv"); done
   cmvn_opt=()
-  [ "$cmvn" = none ] || cmvn_opt=(--cmvn "$cmvn")
-  "$py" "$helper" timed --record "$out/timings.json" --name asrkit_train -- \
-    "$root/.venv/bin/asrkit" train --config "$asrkit_config" --train-data "$data/train" --valid-data "$data/dev" \
-    --out "$out/asrkit/exp" --tokenizer "$tokenizer" "${cmvn_opt[@]}" "${sets[@]}"
+  [ "$cmvn" = none ] || cmvn_opt=(--cmvn)
+  "$py" "$helper" config --asrkit-config "$asrkit_config" --epochs "$espnet_epochs" \
+    --asrkit-epochs "$asrkit_epochs" --train "$data/train" --out "$out/espnet" "${cmvn_opt[@]}" "${set_opts[@]}"
+  cp "$out/espnet/asrkit_overrides.txt" "$out/asrkit/overrides.txt"
+  train_both "$out/asrkit/overrides.txt" "$out/asrkit/exp" "$out/espnet/asr.yaml" "$out/espnet/exp" \
+    "$out/espnet/train.log" train
+fi
+espnet_epochs="$epochs"
+if [ -n "$budget_minutes" ] && { run_stage 4 || run_stage 7; }; then
+  fits="$("$py" "$budget_tool" show --plan "$out/budget.json")"
+  read -r _ espnet_epochs <<< "$fits"
 fi
 
 if run_stage 4; then
@@ -138,10 +226,10 @@ if run_stage 4; then
   "$esp" -m espnet2.bin.asr_inference --ngpu 0 --batch_size 1 --nbest 1 --beam_size 1 --ctc_weight 1.0 \
     --lm_weight 0.0 --penalty 0.0 --data_path_and_name_and_type "$data/test/wav.scp,speech,sound" \
     --key_file "$data/test/wav.scp" --asr_train_config "$out/espnet/exp/config.yaml" \
-    --asr_model_file "$out/espnet/exp/${epochs}epoch.pth" --output_dir "$out/espnet/decode_test" \
+    --asr_model_file "$out/espnet/exp/${espnet_epochs}epoch.pth" --output_dir "$out/espnet/decode_test" \
     > "$out/espnet/decode_test.log" 2>&1 || { tail -n 30 "$out/espnet/decode_test.log" >&2; exit 1; }
   log 4 "ESPnet best-path CTC decoding of $data/test into decode_test_greedy"
-  "$esp" "$helper" greedy --config "$out/espnet/exp/config.yaml" --model "$out/espnet/exp/${epochs}epoch.pth" \
+  "$esp" "$helper" greedy --config "$out/espnet/exp/config.yaml" --model "$out/espnet/exp/${espnet_epochs}epoch.pth" \
     --data "$data/test" --out "$out/espnet/decode_test_greedy" 2> "$out/espnet/decode_test_greedy.log" \
     || { tail -n 30 "$out/espnet/decode_test_greedy.log" >&2; exit 1; }
 fi
@@ -162,5 +250,7 @@ fi
 
 if run_stage 7; then
   log 7 "scoring; table in $out/results.md"
-  "$py" "$root/tools/espnet/espnet_report.py" --out "$out" --data "$data" --epochs "$epochs" --threads "$threads"
+  run_opts=(--epochs "$epochs")
+  [ -z "$budget_minutes" ] || run_opts=(--budget-plan "$out/budget.json")
+  "$py" "$root/tools/espnet/espnet_report.py" --out "$out" --data "$data" "${run_opts[@]}" --threads "$threads"
 fi

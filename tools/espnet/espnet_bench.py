@@ -2,8 +2,9 @@
 """The logic of tools/espnet/bench_espnet.sh: asrkit config -> ESPnet2 asr.yaml, ESPnet inputs, timing, best path.
 
 usage:
-  espnet_bench.py config --asrkit-config C [--set K=V ...] --epochs N --train DIR --out DIR
-      write DIR/asr.yaml (ESPnet2) and DIR/asrkit_overrides.txt (the --set lines asrkit trains with)
+  espnet_bench.py config --asrkit-config C [--set K=V ...] --epochs N [--asrkit-epochs M] --train DIR --out DIR
+      write DIR/asr.yaml (ESPnet2, N epochs) and DIR/asrkit_overrides.txt (the --set lines asrkit trains with;
+      M epochs, default N)
   espnet_bench.py tokens --tokenizer tokenizer.json --out tokens.txt
       ESPnet's char token list with the units of an asrkit char tokenizer
   espnet_bench.py text-shapes --stats DIR --token-list tokens.txt
@@ -17,11 +18,13 @@ usage:
 
 Runs with the toolkit's .venv (config, tokens import asrkit), .venv-espnet (greedy imports espnet2, inside the
 function only) or any Python (text-shapes, timed). Per-step times on identical batches:
-tools/espnet/espnet_step_time.py; the table (stage 7): tools/espnet/espnet_report.py.
+tools/espnet/espnet_step_time.py; the table (stage 7): tools/espnet/espnet_report.py; the epochs of an equal-time
+run (--budget-minutes): tools/espnet/espnet_budget.py.
 """
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import statistics
@@ -410,7 +413,7 @@ def cmd_config(args: argparse.Namespace) -> None:
     with open(os.path.join(args.out, "asr.yaml"), "w", encoding="utf-8") as fh:
         yaml.safe_dump(conf, fh, sort_keys=False)
     with open(os.path.join(args.out, "asrkit_overrides.txt"), "w", encoding="utf-8") as fh:
-        fh.write("\n".join([*args.set, *asrkit_overrides(cfg, args.epochs)]) + "\n")
+        fh.write("\n".join([*args.set, *asrkit_overrides(cfg, args.asrkit_epochs or args.epochs)]) + "\n")
 
 
 def cmd_tokens(args: argparse.Namespace) -> None:
@@ -466,12 +469,20 @@ def cmd_timed(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     if rc != 0:
         raise BenchError(f"timed {args.name}: '{' '.join(cmd)}' failed with exit status {rc}")
-    record = load_record(args.record)
-    record[args.name] = seconds
-    with open(args.record + ".tmp", "w", encoding="utf-8") as fh:
-        json.dump(record, fh, indent=1)
-    os.replace(args.record + ".tmp", args.record)
+    add_to_record(args.record, args.name, seconds)
     return 0
+
+
+def add_to_record(path: str, name: str, value: Any) -> None:
+    """Set ``name`` in the JSON record ``path``, under a lock: the equal-time mode's two trainings end at
+    about the same time and each adds its wall time (read, update, replace), and neither may be lost."""
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        record = load_record(path)
+        record[name] = value
+        with open(path + ".tmp", "w", encoding="utf-8") as fh:
+            json.dump(record, fh, indent=1)
+        os.replace(path + ".tmp", path)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -481,6 +492,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     c.add_argument("--asrkit-config", required=True)
     c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     c.add_argument("--epochs", type=int, required=True)
+    c.add_argument("--asrkit-epochs", type=int, help="asrkit's epochs when they differ from ESPnet's (--epochs; "
+                   "bench_espnet.sh --budget-minutes: each toolkit's own)")
     c.add_argument("--train", required=True, help="the training Kaldi dir (its utt2dur)")
     c.add_argument("--cmvn", action="store_true", help="asrkit trains with --cmvn (global_mvn for ESPnet)")
     c.add_argument("--out", required=True)

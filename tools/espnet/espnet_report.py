@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """The table of tools/espnet/bench_espnet.sh (stage 7): WER, CER and training throughput of asrkit and ESPnet2.
 
-usage: espnet_report.py --out OUT --data DIR --epochs N [--threads T]
+usage: espnet_report.py --out OUT --data DIR (--epochs N | --budget-plan OUT/budget.json) [--threads T]
 
 Scores asrkit's and ESPnet's hypotheses (ESPnet: best path and its beam-1 prefix search) on DIR/test/text with
 asrkit's scorer, takes the training wall times from OUT/timings.json (tools/espnet/espnet_bench.py timed), the epochs'
 training parts from both training logs, the per-step times from OUT/step_time.json
 (tools/espnet/espnet_step_time.py) and the batch counts from OUT/espnet/batches.json (tools/espnet/espnet_bench.py config);
 writes OUT/results.md and prints it. A row whose hypotheses or training time are missing is left out, with a
-line on stderr. Run it with the toolkit's .venv (it imports asrkit).
+line on stderr. An equal-time run (bench_espnet.sh --budget-minutes) gives each toolkit its own epochs: --budget-plan
+(tools/espnet/espnet_budget.py's plan) says how many, and the table says how they were chosen. Run it with the
+toolkit's .venv (it imports asrkit).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Union
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # espnet_bench beside this file
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # asrkit from a checkout without installing
@@ -60,30 +62,37 @@ def epoch_train_seconds(log_path: str, toolkit: str) -> Optional[float]:
     return total if found else None
 
 
-def results_table(rows: Dict[str, Dict[str, float]], train_seconds: float, epochs: int, threads: int) -> str:
+def results_table(rows: Dict[str, Dict[str, float]], train_seconds: float, epochs: Union[int, Dict[str, int]],
+                  threads: int) -> str:
     """The markdown table: per row WER, CER, training wall seconds and audio seconds per second (the whole
     command; and the epochs' training parts alone, when ``train_only_s`` is known); then the ratios the issue's
     targets are stated in (on the whole command). Rows are keyed as :data:`ROW_LABELS`: the WER ratio compares
-    asrkit with ESPnet decoded by the same rule (best path), and is also given against ESPnet's own search."""
-    audio = train_seconds * epochs
-    lines = [f"| toolkit, decoding | WER % | CER % | train wall s ({epochs} epochs) | train audio s / s | "
+    asrkit with ESPnet decoded by the same rule (best path), and is also given against ESPnet's own search.
+    ``epochs``: of both toolkits, or {"asrkit": N, "espnet": M} after an equal-time run."""
+    per_toolkit = epochs if isinstance(epochs, dict) else {"asrkit": epochs, "espnet": epochs}
+    label = (f"asrkit {per_toolkit['asrkit']}, ESPnet {per_toolkit['espnet']} epochs" if isinstance(epochs, dict)
+             else f"{epochs} epochs")
+    audio = {name: train_seconds * per_toolkit[name.split("_")[0]] for name in rows}  # "espnet_search": ESPnet's
+    lines = [f"| toolkit, decoding | WER % | CER % | train wall s ({label}) | train audio s / s | "
              "epochs' training parts s | audio s / s in them |", "|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
         only = r.get("train_only_s")
-        extra = f"{only:.0f} | {audio / only:.1f}" if only else "- | -"
+        extra = f"{only:.0f} | {audio[name] / only:.1f}" if only else "- | -"
         lines.append(f"| {ROW_LABELS.get(name, name)} | {100 * r['wer']:.2f} | {100 * r['cer']:.2f} | "
-                     f"{r['train_s']:.0f} | {audio / r['train_s']:.1f} | {extra} |")
+                     f"{r['train_s']:.0f} | {audio[name] / r['train_s']:.1f} | {extra} |")
     if "asrkit" in rows and "espnet" in rows:
         a, e = rows["asrkit"], rows["espnet"]
+        speed = {name: audio[name] / rows[name]["train_s"] for name in ("asrkit", "espnet")}
         wer_ratio = a["wer"] / e["wer"] if e["wer"] > 0 else math.inf
         lines += ["", f"asrkit / ESPnet WER, both best path: {wer_ratio:.2f} (target <= 0.9)"]
         if "espnet_search" in rows:
             es = rows["espnet_search"]["wer"]
             lines[-1] += f"; against ESPnet's beam-1 prefix search: {a['wer'] / es if es > 0 else math.inf:.2f}"
-        lines[-1] += f"; asrkit / ESPnet training throughput: {e['train_s'] / a['train_s']:.2f} (target >= 1.3)"
+        lines[-1] += f"; asrkit / ESPnet training throughput: {speed['asrkit'] / speed['espnet']:.2f} (target >= 1.3)"
         if a.get("train_only_s") and e.get("train_only_s"):
-            lines[-1] += f"; in the epochs' training parts: {e['train_only_s'] / a['train_only_s']:.2f}"
-    lines += ["", f"Training data {train_seconds:.0f} s of audio x {epochs} epochs; OMP_NUM_THREADS={threads}. "
+            ratio = (audio["asrkit"] / a["train_only_s"]) / (audio["espnet"] / e["train_only_s"])
+            lines[-1] += f"; in the epochs' training parts: {ratio:.2f}"
+    lines += ["", f"Training data {train_seconds:.0f} s of audio x {label}; OMP_NUM_THREADS={threads}. "
                   "Train wall time: the whole training command (start-up, model building, data loading, "
                   "per-epoch validation on dev, checkpoints); not CMVN/collect_stats nor decoding. The epochs' "
                   "training parts: the times both trainers log per epoch for the training pass alone. "
@@ -134,13 +143,32 @@ def step_time_lines(steps: Dict[str, Sequence[Sequence[float]]]) -> str:
     return text
 
 
-def write_report(out_dir: str, data_dir: str, epochs: int, threads: int = 1) -> str:
+def budget_line(plan: Dict) -> str:
+    """How an equal-time run chose each toolkit's epochs (tools/espnet/espnet_budget.py's plan)."""
+    fits = [f"{name} {plan[key]['per_epoch_s']:.0f} s per epoch + {plan[key]['startup_s']:.0f} s start-up -> "
+            f"{plan[key]['epochs']} epochs" for key, name in (("asrkit", "asrkit"), ("espnet", "ESPnet"))]
+    return (f"Equal training time: a budget of {plan['budget_s']:.0f} s each, both trainings at once (asrkit on core "
+            f"{plan['cores']['asrkit']}, ESPnet on core {plan['cores']['espnet']}); epochs from a "
+            f"{plan['probe_epochs']}-epoch probe run the same way: {', '.join(fits)}.\n")
+
+
+def write_report(out_dir: str, data_dir: str, epochs: Optional[int], threads: int = 1,
+                 budget_plan: Optional[str] = None) -> str:
     """The whole report of the benchmark's OUT dir (the table, the per-step times and the batch counts where
-    their files exist), written to OUT/results.md and returned. Nothing to score is a :class:`BenchError`."""
+    their files exist), written to OUT/results.md and returned. Nothing to score is a :class:`BenchError`.
+    ``budget_plan``: OUT/budget.json of an equal-time run (each toolkit's epochs; ``epochs`` is then None)."""
     rows = score_rows(out_dir, data_dir)
     if not rows:
         raise BenchError(f"{out_dir}: nothing to report yet")
-    table = results_table(rows, audio_seconds(os.path.join(data_dir, "train")), epochs, threads)
+    plan = load_record(budget_plan) if budget_plan else None
+    if budget_plan and not plan:
+        raise BenchError(f"{budget_plan}: no plan (bench_espnet.sh stage 3 writes it)")
+    per_toolkit = {key: plan[key]["epochs"] for key in ("asrkit", "espnet")} if plan else epochs
+    if per_toolkit is None:
+        raise BenchError("the epochs of the run are needed (--epochs or --budget-plan)")
+    table = results_table(rows, audio_seconds(os.path.join(data_dir, "train")), per_toolkit, threads)
+    if plan:
+        table += budget_line(plan)
     steps = load_record(os.path.join(out_dir, "step_time.json"))
     if steps:
         table += step_time_lines(steps)
@@ -159,13 +187,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="the benchmark's OUT dir")
     p.add_argument("--data", required=True, help="the benchmark's data dir (its test/text and train/utt2dur)")
-    p.add_argument("--epochs", type=int, required=True)
+    runs = p.add_mutually_exclusive_group(required=True)
+    runs.add_argument("--epochs", type=int, help="the epochs both toolkits trained")
+    runs.add_argument("--budget-plan", help="OUT/budget.json of an equal-time run (each toolkit's epochs)")
     p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the runs, for the table's note")
     args = p.parse_args(argv)
-    if args.epochs < 1:
+    if args.epochs is not None and args.epochs < 1:
         p.error(f"--epochs {args.epochs}: the benchmark trains at least one epoch")
     try:
-        table = write_report(args.out, args.data, args.epochs, args.threads)
+        table = write_report(args.out, args.data, args.epochs, args.threads, args.budget_plan)
     except BenchError as exc:
         print(f"espnet_report.py: {exc}", file=sys.stderr)
         return 1
