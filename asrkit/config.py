@@ -522,6 +522,9 @@ def _field_type(cls: Any, parts: Sequence[str]) -> Any:
 
 def apply_overrides(data: Dict[str, Any], overrides: Sequence[str], cls: Optional[type] = None) -> Dict[str, Any]:
     """Apply ``a.b.c=value`` overrides to a nested dict, in place. The value is parsed as YAML, except for a
+    # word ARPA only: a hotword word outside the LM scores ln P = this after any history, which it leaves as it was;
+    # null: <unk>'s ln P plus lm_unk_offset (such words join decode.lexicon for the search that has them)
+    hotword_class_score: Optional[float] = None
     string field of dataclass ``cls``: that takes the text as written (YAML would cut ``a #b`` at its comment,
     and read ``yes`` or ``1`` as other types); an optional string is unset by YAML's null (``null``, ``~`` or
     nothing), as in the YAML files."""

@@ -53,6 +53,7 @@ beam 10), WER at offsets 0 / -5 / -10 / -15 / -23: chars 11.6 / 7.2 / 5.3 / 5.4 
 """
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
@@ -66,6 +67,7 @@ from asrkit.lm.ngram import NgramLM, UnitsError
 WORD_MARK = "\u2581"  # "▁"
 BOUNDARY_MARKS = (WORD_MARK, "|", " ")  # the word-boundary marks found automatically
 DEFAULT_UNK_OFFSET = -10.0
+COPIES_KEPT = 8  # with_words: the copies (tries with words added) kept, by content
 DENSE_TRIE_MAX_ENTRIES = 2 ** 23  # (trie nodes x (V+1)) entries of the dense tables: 64 + 32 MB at most
 ROOT, SINK = 0, 1  # trie nodes: the empty word; a partial word that no LM word starts with
 SKIP, CONT, START, END = 0, 1, 2, 3  # token kinds
@@ -192,7 +194,42 @@ class WordNgramScorer:
         self.lexicon = None if lexicon is None else sorted({w.strip() for w in lexicon if w.strip()} - {BOS, EOS, UNK})
         if self.lexicon is not None and not self.lexicon:
             raise ValueError("WordNgramScorer: the lexicon is empty")
+        self._kinds, self._letters, self._dense_max = kinds, letters, dense_max_entries
+        self._added: Dict[str, Tuple[int, float]] = {}  # with_words: word -> (LM word id, offset)
+        self._copies: Dict[Tuple[Tuple[str, ...], Optional[float]], "WordNgramScorer"] = {}
         self._build_trie(lm, kinds, letters, dense_max_entries)
+
+    def with_words(self, words: Iterable[str], class_score: Optional[float] = None) -> "WordNgramScorer":
+        """This scorer with ``words`` added to its trie, for the searches that need them (hotwords): a word
+        outside the lexicon may then be output; one outside the LM scores as ``<unk>`` plus the unk offset, or,
+        with ``class_score``, scores ln P = ``class_score`` after any history and leaves the history as it was
+        (the LM skips it). A copy sharing the LM, cached by content (the last :data:`COPIES_KEPT`); this scorer
+        is unchanged, and returned where nothing would change."""
+        vocab = self.lm.word_to_id
+        listed = set(vocab) if self.lexicon is None else set(self.lexicon)
+        new = {w for w in (str(x).strip() for x in words) if w} - listed - {BOS, EOS, UNK}
+        if class_score is None and self.lexicon is None:
+            new = set()  # an open vocabulary scores them as <unk> + offset already
+        if not new:
+            return self
+        key = (tuple(sorted(new)), None if class_score is None else float(class_score))
+        if key not in self._copies:
+            if len(self._copies) >= COPIES_KEPT:
+                del self._copies[next(iter(self._copies))]  # the oldest
+            other = copy.copy(self)
+            other._copies = {}
+            other._added = {**self._added, **{w: self._entry(w, class_score) for w in key[0]}}
+            other._build_trie(self.lm, self._kinds, self._letters, self._dense_max)
+            self._copies[key] = other
+        return self._copies[key]
+
+    def _entry(self, word: str, class_score: Optional[float]) -> Tuple[int, float]:
+        """(LM word id, offset) of a word in the trie: an LM word scores as itself; any other as <unk> plus the
+        unk offset, or with a class score as the pad word (ln P 0, the history unchanged) plus the score."""
+        wid = self.lm.word_to_id.get(word)
+        if wid is not None:
+            return wid, 0.0
+        return (self.lm.unk_id, self.unk_offset) if class_score is None else (self.lm.pad_id, float(class_score))
 
     def _warn_missing_letters(self, token_list: Sequence[str], letters: Sequence[Optional[str]],
                               kinds: Sequence[int]) -> None:
@@ -217,13 +254,16 @@ class WordNgramScorer:
         la = [0.0, (unk_la if self.lookahead else 0.0) if self.lexicon is None else -math.inf]
         reach = [-math.inf, -math.inf]  # per node: the most closing any word it can still become adds (max_gain)
         word = [lm.unk_id, lm.unk_id]
+        offset = [0.0, self.unk_offset]  # per node: added to the LM's score of its word (a prefix's word: <unk>)
         if self.lexicon is None:
-            words = [(w, wid) for wid, w in enumerate(lm.vocab) if w not in (BOS, EOS, UNK)]
+            words = {w: (wid, 0.0) for wid, w in enumerate(lm.vocab) if w not in (BOS, EOS, UNK)}
         else:
-            words = [(w, lm.word_to_id.get(w, lm.unk_id)) for w in self.lexicon]
-        for w, wid in words:
-            score = unigram[wid] if wid != lm.unk_id else unk_la
-            closes = closing[wid] if wid != lm.unk_id else unk_closing
+            words = {w: self._entry(w, None) for w in self.lexicon}
+        words.update(self._added)
+        for w, (wid, off) in words.items():
+            # the pad word (a class score): ln P 0 in any history
+            score = (0.0 if wid == lm.pad_id else unigram[wid]) + off
+            closes = (0.0 if wid == lm.pad_id else closing[wid]) + off
             reach[ROOT] = max(reach[ROOT], closes)
             for j in range(1, len(w) + 1):
                 prefix = w[:j]
@@ -233,13 +273,14 @@ class WordNgramScorer:
                     la.append(-math.inf if self.lookahead else 0.0)
                     reach.append(-math.inf)
                     word.append(lm.unk_id)
+                    offset.append(self.unk_offset)
                 if self.lookahead and la[node] < score:
                     la[node] = score
                 reach[node] = max(reach[node], closes)
-            word[node_of[w]] = wid
+            word[node_of[w]], offset[node_of[w]] = wid, off
         self._gain = self._gain_bound(np.array(la), np.array(reach), unk_closing, float(lm.state_tables().eos.max()))
         is_word = np.zeros(len(la), dtype=bool)
-        is_word[[ROOT] + [node_of[w] for w, _ in words]] = True
+        is_word[[ROOT] + [node_of[w] for w in words]] = True
         n_nodes, width = len(la), len(kinds) + 1
         self.width = width
         # the edges (node, token) -> node that stay in the trie, found word by word
@@ -249,7 +290,7 @@ class WordNgramScorer:
                 cont.setdefault(s, []).append(i)
         longest = max(map(len, cont), default=0)
         edges: Dict[Tuple[int, int], int] = {}
-        for w, _ in words:
+        for w in words:
             for i in range(len(w)):
                 src = node_of[w[:i]]
                 for j in range(i + 1, min(len(w), i + longest) + 1):
@@ -289,7 +330,7 @@ class WordNgramScorer:
         self.col_hist = torch.where(self.col_is_start, 2, 1)[:, None]  # (V+1, 1) the ints column of the next history
         la_t = torch.tensor(la, dtype=torch.float32, device=dev)
         word_t = torch.tensor(word, dtype=torch.long, device=dev)
-        c0 = torch.where(word_t == lm.unk_id, self.unk_offset, 0.0) - la_t  # unk offset - LA
+        c0 = torch.tensor(offset, dtype=torch.float32, device=dev) - la_t  # unk offset (or class score) - LA
         neg_la = -la_t
         if self.lexicon is not None:  # a boundary or </s> only after a whole listed word
             c0 = torch.where(torch.from_numpy(is_word).to(dev), c0, -math.inf)

@@ -97,6 +97,8 @@ def check_decode_config(cfg: DecodeConfig, model: Optional[AsrModel]) -> None:
         raise ConfigError(f"decode.hotwords {cfg.hotwords}: no such file")
     if cfg.hotword_weight < 0:
         raise ConfigError(f"decode.hotword_weight must be >= 0 (0: off), got {cfg.hotword_weight}")
+    if cfg.hotword_class_score is not None and cfg.lm_units != "word":
+        raise ConfigError("decode.hotword_class_score applies to a word LM (decode.lm_units: word)")
     if cfg.lm_word_boundary is not None and cfg.lm_units != "word":
         raise ConfigError("decode.lm_word_boundary applies to a word LM (decode.lm_units: word)")
     if cfg.attention_window < 0:
@@ -168,19 +170,38 @@ class Searcher:
         self.hotwords = load_hotwords(cfg, tokenizer, hotwords)
         if cfg.attention_window:
             model.decoder.set_decoding_window(cfg.attention_window)
-        self.lm = load_lm_scorer(cfg, tokenizer, device)
+        self.lm = self._loaded_lm = load_lm_scorer(cfg, tokenizer, device)
         self.bonus: Optional[WordCount] = None
         self.lexicon: Optional[LexiconScorer] = None
+        self._word_list: Optional[list] = None
         if isinstance(self.lm, WordNgramScorer):
             # With a word LM the bonus counts words, beta * |W|, each as the LM closes it.
             self.bonus = WordCount(*self.lm.word_marks())
         elif cfg.lexicon is not None:  # no word LM to carry the constraint: a scorer of its own
-            words = _word_list(cfg)
+            self._word_list = _word_list(cfg)
+        self._add_hotword_words()
+
+    def with_hotwords(self, hotwords: Optional[Sequence[PhraseSpec]]) -> "Searcher":
+        """The same search (sharing the loaded LM) with the phrases ``hotwords`` beside ``decode.hotwords``'s."""
+        other = copy.copy(self)
+        other.hotwords = load_hotwords(self.cfg, self.tokenizer, hotwords)
+        other._add_hotword_words()
+        return other
+
+    def _add_hotword_words(self) -> None:
+        """The hotwords' words outside ``decode.lexicon`` join it for this search: in a copy of the word LM's trie
+        (cached by content; outside the LM they score as <unk> + ``lm_unk_offset`` or ``hotword_class_score``) or
+        in this search's lexicon scorer. The loaded LM is left as it is."""
+        extra = list(self.hotwords.words) if self.hotwords is not None else []
+        if isinstance(self._loaded_lm, WordNgramScorer):
+            self.lm = self._loaded_lm.with_words(extra, self.cfg.hotword_class_score)
+        elif self._word_list is not None:
             try:
-                self.lexicon = LexiconScorer(words, tokenizer.token_list, blank_id=tokenizer.blank_id,
-                                             sos_eos_id=tokenizer.sos_eos_id, unk_id=tokenizer.unk_id)
+                self.lexicon = LexiconScorer(self._word_list + extra, self.tokenizer.token_list,
+                                             blank_id=self.tokenizer.blank_id, sos_eos_id=self.tokenizer.sos_eos_id,
+                                             unk_id=self.tokenizer.unk_id)
             except ValueError as exc:
-                raise ConfigError(f"decode.lexicon {cfg.lexicon}: {exc}") from None
+                raise ConfigError(f"decode.lexicon {self.cfg.lexicon}: {exc}") from None
 
     def reweighted(self, lm_weight: float, length_bonus: float) -> "Searcher":
         """The same search (sharing the loaded LM) with other fusion weights."""

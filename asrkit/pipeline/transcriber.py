@@ -295,8 +295,8 @@ class Transcriber:
             raise ConfigError("decode.attention_window changes the model: give it to load_model(decode=...), "
                               "not to one call")
         cfg = from_dict(DecodeConfig, {**to_dict(self.decode_cfg), **options})
-        if cfg == self.decode_cfg and hotwords == self.hotwords:
-            return self.searcher
+        if cfg == self.decode_cfg:  # only the list differs: the loaded LM serves this call too
+            return self.searcher if hotwords == self.hotwords else self.searcher.with_hotwords(hotwords)
         return Searcher(cfg, self.model, self.tokenizer, self.device, hotwords)
 
     @torch.inference_mode()

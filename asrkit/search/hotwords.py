@@ -145,11 +145,12 @@ def _move(arcs: List[Dict[int, int]], root_children: Dict[int, int], state: int,
 class HotwordScorer:
     """A :class:`~asrkit.search.interfaces.BatchScorer` biasing toward the phrases of ``graph`` (see the module
     docstring). Weighted by the global hotword weight in the search's weights dict. The state is (N,) int64
-    automaton states."""
+    automaton states. ``words``: the words of its phrases (a word-LM search adds those outside its lexicon)."""
 
-    def __init__(self, graph: HotwordGraph) -> None:
+    def __init__(self, graph: HotwordGraph, words: Sequence[str] = ()) -> None:
         self.graph = graph
         self.vocab = int(graph.root_next.shape[0])
+        self.words = tuple(words)
 
     def _next(self, state: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """Next states of ``state`` (broadcast to tokens' shape) by ``tokens`` (>= 0)."""
@@ -249,11 +250,12 @@ def hotword_scorer(hotwords: Iterable[Union[PhraseSpec, Phrase]], encode: Callab
     """A :class:`HotwordScorer` of phrases spelled by ``encode`` (text -> ids of ``token_list``; the model's
     tokenizer). A phrase spelled with ``unk_id`` or with nothing (letters the model has no token for) is skipped
     and reported through ``warn`` with where it came from; none left is a ValueError. With a standalone
-    word-boundary token (``▁`` or ``|``), phrases start with it and hypotheses start after one."""
+    word-boundary token (``▁`` or ``|``), phrases start with it and hypotheses start after one. The scorer's
+    ``words``: those of the phrases kept, each once, in the order first met."""
     tokens = list(token_list)
     marks = [i for i, t in enumerate(tokens) if t in BOUNDARY_MARKS]
     boundary = marks[0] if marks else None
-    spelled = []
+    spelled, words = [], {}
     for phrase in as_phrases(hotwords):
         ids = [int(i) for i in encode(phrase.text)]
         if not ids or (unk_id is not None and unk_id in ids) or not all(0 < i < len(tokens) for i in ids):
@@ -262,9 +264,10 @@ def hotword_scorer(hotwords: Iterable[Union[PhraseSpec, Phrase]], encode: Callab
         if boundary is not None and ids[0] != boundary:
             ids = [boundary] + ids
         spelled.append((ids, phrase.weight))
+        words.update(dict.fromkeys(phrase.text.split()))
     if not spelled:
         raise ValueError("hotwords: no phrase can be spelled with the model's units")
-    return HotwordScorer(compile_hotwords(spelled, len(tokens), free=marks, start_token=boundary))
+    return HotwordScorer(compile_hotwords(spelled, len(tokens), free=marks, start_token=boundary), list(words))
 
 
 def spell_with_tokens(token_list: Sequence[str]) -> Callable[[str], List[int]]:

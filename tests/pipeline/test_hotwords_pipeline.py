@@ -3,6 +3,7 @@ and --hotword-weight, load_model(..., hotwords=...), per call transcribe(..., ho
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from asrkit.text.tokenizer import CharTokenizer
 from tests.pipeline.tiny_exp import make_tiny_exp
 
 TOK = CharTokenizer.train(["ABCDE FGH"])
+pytestmark = pytest.mark.filterwarnings("ignore:1 of 16 tokens have letters")  # the word LM tests' Z: no LM word has it
 
 
 def _two_readings(tok=TOK) -> torch.Tensor:
@@ -141,3 +143,95 @@ def test_decode_ctc_hotwords() -> None:
         assert decode_ctc(lp, tokens=tokens, hotwords=["AC", "42"])[0][0].text == "AC"
     with pytest.raises(ValueError, match="no phrase can be spelled"), pytest.warns(UserWarning, match="'42'"):
         decode_ctc(lp, tokens=tokens, hotwords=["42"])
+
+
+# ---------------------------------------------------------------- hotwords outside decode.lexicon and the word LM
+WORD_ARPA = Path(__file__).parents[1] / "lm" / "fixtures" / "words_3gram.arpa"  # THE CAT SAT ON MAT A DOG
+LM_TOK = CharTokenizer.train(["THE CAT SAT ON MAT A DOG ZOE"])
+
+
+def _spoken(text: str, tok=LM_TOK) -> torch.Tensor:
+    """(1, T, V) log-probs that read ``text`` clearly: per token a frame (0.9) then a blank frame."""
+    ids = tok.encode(text)
+    p = torch.full((2 * len(ids) + 1, tok.vocab_size), 0.1 / tok.vocab_size)
+    for k, i in enumerate(ids):
+        p[2 * k, i] += 0.9
+        p[2 * k + 1, 0] += 0.9
+    p[-1, 0] += 0.9
+    return (p / p.sum(-1, keepdim=True)).log()[None]
+
+
+def _word_lm_cfg(tmp_path: Path, **kw) -> DecodeConfig:
+    words = tmp_path / "words.txt"
+    words.write_text("THE\nCAT\nSAT\nON\nMAT\nA\nDOG\n")
+    return DecodeConfig(mode="ctc_prefix", beam=8, lm=str(WORD_ARPA), lm_weight=0.5, lexicon=str(words),
+                        token_topk=None, token_min_logp=None, **kw)
+
+
+def _best(searcher: Searcher, lp: torch.Tensor):
+    return searcher.search(None, None, torch.tensor([lp.shape[1]]), log_probs=lp).to_lists()[0][0]
+
+
+def _ref_lm(words: list, unk_offset: float, class_score=None) -> float:
+    """ln P of a sentence by the reference LM (tests/lm): ZOE, outside the LM, as <unk> + offset or a class score
+    that the history skips."""
+    from tests.lm.test_ngram import RefLM
+
+    ref = RefLM(WORD_ARPA)
+    if class_score is not None:
+        return ref.sentence([w for w in words if w != "ZOE"]) + class_score * words.count("ZOE")
+    return ref.sentence(words) + unk_offset * words.count("ZOE")
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+@pytest.mark.parametrize("class_score", [None, -3.0])
+def test_an_oov_hotword_joins_the_lexicon_for_that_search(tmp_path: Path, monkeypatch, native, class_score) -> None:
+    # ZOE is in neither the lexicon nor the LM: only the hotword list lets the search output it, and its LM score is
+    # <unk>'s + lm_unk_offset (or the stated class score); the hotword bonus is 1.5 per letter.
+    monkeypatch.setenv("ASRKIT_NATIVE", native)
+    cfg = _word_lm_cfg(tmp_path, hotword_class_score=class_score)
+    lp = _spoken("THE ZOE SAT")
+    plain = Searcher(cfg, None, LM_TOK, torch.device("cpu"))
+    assert "ZOE" not in LM_TOK.decode(_best(plain, lp).tokens)
+    biased = plain.with_hotwords(["ZOE"])
+    best = _best(biased, lp)
+    assert LM_TOK.decode(best.tokens) == "THE ZOE SAT"
+    lm = _ref_lm(["THE", "ZOE", "SAT"], cfg.lm_unk_offset, class_score)
+    assert best.score - best.ctc_score == pytest.approx(0.5 * lm + 1.5 * 3, abs=1e-3)
+    # the decode config's own search is unchanged (the addition is that search's), and copies are cached
+    assert "ZOE" not in LM_TOK.decode(_best(plain, lp).tokens)
+    assert plain.with_hotwords(["ZOE"]).lm is biased.lm and biased.lm is not plain.lm
+    assert Searcher(cfg, None, LM_TOK, torch.device("cpu"), ["ZOE"]).lm is not plain.lm
+
+
+def test_oov_hotwords_in_the_torch_and_native_loops_are_equal(tmp_path: Path, monkeypatch) -> None:
+    from asrkit.search import native_build
+
+    if native_build.load() is None:
+        pytest.skip("no C++ compiler: the native loop cannot build")
+    one, two = _spoken("THE ZOE SAT"), _spoken("A ZOE DOG SAT")
+    lp = torch.cat([torch.cat([one, two[:, -1:].expand(1, two.shape[1] - one.shape[1], -1)], 1), two])
+    found = {}
+    for native in ("1", "0"):
+        monkeypatch.setenv("ASRKIT_NATIVE", native)
+        searcher = Searcher(_word_lm_cfg(tmp_path, nbest=4), None, LM_TOK, torch.device("cpu"), ["ZOE", "DOG"])
+        found[native] = searcher.search(None, None, torch.tensor([one.shape[1], two.shape[1]]), log_probs=lp).to_lists()
+    for want, got in zip(found["0"], found["1"]):
+        assert [h.tokens for h in got] == [h.tokens for h in want]
+        assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-3)
+    assert LM_TOK.decode(found["1"][1][0].tokens) == "A ZOE DOG SAT"
+
+
+def test_an_oov_hotword_joins_a_lexicon_without_a_word_lm(tmp_path: Path) -> None:
+    cfg = replace(_word_lm_cfg(tmp_path), lm=None)
+    lp = _spoken("THE ZOE SAT")
+    plain = Searcher(cfg, None, LM_TOK, torch.device("cpu"))
+    assert "ZOE" not in LM_TOK.decode(_best(plain, lp).tokens)
+    assert LM_TOK.decode(_best(plain.with_hotwords(["ZOE"]), lp).tokens) == "THE ZOE SAT"
+    assert "ZOE" not in LM_TOK.decode(_best(plain, lp).tokens)
+
+
+def test_a_class_score_needs_a_word_lm() -> None:
+    with pytest.raises(ConfigError, match="decode.hotword_class_score applies to a word LM"):
+        Searcher(DecodeConfig(mode="ctc_prefix", lm_units="token", hotword_class_score=-5.0), None, TOK,
+                 torch.device("cpu"))

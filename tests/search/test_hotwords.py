@@ -177,6 +177,8 @@ def test_char_phrases_start_with_the_boundary_and_unspellable_ones_are_reported(
     scorer = hotword_scorer([Phrase("JOHN", 1.0, "list line 1"), Phrase("42", 1.0, "list line 2"), "JOHN", "SO"],
                             spell_with_tokens(CHARS), CHARS, unk_id=1, warn=warned.append)
     assert warned == ["hotword '42' (list line 2) skipped: the model's units cannot spell it"]
+    assert scorer.words == ("JOHN", "SO")  # the kept phrases' words, once each: a word LM search adds them
+    assert hotword_scorer(["SO JOHN  SO", "JO"], spell_with_tokens(CHARS), CHARS).words == ("SO", "JOHN", "JO")
     ids = {t: i for i, t in enumerate(CHARS)}
     for text, want in (("JOHN", 4.0), ("A JOHN", 4.0), ("AJOHN", 0.0), ("JOHNJOHN", 4.0), ("JOHN JOHN", 8.0),
                        ("SO", 2.0)):
