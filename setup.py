@@ -18,6 +18,8 @@ EXTRAS = {
     "plot": ["matplotlib>=3.5"],
     # tools/make_synthetic_corpus.py (make demo, the tests): resampling the synthesizers' speech
     "synth": ["scipy>=1.8"],
+    # augment.reverb without a rir_list: impulse responses of simulated rooms (the image-source method)
+    "augment": ["pyroomacoustics>=0.7"],
 }
 
 setup(

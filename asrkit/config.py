@@ -136,6 +136,126 @@ class SpeedPerturbConfig:
     factors: Tuple[float, ...] = (0.9, 1.0, 1.1)  # speed factors, drawn with equal probability
 
 
+def _check_prob(cfg: Any, section: str) -> None:
+    if not 0.0 <= cfg.prob <= 1.0:
+        raise ConfigError(f"{section}.prob must be in [0, 1], got {cfg.prob}")
+
+
+def _check_range(cfg: Any, section: str, key: str, low: float = -float("inf"), high: float = float("inf")) -> None:
+    """A ``[low, high]`` pair of ``cfg`` (a range values are drawn from, uniformly): two numbers, the first not above
+    the second, both inside ``[low, high]``."""
+    value = getattr(cfg, key)
+    if len(value) != 2 or value[0] > value[1]:
+        raise ConfigError(f"{section}.{key} must be a range [low, high] with low <= high, got {list(value)}")
+    if value[0] < low or value[1] > high:
+        raise ConfigError(f"{section}.{key} must lie within [{low:g}, {high:g}], got {list(value)}")
+
+
+@dataclass(frozen=True)
+class ReverbConfig:
+    """Reverberation by a room impulse response (asrkit.audio.reverb): read from ``rir_list`` (Kaldi's rir_list
+    lines ``--rir-id X --room-id Y path``, or one audio path a line), else simulated by pyroomacoustics'
+    image-source method in shoebox rooms drawn from the ranges below (uniformly), ``num_rooms`` of them per run."""
+    prob: float = 0.0  # probability that an utterance is reverberated
+    rir_list: Optional[str] = None  # a list of impulse responses; relative to the working directory of asrkit train
+    num_rooms: int = 200  # simulated impulse responses in the bank (drawn once per run from train.seed)
+    room_length: Tuple[float, float] = (3.0, 10.0)  # metres
+    room_width: Tuple[float, float] = (3.0, 10.0)  # metres
+    room_height: Tuple[float, float] = (2.5, 4.0)  # metres
+    absorption: Tuple[float, float] = (0.2, 0.8)  # energy absorption coefficient of every wall
+    distance: Tuple[float, float] = (0.5, 3.0)  # source to microphone, metres
+    max_order: int = 12  # image-source reflection order
+
+    def __post_init__(self) -> None:
+        _check_prob(self, "augment.reverb")
+        _check_least(self, "augment.reverb", {"num_rooms": 1, "max_order": 0})
+        for key in ("room_length", "room_width", "room_height"):
+            _check_range(self, "augment.reverb", key, low=1.0)
+        _check_range(self, "augment.reverb", "absorption", low=0.01, high=1.0)
+        _check_range(self, "augment.reverb", "distance", low=0.1)
+
+
+GENERATED_NOISES = ("white", "pink", "brown", "babble")  # the kinds of noise augment.noise.generated may name
+
+
+@dataclass(frozen=True)
+class NoiseConfig:
+    """Additive noise at an SNR drawn from ``snr`` (dB, uniformly; asrkit.audio.noise). Each utterance picks one
+    source, uniformly: a directory of ``dirs`` (audio files under it, e.g. MUSAN's noise, music and speech), or a
+    kind of ``generated`` noise: white, pink, brown, or babble (``babble_utts`` other training utterances mixed)."""
+    prob: float = 0.0  # probability that an utterance gets noise
+    snr: Tuple[float, float] = (5.0, 20.0)  # dB, speech power over noise power across the utterance
+    dirs: Tuple[str, ...] = ()  # noise directories, searched recursively; relative to the working directory
+    generated: Tuple[str, ...] = ("white", "pink", "brown", "babble")  # generated kinds among the sources
+    babble_utts: Tuple[int, int] = (3, 6)  # babble: this many other training utterances, drawn uniformly
+
+    def __post_init__(self) -> None:
+        _check_prob(self, "augment.noise")
+        _check_range(self, "augment.noise", "snr")
+        _check_range(self, "augment.noise", "babble_utts", low=1)
+        for kind in self.generated:
+            if kind not in GENERATED_NOISES:
+                raise ConfigError(f"augment.noise.generated: {_quote(kind)} is unknown "
+                                  f"(choose from: {', '.join(GENERATED_NOISES)})")
+        if self.prob > 0 and not self.dirs and not self.generated:
+            raise ConfigError(f"augment.noise.prob is {self.prob} but there is no noise source: set "
+                              "augment.noise.dirs or augment.noise.generated")
+
+
+@dataclass(frozen=True)
+class VtlpConfig:
+    """Vocal tract length perturbation (Jaitly & Hinton 2013; asrkit.audio.vtlp): the frontend's mel filters are
+    placed on frequencies warped by a factor alpha drawn uniformly from ``alpha``, per utterance or per speaker
+    (utt2spk) and epoch; training only."""
+    prob: float = 0.0  # probability that an utterance (or a speaker, with per_speaker) is warped
+    alpha: Tuple[float, float] = (0.9, 1.1)  # warp factors
+    per_speaker: bool = False  # one draw per speaker and epoch (utt2spk) instead of per utterance
+    boundary_hz: float = 4800.0  # F_hi of the piecewise-linear warp: frequencies above it bend back to Nyquist
+
+    def __post_init__(self) -> None:
+        _check_prob(self, "augment.vtlp")
+        _check_range(self, "augment.vtlp", "alpha", low=0.5, high=2.0)
+        if self.boundary_hz <= 0:
+            raise ConfigError(f"augment.vtlp.boundary_hz must be positive, got {self.boundary_hz}")
+
+
+@dataclass(frozen=True)
+class BandConfig:
+    """Telephone band (asrkit.audio.band): resampled down to ``rate`` and back up, then high-passed at ``low_hz``."""
+    prob: float = 0.0  # probability that an utterance is band-limited
+    rate: int = 8000  # Hz; the band ends at rate / 2
+    low_hz: float = 300.0  # Hz, high-pass cut-off (biquad); 0: none
+
+    def __post_init__(self) -> None:
+        _check_prob(self, "augment.band")
+        _check_least(self, "augment.band", {"rate": 1})
+        if self.low_hz < 0:
+            raise ConfigError(f"augment.band.low_hz must be >= 0, got {self.low_hz}")
+
+
+@dataclass(frozen=True)
+class GainConfig:
+    """A gain drawn from ``db`` (uniformly); samples are then clipped to [-1, 1] as a recording would be."""
+    prob: float = 0.0  # probability that an utterance's level is changed
+    db: Tuple[float, float] = (-6.0, 6.0)  # dB
+
+    def __post_init__(self) -> None:
+        _check_prob(self, "augment.gain")
+        _check_range(self, "augment.gain", "db")
+
+
+@dataclass(frozen=True)
+class AugmentConfig:
+    """Waveform augmentation in the training loader's workers (asrkit.audio.waveaug), each kind with its probability,
+    in this order: reverberation, noise, band, gain; VTLP's warp is applied by the frontend. Draws depend on
+    train.seed, the epoch and the utterance id only, so a resumed run draws the same."""
+    reverb: ReverbConfig = field(default_factory=ReverbConfig)
+    noise: NoiseConfig = field(default_factory=NoiseConfig)
+    vtlp: VtlpConfig = field(default_factory=VtlpConfig)
+    band: BandConfig = field(default_factory=BandConfig)
+    gain: GainConfig = field(default_factory=GainConfig)
+
+
 @dataclass(frozen=True)
 class DataConfig:
     max_frames: int = 20000  # per batch, in 10 ms feature frames (sum over utterances incl. padding)
@@ -158,6 +278,37 @@ class DataConfig:
 class TokenizerConfig:
     kind: str = "char"  # char | sentencepiece
     path: str = "tokenizer.json"  # relative paths resolve against the experiment dir
+
+
+@dataclass(frozen=True)
+class EncoderStreamingConfig:
+    """Chunk-wise self-attention, so that one model serves live streams and whole recordings
+    (``model.encoder.streaming``; WeNet U2's dynamic chunk training). Chunks count encoder frames (40 ms at x4).
+
+    ``dynamic_chunk``: each training batch draws its chunk: full context with probability ``full_context_prob``,
+    else uniform in 1..``max_chunk_frames`` (U2: 0.5 and 25); the left context is ``left_chunks`` chunks, or drawn
+    uniform in 0..(frames - 1) // chunk with ``dynamic_left_chunks`` (U2's use_dynamic_left_chunk). Such a model
+    encodes whole recordings with full context. Without it, ``chunk_frames`` > 0 trains and encodes with that fixed
+    chunk (0: full context, no chunks). ``chunk_frames`` and ``left_chunks`` are also a stream's defaults.
+    """
+    dynamic_chunk: bool = False  # draw the chunk per training batch (above)
+    chunk_frames: int = 0  # encoder frames per chunk: the fixed chunk without dynamic_chunk; a stream's default
+    left_chunks: int = -1  # chunks of left context each chunk attends to; -1 = all (a stream's cache then grows)
+    causal_conv: bool = False  # conformer: left-padded depthwise convolution (no look-ahead); needed to stream
+    full_context_prob: float = 0.5  # dynamic_chunk: probability that a batch trains with full context
+    max_chunk_frames: int = 25  # dynamic_chunk: chunks drawn uniform in 1..max_chunk_frames
+    dynamic_left_chunks: bool = False  # dynamic_chunk: draw the left context per batch too
+
+    def __post_init__(self) -> None:
+        _check_least(self, "model.encoder.streaming", {"chunk_frames": 0, "left_chunks": -1, "max_chunk_frames": 1})
+        if not 0.0 <= self.full_context_prob <= 1.0:
+            raise ConfigError(f"model.encoder.streaming.full_context_prob must be in [0, 1], "
+                              f"got {self.full_context_prob}")
+
+    @property
+    def chunked(self) -> bool:
+        """Whether the encoder is ever trained or run with a chunk mask."""
+        return self.dynamic_chunk or self.chunk_frames > 0
 
 
 @dataclass(frozen=True)
@@ -185,6 +336,7 @@ class TransformerEncoderConfig:
     # Which of the Deja-vu layer's 2S outputs become Z_{k+1}: the paper's split a (queries Z0') or split b
     # (queries Zk'); extensions: sum of both, concat of both on the feature axis (before W3).
     dejavu_combine: str = "a"
+    streaming: EncoderStreamingConfig = field(default_factory=EncoderStreamingConfig)  # chunk-wise attention
 
 
 @dataclass(frozen=True)
@@ -309,11 +461,38 @@ class ExperimentConfig:
     frontend: FrontendConfig = field(default_factory=FrontendConfig)
     specaug: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)
     speed_perturb: SpeedPerturbConfig = field(default_factory=SpeedPerturbConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)  # waveform augmentation (training loader)
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     cmvn: Optional[str] = None  # global CMVN stats JSON (asrkit compute-cmvn); relative to the experiment dir
+
+
+ENDPOINT_VADS = ("none", "silero")  # what decode.endpoint.vad may name
+
+
+@dataclass(frozen=True)
+class EndpointConfig:
+    """When a live stream's utterance ends (``decode.endpoint``; asrkit.pipeline.endpoint): rules on the trailing
+    non-speech of the utterance, i.e. the trailing blank frames of the CTC best path (and, with ``vad``, the
+    learned VAD's trailing non-speech: both must hear none). Each rule fires when its length is reached; 0 turns
+    a rule off. The defaults are the usual ones (sherpa-onnx: 2.4 s / 1.2 s / 20 s; WeNet's runtime: 1.0 s)."""
+    silence_no_speech: float = 2.4  # seconds of non-speech with no speech in the utterance yet
+    trailing_silence: float = 1.0  # seconds of non-speech after speech (the usual end of a sentence)
+    max_utterance: float = 20.0  # seconds: an utterance this long ends wherever it is
+    vad: str = "none"  # none | silero (the learned VAD's speech probability per 32 ms: pip install '.[vad]')
+    vad_threshold: float = 0.5  # silero: a chunk whose speech probability is at least this is speech
+
+    def __post_init__(self) -> None:
+        for key in ("silence_no_speech", "trailing_silence", "max_utterance"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"decode.endpoint.{key} must be >= 0, got {getattr(self, key)}")
+        if self.vad not in ENDPOINT_VADS:
+            raise ConfigError(f"decode.endpoint.vad {_quote(self.vad)} is unknown "
+                              f"(choose from: {', '.join(ENDPOINT_VADS)})")
+        if not 0.0 < self.vad_threshold < 1.0:
+            raise ConfigError(f"decode.endpoint.vad_threshold must be in (0, 1), got {self.vad_threshold}")
 
 
 @dataclass(frozen=True)
@@ -343,6 +522,9 @@ class DecodeConfig:
     # Hotwords (contextual biasing, beam searches): a file of phrases, one a line, optionally a tab and a weight factor
     hotwords: Optional[str] = None
     hotword_weight: float = 1.5  # bonus per token of a hotword (a line's factor multiplies it); 0 = off
+    # word ARPA only: a hotword word outside the LM scores ln P = this after any history, which it leaves as it was;
+    # null: <unk>'s ln P plus lm_unk_offset (such words join decode.lexicon for the search that has them)
+    hotword_class_score: Optional[float] = None
     lm_weight: float = 0.5  # alpha
     length_bonus: float = 0.0  # beta, per emitted token (per word with a word LM)
     # CTC prefix search pruning (all null: exact search)
@@ -356,9 +538,16 @@ class DecodeConfig:
     # 0 = off (the additive length_bonus is the other, independent way to counter short outputs)
     length_penalty: float = 0.0
     lm_full: bool = False  # the LM scores every token and joins the pre-beam selection (as ESPnet's LM does)
+    # Live streams: when an utterance ends (asrkit.pipeline.endpoint)
+    endpoint: EndpointConfig = field(default_factory=EndpointConfig)
     # lstm_location decoders only: attend within +-N frames of the previous alignment's median (long
     # utterances); 0 = the model's own setting (model.decoder.window)
     attention_window: int = 0
+    # Streaming (transcribe/decode --streaming, load_model(...).stream()): milliseconds of audio per encoder chunk, a
+    # multiple of the encoder frame (feature hop x subsampling: 40 ms for the demo models); null: the model's
+    # model.encoder.streaming.chunk_frames, or 640 ms where that is 0
+    chunk_ms: Optional[int] = None
+    left_chunks: Optional[int] = None  # chunks of left context a stream keeps; null: the model's; -1: all
 
 
 @dataclass(frozen=True)
@@ -522,9 +711,6 @@ def _field_type(cls: Any, parts: Sequence[str]) -> Any:
 
 def apply_overrides(data: Dict[str, Any], overrides: Sequence[str], cls: Optional[type] = None) -> Dict[str, Any]:
     """Apply ``a.b.c=value`` overrides to a nested dict, in place. The value is parsed as YAML, except for a
-    # word ARPA only: a hotword word outside the LM scores ln P = this after any history, which it leaves as it was;
-    # null: <unk>'s ln P plus lm_unk_offset (such words join decode.lexicon for the search that has them)
-    hotword_class_score: Optional[float] = None
     string field of dataclass ``cls``: that takes the text as written (YAML would cut ``a #b`` at its comment,
     and read ``yes`` or ``1`` as other types); an optional string is unset by YAML's null (``null``, ``~`` or
     nothing), as in the YAML files."""

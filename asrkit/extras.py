@@ -19,6 +19,7 @@ EXTRA_OF = {
     "webdataset": "shards",
     "matplotlib": "plot",
     "scipy": "synth",
+    "pyroomacoustics": "augment",
 }
 
 
