@@ -1,0 +1,100 @@
+"""Endpointing of a live stream: when has the speaker finished an utterance?
+
+The rules (``decode.endpoint``, :class:`~asrkit.config.EndpointConfig`; in the manner of Kaldi's online
+endpointing and sherpa-onnx's) look at the utterance's *trailing non-speech*: the trailing blank frames of the
+CTC best path, which the streaming search reports after each chunk. In order:
+
+1. ``max_utterance``: the utterance has lasted that long, whatever it holds (bounds latency and memory);
+2. ``silence_no_speech``: no speech in the utterance yet, and that much non-speech (a long quiet start is cut
+   off, so that an idle stream's utterance does not grow);
+3. ``trailing_silence``: speech, then that much non-speech (the end of a sentence).
+
+The first that holds is named (``"max_utterance"``, ``"silence_no_speech"``, ``"trailing_silence"``); 0 turns
+a rule off. Lengths are seconds, compared in whole frames: a rule of ``s`` seconds fires after
+``ceil(s / frame_shift)`` frames (float noise aside: 1.2 s at 40 ms frames is 30 frames).
+
+With ``vad: silero`` the learned VAD (:mod:`asrkit.audio.silero`) gives a second opinion: the caller feeds its
+speech probabilities (:meth:`Endpointer.vad_update`) and the trailing non-speech is the shorter of the two,
+so a silence rule fires only when the model emits blanks *and* the VAD hears no speech (a slow speaker's long
+vowel, or a hesitation that the model reads as blank, does not end the utterance). Whether the utterance holds
+speech is the CTC's call (a token on the best path), as in sherpa-onnx.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+
+from asrkit.config import EndpointConfig
+
+__all__ = ["Endpointer", "TrailingNonSpeech", "RULES"]
+
+RULES = ("max_utterance", "silence_no_speech", "trailing_silence")
+
+
+class TrailingNonSpeech:
+    """Seconds of non-speech since the last chunk whose speech probability reached ``threshold``."""
+
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
+        self.seconds = 0.0
+
+    def update(self, probs: np.ndarray, hop_seconds: float) -> None:
+        """The next chunks' speech probabilities (N,), each covering ``hop_seconds``."""
+        speech = np.flatnonzero(np.asarray(probs) >= self.threshold)
+        if len(speech):
+            self.seconds = (len(probs) - 1 - int(speech[-1])) * hop_seconds
+        else:
+            self.seconds += len(probs) * hop_seconds
+
+    def reset(self) -> None:
+        self.seconds = 0.0
+
+
+class Endpointer:
+    """One stream's endpoint rules (see the module docstring); ``frame_shift_seconds``: the frames the search
+    counts (encoder frames, e.g. 0.04 s)."""
+
+    def __init__(self, cfg: EndpointConfig, frame_shift_seconds: float) -> None:
+        if frame_shift_seconds <= 0:
+            raise ValueError(f"Endpointer: frame_shift_seconds must be > 0, got {frame_shift_seconds}")
+        self.cfg, self.frame_shift = cfg, frame_shift_seconds
+        self._frames = {rule: self._to_frames(getattr(cfg, rule)) for rule in RULES}
+        self._vad = TrailingNonSpeech(cfg.vad_threshold) if cfg.vad != "none" else None
+
+    def _to_frames(self, seconds: float) -> Optional[int]:
+        """Frames a rule of ``seconds`` needs (None: the rule is off); rounded up, less float noise."""
+        return None if seconds <= 0 else max(1, math.ceil(seconds / self.frame_shift - 1e-6))
+
+    @property
+    def vad_silence_seconds(self) -> Optional[float]:
+        """The VAD's trailing non-speech in this utterance (None without a VAD)."""
+        return None if self._vad is None else self._vad.seconds
+
+    def vad_update(self, probs: np.ndarray, hop_seconds: float) -> None:
+        """The VAD's speech probabilities (N,) of the audio that arrived, ``hop_seconds`` each (silero: 0.032)."""
+        if self._vad is None:
+            raise ValueError("Endpointer.vad_update: decode.endpoint.vad is none (set it to silero)")
+        self._vad.update(probs, hop_seconds)
+
+    def update(self, blank_run_frames: int, speech_frames_in_utt: int, utt_frames: int) -> Optional[str]:
+        """After a chunk: the trailing blank frames of the best path, the utterance's frames before them that
+        hold speech (0: no token yet) and its length in frames -> the rule that fires, or None."""
+        if not 0 <= blank_run_frames <= utt_frames or speech_frames_in_utt < 0:
+            raise ValueError(f"Endpointer.update: need 0 <= blank_run_frames <= utt_frames and 0 <= "
+                             f"speech_frames_in_utt, got {blank_run_frames}, {speech_frames_in_utt}, {utt_frames}")
+        limit = self._frames["max_utterance"]
+        if limit is not None and utt_frames >= limit:
+            return "max_utterance"
+        silence = blank_run_frames
+        if self._vad is not None:  # both must hear no speech
+            silence = min(silence, int(self._vad.seconds / self.frame_shift + 1e-6))
+        rule = "trailing_silence" if speech_frames_in_utt > 0 else "silence_no_speech"
+        limit = self._frames[rule]
+        return rule if limit is not None and silence >= limit else None
+
+    def reset(self) -> None:
+        """A new utterance (after an endpoint): the VAD's count starts again."""
+        if self._vad is not None:
+            self._vad.reset()
