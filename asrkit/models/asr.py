@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tupl
 import torch
 from torch import nn
 
+from asrkit.models.dynamic_chunk import DynamicChunk
 from asrkit.models.losses import (ctc_loss, ctc_min_frames, interctc_combine, iterated_combine, label_smoothing_loss,
                                   token_accuracy)
 from asrkit.text.tokenizer import SOS_EOS_ID
@@ -40,9 +41,10 @@ class Encoder(Protocol):
     subsampling_factor: int  # feature frames per encoder frame
     intermediate_layers: Tuple[int, ...]  # 1-based layers whose outputs come back as intermediates, in order
 
-    def __call__(self, feats: torch.Tensor, feat_lens: torch.Tensor, ctc_logits: Optional[CTCLogits] = None
-                 ) -> Tuple[torch.Tensor, torch.Tensor, List[torch.Tensor]]:
-        """``ctc_logits`` (the model's CTC layer) is what a self-conditioned encoder feeds back."""
+    def __call__(self, feats: torch.Tensor, feat_lens: torch.Tensor, ctc_logits: Optional[CTCLogits] = None,
+                 **chunking: int) -> Tuple[torch.Tensor, torch.Tensor, List[torch.Tensor]]:
+        """``ctc_logits`` (the model's CTC layer) is what a self-conditioned encoder feeds back. ``chunking``
+        (``chunk_frames``, ``left_chunks``: chunk-wise attention) is passed only to encoders that stream."""
         ...
 
     def output_lengths(self, feat_lens: torch.Tensor) -> torch.Tensor:
@@ -118,9 +120,11 @@ class AsrModel(nn.Module):
 
     def __init__(self, frontend: nn.Module, encoder: Encoder, vocab_size: int, ctc: Optional[CTCHead],
                  decoder: Optional[Decoder], *, ctc_weight: float, lsm_weight: float, interctc_weight: float = 0.0,
-                 lsm_normalize: str = "batch", aux_heads: Optional[Sequence[MLPCTCHead]] = None):
+                 lsm_normalize: str = "batch", aux_heads: Optional[Sequence[MLPCTCHead]] = None,
+                 dynamic_chunk: Optional[DynamicChunk] = None):
         """``aux_heads``: one head per intermediate encoder layer for the iterated loss; None: InterCTC (the
-        shared ``ctc`` head reads the intermediate layers)."""
+        shared ``ctc`` head reads the intermediate layers). ``dynamic_chunk``: each training batch draws the
+        encoder's chunk-wise attention from it (dynamic chunk training, :mod:`asrkit.models.dynamic_chunk`)."""
         super().__init__()
         if ctc is None and decoder is None:
             raise ValueError("a model needs a CTC head, a decoder or both")
@@ -142,16 +146,19 @@ class AsrModel(nn.Module):
         self.subsampling_factor = encoder.subsampling_factor
         self.ctc_weight, self.interctc_weight = ctc_weight, interctc_weight
         self.lsm_weight, self.lsm_normalize = lsm_weight, lsm_normalize
+        self.dynamic_chunk = dynamic_chunk
 
     # -- encoding ---------------------------------------------------------------------------------------------
     def encode(self, wav: torch.Tensor, wav_lens: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """(B, S) waveforms, (B,) lengths -> (B, T, D) encodings, (B,) lengths."""
         return self.encode_features(*self.frontend(wav, wav_lens))
 
-    def encode_features(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def encode_features(self, feats: torch.Tensor, feat_lens: torch.Tensor, **chunking: int
+                        ) -> Tuple[torch.Tensor, torch.Tensor]:
         """(B, T, F) features from ``self.frontend``, (B,) lengths -> (B, T', D) encodings, (B,) lengths.
-        Transcription computes features in data-loader workers and encodes them here."""
-        enc, lens, _ = self.encoder(feats, feat_lens, self.ctc)
+        Transcription computes features in data-loader workers and encodes them here. ``chunking``
+        (``chunk_frames``, ``left_chunks``) overrides a streaming encoder's default chunk-wise attention."""
+        enc, lens, _ = self.encoder(feats, feat_lens, self.ctc, **chunking)
         return enc, lens
 
     def output_lengths(self, num_samples: torch.Tensor) -> torch.Tensor:
@@ -219,7 +226,11 @@ class AsrModel(nn.Module):
                          token_lens: torch.Tensor) -> Tuple[Dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
         """:meth:`forward` from features ``self.frontend`` computed (B, T, F), (B,): the named loss terms, and the
         encodings (B, T', D) and lengths (B,) they came from (MWER scores its N-best on the same ones)."""
-        enc, enc_lens, intermediates = self.encoder(feats, feat_lens, self.ctc)
+        chunking = {}
+        if self.training and self.dynamic_chunk is not None:  # one chunk per batch (its frame count on the host)
+            frames = int(self.encoder.output_lengths(torch.tensor([feats.size(1)]))[0])
+            chunking = dict(zip(("chunk_frames", "left_chunks"), self.dynamic_chunk.draw(frames)))
+        enc, enc_lens, intermediates = self.encoder(feats, feat_lens, self.ctc, **chunking)
         out: Dict[str, torch.Tensor] = {}
         loss = enc.new_zeros(())
         if self.ctc is not None:

@@ -14,6 +14,7 @@ from asrkit.audio.frontend import Frontend
 from asrkit.config import (BLSTMEncoderConfig, ConfigError, ConformerEncoderConfig, ExperimentConfig, ModelConfig,
                            TransformerDecoderConfig, TransformerEncoderConfig, LSTMLocationDecoderConfig)
 from asrkit.models.asr import AsrModel, CTCHead, Decoder, Encoder, MLPCTCHead
+from asrkit.models.dynamic_chunk import DynamicChunk
 from asrkit.nets.conformer import ConformerLayer
 from asrkit.nets.decoder import TransformerDecoder
 from asrkit.nets.lstm import BLSTMEncoder
@@ -28,7 +29,8 @@ def _transformer(e: TransformerEncoderConfig, in_dim: int, vocab_size: int, m: M
             raise ConfigError("model.encoder.normalize_before: the Conformer is pre-LN only")
 
         def layer_builder() -> nn.Module:
-            return ConformerLayer(e.d_model, e.num_heads, e.ffn_dim, e.conv_kernel, e.dropout, e.attention_dropout)
+            return ConformerLayer(e.d_model, e.num_heads, e.ffn_dim, e.conv_kernel, e.dropout, e.attention_dropout,
+                                  causal_conv=e.streaming.causal_conv)
 
     return TransformerEncoder(in_dim, e.d_model, e.num_heads, e.ffn_dim, e.num_layers, e.dropout,
                               e.attention_dropout, e.normalize_before, e.input_layer,
@@ -37,7 +39,9 @@ def _transformer(e: TransformerEncoderConfig, in_dim: int, vocab_size: int, m: M
                               dejavu_dim=e.dejavu_dim, dejavu_pos_dim=e.dejavu_pos_dim,
                               dejavu_combine=e.dejavu_combine, conv_channels=e.conv_channels,
                               layer_builder=layer_builder, positional=layer_builder is None,
-                              intermediate_norm=m.intermediate_loss == "interctc")
+                              intermediate_norm=m.intermediate_loss == "interctc",
+                              chunk_frames=e.streaming.chunk_frames, left_chunks=e.streaming.left_chunks,
+                              dynamic_chunk=e.streaming.dynamic_chunk)
 
 
 def _blstm(e: BLSTMEncoderConfig, in_dim: int, vocab_size: int, m: ModelConfig) -> Encoder:
@@ -103,6 +107,13 @@ def check_model_config(m: ModelConfig) -> None:
             raise ConfigError("model.encoder has intermediate CTC layers but model.ctc_weight is 0 (no CTC head)")
         if e.self_condition and not intermediate:
             raise ConfigError("model.encoder.self_condition needs model.encoder.interctc_layers (or dejavu_layer)")
+        if e.dejavu_layer and e.streaming.chunked:
+            raise ConfigError("model.encoder.dejavu_layer: Deja-vu re-presentation attends over the whole utterance, "
+                              "so it cannot be trained or run chunk-wise (model.encoder.streaming.dynamic_chunk / "
+                              "chunk_frames): turn one of them off")
+        if e.streaming.causal_conv and not isinstance(e, ConformerEncoderConfig):
+            raise ConfigError(f"model.encoder.streaming.causal_conv: the {e.kind} encoder has no convolution module "
+                              f"(only kind conformer has one)")
         if e.self_condition and m.intermediate_loss != "interctc":
             raise ConfigError("model.encoder.self_condition feeds the shared CTC head's posteriors back: it needs "
                               "model.intermediate_loss: interctc")
@@ -141,5 +152,14 @@ def build_model(cfg: ExperimentConfig, vocab_size: int, cmvn_path: Optional[str]
     if m.intermediate_loss == "iterated":
         aux_heads = [MLPCTCHead(encoder.output_dim, vocab_size) for _ in encoder.intermediate_layers]
     return AsrModel(frontend, encoder, vocab_size, ctc, decoder, ctc_weight=m.ctc_weight, lsm_weight=m.lsm_weight,
-                    interctc_weight=m.interctc_weight, lsm_normalize=m.lsm_normalize, aux_heads=aux_heads)
+                    interctc_weight=m.interctc_weight, lsm_normalize=m.lsm_normalize, aux_heads=aux_heads,
+                    dynamic_chunk=_dynamic_chunk(m.encoder))
+
+
+def _dynamic_chunk(e: object) -> Optional[DynamicChunk]:
+    """The chunk draw of a ``streaming.dynamic_chunk`` encoder; None for every other."""
+    if not isinstance(e, TransformerEncoderConfig) or not e.streaming.dynamic_chunk:
+        return None
+    s = e.streaming
+    return DynamicChunk(s.full_context_prob, s.max_chunk_frames, s.left_chunks, s.dynamic_left_chunks)
 

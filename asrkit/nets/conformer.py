@@ -23,11 +23,14 @@ Choices that differ from the paper, and why:
   is cheaper and sees less zero padding at the edges of short utterances. Odd, so the convolution is
   centred ('same' padding). With x6/x8 subsampling the same width covers 0.9/1.2 s.
 Padded frames are zeroed before the depthwise convolution, so valid outputs do not depend on padding.
+``causal_conv`` pads the depthwise convolution on the left only (``kernel - 1`` frames; any width): a frame then
+sees no later frame, which chunk-wise streaming needs (a centred convolution would read ``kernel // 2`` frames of
+the next chunk in every layer). Same parameters, so only the padding differs.
 """
 from __future__ import annotations
 
 import math
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -73,7 +76,7 @@ class RotarySelfAttention(nn.Module):
         return rotate(q, cos, sin), rotate(k, cos, sin), v
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """x (B, T, D), mask (B, 1, T) bool key mask (True = valid) -> (B, T, D)."""
+        """x (B, T, D), mask (B, 1|T, T) bool (True = may attend) -> (B, T, D)."""
         q, k, v = self.project(x)
         # no_empty_rows: a zero-length utterance attends everywhere instead of making NaN (see attention.py).
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=no_empty_rows(mask).unsqueeze(1),
@@ -85,12 +88,14 @@ class RotarySelfAttention(nn.Module):
 class ConvolutionModule(nn.Module):
     """Pointwise conv (D -> 2D), GLU, depthwise conv of width ``kernel``, LayerNorm, Swish, pointwise (D -> D)."""
 
-    def __init__(self, d_model: int, kernel: int, dropout: float = 0.1):
+    def __init__(self, d_model: int, kernel: int, dropout: float = 0.1, causal: bool = False):
         super().__init__()
-        if kernel < 1 or kernel % 2 == 0:
+        if kernel < 1 or (kernel % 2 == 0 and not causal):
             raise ValueError(f"conv_kernel must be odd and positive (a centred convolution), got {kernel}")
         self.pointwise_in = nn.Linear(d_model, 2 * d_model)
-        self.depthwise = nn.Conv1d(d_model, d_model, kernel, padding=kernel // 2, groups=d_model)
+        # Causal: the left padding is added in forward (Conv1d pads both sides alike).
+        self.left_pad = kernel - 1 if causal else 0
+        self.depthwise = nn.Conv1d(d_model, d_model, kernel, padding=0 if causal else kernel // 2, groups=d_model)
         self.norm = nn.LayerNorm(d_model)
         self.pointwise_out = nn.Linear(d_model, d_model)
         self.dropout = nn.Dropout(dropout)
@@ -98,15 +103,15 @@ class ConvolutionModule(nn.Module):
     def forward(self, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """x (B, T, D), valid (B, T, 1) -> (B, T, D)."""
         h = F.glu(self.pointwise_in(x), dim=-1).masked_fill(~valid, 0.0)  # padding must not leak into the conv
-        h = self.depthwise(h.transpose(1, 2)).transpose(1, 2)
+        h = self.depthwise(F.pad(h.transpose(1, 2), (self.left_pad, 0))).transpose(1, 2)
         return self.dropout(self.pointwise_out(F.silu(self.norm(h))))
 
 
 class ConformerLayer(nn.Module):
-    """One Conformer block (module docstring): ``forward(x (B, T, D), mask (B, 1, T)) -> (B, T, D)``."""
+    """One Conformer block (module docstring): ``forward(x (B, T, D), mask (B, 1|T, T), valid) -> (B, T, D)``."""
 
     def __init__(self, d_model: int, num_heads: int, ffn_dim: int, conv_kernel: int = 15, dropout: float = 0.1,
-                 attention_dropout: float = 0.0):
+                 attention_dropout: float = 0.0, causal_conv: bool = False):
         super().__init__()
 
         def feed_forward() -> nn.Sequential:
@@ -115,14 +120,17 @@ class ConformerLayer(nn.Module):
 
         self.ffn1, self.ffn2 = feed_forward(), feed_forward()
         self.attn = RotarySelfAttention(d_model, num_heads, attention_dropout)
-        self.conv = ConvolutionModule(d_model, conv_kernel, dropout)
+        self.conv = ConvolutionModule(d_model, conv_kernel, dropout, causal_conv)
         self.norm_ffn1, self.norm_attn, self.norm_conv, self.norm_ffn2, self.norm_out = (
             nn.LayerNorm(d_model) for _ in range(5))
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """x (B, T, D), mask (B, 1|T, T) bool (True = may attend), valid (B, T, 1) the frames that are not padding
+        (None: ``mask`` is a (B, 1, T) key mask and tells them)."""
+        valid = mask.transpose(1, 2) if valid is None else valid
         x = x + 0.5 * self.dropout(self.ffn1(self.norm_ffn1(x)))
         x = x + self.dropout(self.attn(self.norm_attn(x), mask))
-        x = x + self.conv(self.norm_conv(x), mask.transpose(1, 2))  # (B, T, 1) valid frames
+        x = x + self.conv(self.norm_conv(x), valid)
         x = x + 0.5 * self.dropout(self.ffn2(self.norm_ffn2(x)))
         return self.norm_out(x)

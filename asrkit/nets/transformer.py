@@ -18,6 +18,13 @@ Optional extras inside the layer stack (1-based layer indices, all before the la
 At an intermediate layer k the order is: layer k -> h_k (norm(x) or x) is returned for the auxiliary loss
 -> self-conditioning (if on) -> re-presentation (if k is the Deja-vu layer).
 
+Chunk-wise attention (WeNet U2; :func:`~asrkit.nets.mask.chunk_mask`): :meth:`TransformerEncoder.forward` with
+``chunk_frames`` > 0 lets each encoder frame attend to its own chunk and ``left_chunks`` chunks before it, in every
+layer; the encoder's default is fixed at construction (``chunk_frames``; 0 = full context, which a model trained
+with ``dynamic_chunk`` uses, its trainer drawing a chunk per batch). InterCTC and self-conditioning work
+unchanged in chunk mode (they read one frame at a time); Deja-vu's re-presentation attends over the whole
+utterance and is refused there.
+
 Deja-vu input Z0 (``dejavu_input``): ``stacked_fbank`` (default, the paper's) = the raw filterbank frames,
 ``factor`` consecutive frames concatenated per encoder frame, the window centred in that frame's receptive
 field; ``subsampled`` (an extension) = the subsampling module's output (what layer 1 receives, positions
@@ -31,11 +38,13 @@ import torch
 from torch import nn
 
 from asrkit.nets.attention import MultiHeadAttention
-from asrkit.nets.mask import lengths_to_mask
+from asrkit.nets.mask import chunk_mask, lengths_to_mask
 from asrkit.nets.representation import FeatureRepresentation
 from asrkit.nets.subsampling import INPUT_LAYERS, Conv2dSubsampling
 
 DEJAVU_INPUTS = ("subsampled", "stacked_fbank")
+DEJAVU_CHUNK_ERROR = ("Deja-vu re-presentation (dejavu_layer) attends over the whole utterance: it does not "
+                      "work with chunk-wise attention (streaming)")
 CTCHead = Callable[[torch.Tensor], torch.Tensor]  # (B, T, D) -> (B, T, V) logits
 
 
@@ -58,8 +67,9 @@ class TransformerEncoderLayer(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.normalize_before = normalize_before
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """x: (B, T, D); mask: (B, 1, T) bool key mask, True = valid."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """x: (B, T, D); mask: (B, 1|T, T) bool, True = may attend. ``valid`` (B, T, 1), the frames that are not
+        padding, is part of the layer interface (a Conformer's convolution needs it) and not needed here."""
         if self.normalize_before:
             h = self.norm1(x)
             x = x + self.dropout(self.self_attn(h, h, h, mask))
@@ -89,14 +99,16 @@ class TransformerEncoder(nn.Module):
                  dejavu_layer: int = 0, dejavu_input: str = "stacked_fbank", dejavu_dim: int = 0,
                  dejavu_pos_dim: int = 0, dejavu_combine: str = "a", conv_channels: int = 0,
                  intermediate_norm: bool = True, layer_builder: Optional[Callable[[], nn.Module]] = None,
-                 positional: bool = True):
+                 positional: bool = True, chunk_frames: int = 0, left_chunks: int = -1, dynamic_chunk: bool = False):
         """``intermediate_norm``: intermediate outputs pass through the final LayerNorm (InterCTC reads them
         with the shared CTC head); False returns the raw residual stream of those layers (for heads of their
         own, as Deja-vu's iterated loss). ``layer_builder`` makes each of the ``num_layers`` layers (any
-        module with ``forward(x (B, T, D), mask (B, 1, T))``, e.g. a Conformer layer; default a Transformer
-        layer), so InterCTC, self-conditioning and Deja-vu work on every layer kind. ``positional`` False
+        module with ``forward(x (B, T, D), mask (B, 1|T, T), valid (B, T, 1))``, e.g. a Conformer layer; default a
+        Transformer layer), so InterCTC, self-conditioning and Deja-vu work on every layer kind. ``positional`` False
         adds no absolute positions after the subsampling, which still scales by sqrt(d_model) (for layers that
-        encode position themselves, as the Conformer's rotary attention)."""
+        encode position themselves, as the Conformer's rotary attention). ``chunk_frames`` > 0 and ``left_chunks``:
+        chunk-wise attention by default (module docstring), unless ``dynamic_chunk`` (trained with drawn chunks,
+        encodes with full context by default); either way they are a stream's default chunk."""
         super().__init__()
         if input_layer not in INPUT_LAYERS:
             raise ValueError(f"unknown input_layer '{input_layer}' (choose from {sorted(INPUT_LAYERS)})")
@@ -106,6 +118,11 @@ class TransformerEncoder(nn.Module):
                                  f"{num_layers} layers; the last one already feeds the CTC head)")
         if dejavu_input not in DEJAVU_INPUTS:
             raise ValueError(f"unknown dejavu_input '{dejavu_input}' (choose from {DEJAVU_INPUTS})")
+        if dejavu_layer and (dynamic_chunk or chunk_frames > 0):
+            raise ValueError(DEJAVU_CHUNK_ERROR)
+        if chunk_frames < 0 or left_chunks < -1:
+            raise ValueError(f"chunk_frames must be >= 0 and left_chunks >= -1, got {chunk_frames} and {left_chunks}")
+        self.chunk_frames, self.left_chunks, self.dynamic_chunk = chunk_frames, left_chunks, dynamic_chunk
         self.d_model = self.output_dim = d_model
         self.intermediate_norm = intermediate_norm
         self.subsampling = Conv2dSubsampling(in_dim, d_model, INPUT_LAYERS[input_layer], dropout,
@@ -137,24 +154,34 @@ class TransformerEncoder(nn.Module):
         """Encoder frames for (B,) feature-frame counts (0 when shorter than the receptive field)."""
         return self.subsampling.output_lengths(feat_lens)
 
-    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor, ctc_head: Optional[CTCHead] = None
+    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor, ctc_head: Optional[CTCHead] = None, *,
+                chunk_frames: Optional[int] = None, left_chunks: Optional[int] = None
                 ) -> Tuple[torch.Tensor, torch.Tensor, List[torch.Tensor]]:
         """feats (B, T, F), feat_lens (B,) -> encodings (B, T', D), lengths (B,) and the outputs (B, T', D) of
         ``intermediate_layers`` in order (final-LayerNorm'd unless ``intermediate_norm`` is off).
 
-        ``ctc_head`` (logits of the model's CTC layer) is required with self-conditioning.
+        ``ctc_head`` (logits of the model's CTC layer) is required with self-conditioning. ``chunk_frames``
+        (0 = full context) and ``left_chunks`` (-1 = all) override the encoder's default chunk-wise attention.
         """
         if self.self_condition and ctc_head is None:
             raise ValueError("this encoder is self-conditioned: pass the model's ctc_head")
+        default_chunk = 0 if self.dynamic_chunk else self.chunk_frames
+        chunk = default_chunk if chunk_frames is None else chunk_frames
+        left = self.left_chunks if left_chunks is None else left_chunks
+        if chunk > 0 and self.dejavu is not None:
+            raise ValueError(DEJAVU_CHUNK_ERROR)
         x, lens = self.subsampling(feats, feat_lens)  # (B, T', D)
         mask = lengths_to_mask(lens, x.size(1))  # (B, T')
+        att_mask = mask.unsqueeze(1)  # (B, 1, T'): padded keys hidden
+        if chunk > 0:
+            att_mask = att_mask & chunk_mask(x.size(1), chunk, left, x.device)  # (B, T', T')
         z0 = None
         if self.dejavu is not None:
             z0 = x if self.dejavu_input == "subsampled" else stack_frames(
                 feats, x.size(1), self.subsampling.factor, self.subsampling.min_input_length)
         intermediates: List[torch.Tensor] = []
         for k, layer in enumerate(self.layers, start=1):
-            x = layer(x, mask.unsqueeze(1))
+            x = layer(x, att_mask, mask.unsqueeze(-1))
             if k not in self.intermediate_layers:
                 continue
             h = self.final_norm(x)

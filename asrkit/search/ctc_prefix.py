@@ -48,10 +48,14 @@ a batch that runs out of memory is split in half and retried. On CPU the search 
 intra-op thread (its tensors are tiny) and restores the setting after. On CPU, by default, the same
 search runs as one C++ call per batch instead of this loop (:mod:`asrkit.search.native_loop`, ~5x faster
 with a word LM; ``native=`` chooses).
+
+Streaming: :func:`resume_search` runs the same loop from a state the caller holds (:class:`BeamRows`) over
+the next frames of B streams, for :class:`asrkit.search.streaming.StreamingCtcSearch`.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional
+import contextlib
+from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -89,6 +93,7 @@ class _Frames:
         batch, frames, vocab = lp.shape
         dev = lp.device
         frame, skip, offset, identity = compact_frames(lp, lengths, BLANK_ID, skip_threshold)
+        self.skip = skip
         self.steps = width = frame.shape[1]
         blank = lp[..., BLANK_ID]  # (B, T)
         self.frame = frame
@@ -148,6 +153,32 @@ class _Frames:
             self.roff = [r[..., None] if any_run else None for r, any_run in zip(_steps(roff), self.run_steps)]
 
 
+class BeamRows(NamedTuple):
+    """The search state that carries from one frame to the next (a stream holds it between chunks).
+
+    st: (B, 4, K+1) rows pnb, pb, tot (their logaddexp), fused (sum of weighted scorer scores), slot K -inf;
+    ints: (B, 4, K) rows prefix hash, parent-prefix hash, last token (blank for the empty prefix), "single" = 1
+    unless the last two tokens are equal (a merge into a prefix comes from its parent's total, or only from the
+    parent's pb when the prefix ends in a doubled token); states: each scorer's state, B*K rows.
+    """
+
+    st: torch.Tensor
+    ints: torch.Tensor
+    states: Dict[str, Any]
+
+
+def fresh_rows(batch: int, beam: int, dtype: torch.dtype, device: torch.device,
+               scorers: Mapping[str, BatchScorer]) -> BeamRows:
+    """The state before the first frame: one live hypothesis, the empty prefix."""
+    st = torch.full((batch, 4, beam + 1), NEG_INF, dtype=dtype, device=device)
+    st[:, 1:3, 0] = 0.0
+    st[:, 3, :beam] = 0.0
+    ints = torch.zeros((batch, 4, beam), dtype=torch.long, device=device)
+    ints[:, 0, 1:] = _SENT_HASH
+    ints[:, 1] = _SENT_PARENT
+    return BeamRows(st, ints, {name: sc.init_state(batch, beam, device) for name, sc in scorers.items()})
+
+
 class _Beam:
     """Search state for B utterances x K hypotheses, in buffers updated in place.
 
@@ -156,17 +187,18 @@ class _Beam:
     """
 
     def __init__(self, batch: int, beam: int, steps: int, n_cand: int, dtype: torch.dtype,
-                 device: torch.device, scorers: Mapping[str, BatchScorer], bonus: float, wide: bool = False) -> None:
+                 device: torch.device, scorers: Mapping[str, BatchScorer], bonus: float, wide: bool = False,
+                 start: Optional[BeamRows] = None) -> None:
         full: Dict[str, Any] = dict(dtype=dtype, device=device)
         long: Dict[str, Any] = dict(dtype=torch.long, device=device)
+        if start is None:
+            start = fresh_rows(batch, beam, dtype, device, scorers)
         cols = n_cand + 1
         self.beam, self.cols = beam, cols
         self.fusion = bool(scorers) or bonus != 0.0
         self.rows = rows = 4 if self.fusion else 3  # table rows the new beam is gathered from
         # (B, 4, K+1) rows: pnb, pb, tot (their logaddexp), fused (sum of weighted scorer scores); slot K -inf.
-        self.st = torch.full((batch, 4, beam + 1), NEG_INF, **full)
-        self.st[:, 1:3, 0] = 0.0  # one live hypothesis: the empty prefix
-        self.st[:, 3, :beam] = 0.0
+        self.st = start.st
         self.pnb, self.pb, self.tot, self.fused = self.st[:, :, :beam].unbind(1)
         self.pnb3, self.pb3, self.tot3, self.fused3 = (x[:, :, None] for x in (self.pnb, self.pb, self.tot, self.fused))
         self.new = self.st[:, :rows, :beam]  # gather target of the new beam
@@ -195,12 +227,7 @@ class _Beam:
             self.fusion_buf = self.bonus.expand(batch, beam, cols).clone()  # + weighted scorer scores
             self.fusion_ext = self.fusion_buf[:, :, :n_cand]
             self.bonus_ext = self.bonus[:, :, :n_cand]  # a view made once: indexing costs microseconds per step
-        # (B, 4, K) rows: prefix hash, parent-prefix hash, last token (blank for the empty prefix),
-        # "single" = 1 unless the last two tokens are equal. A merge into a prefix comes from its
-        # parent's total, or only from the parent's pb when the prefix ends in a doubled token.
-        self.ints = torch.zeros((batch, 4, beam), **long)
-        self.ints[:, 0, 1:] = _SENT_HASH
-        self.ints[:, 1] = _SENT_PARENT
+        self.ints = start.ints
         self.hash, self.parent_hash, self.last, self.single = self.ints.unbind(1)
         self.hash3, self.last3, self.single3 = self.hash[:, :, None], self.last[:, :, None], self.single[:, :, None]
         self.child_view = self.ints[:, 1, :, None]  # (B, K1, 1) parent-prefix hash of k1
@@ -233,7 +260,11 @@ class _Beam:
         self.dead = torch.empty((batch, beam), dtype=torch.bool, device=device)
         self.dead4 = self.dead[:, None, :]
         self.row0 = torch.arange(batch, device=device)[:, None] * beam  # (B, 1) flat row offsets
-        self.states = {name: sc.init_state(batch, beam, device) for name, sc in scorers.items()}
+        self.states = dict(start.states)
+        # Streaming (resume_search): per step, (B, 1) rows that are padding, whose pnb/pb split a step must keep.
+        self.hold: Optional[List[torch.Tensor]] = None
+        self.nb_b = self.st[:, :2, :beam]  # pnb, pb
+        self.held = torch.empty_like(self.nb_b)
         self.graph: Any = None  # a captured CUDA graph, kept alive until the results are read
 
 
@@ -279,11 +310,16 @@ def _step(i: int, s: _Beam, fr: _Frames, scorers: Mapping[str, BatchScorer],
 
     # The new beam: (pnb, pb, tot[, fused]) of the chosen candidates; before a run of skipped
     # blank frames pnb reads the -inf row and pb the total.
+    hold = s.hold is not None and fr.pad_steps[i]
+    if hold:
+        s.held.copy_(s.nb_b)
     if fr.run_steps[i]:
         torch.gather(s.tab_x, 2, torch.add(s.pick_r[i], fr.roff[i]), out=s.new)
     else:
         torch.gather(s.tab_r, 2, s.pick_r[i], out=s.new)
     torch.isneginf(top, out=s.dead)  # fewer live candidates than K: no hash, no merges
+    if hold:
+        _keep_padded(s, pick, s.hold[i])
     if scorers or s.wide:
         parent = torch.div(pick, cols, rounding_mode="floor", out=s.parent)
         token = fr.tokx[i].gather(1, torch.sub(pick, parent, alpha=cols))  # (B, K), -1 for stays
@@ -303,6 +339,14 @@ def _step(i: int, s: _Beam, fr: _Frames, scorers: Mapping[str, BatchScorer],
     s.ci_stay.copy_(s.ints)
     torch.gather(s.cint_flat, 2, s.pick4[i], out=s.ints)
     torch.where(s.dead4, s.sentinel, s.ints, out=s.ints)
+
+
+def _keep_padded(s: _Beam, pick: torch.Tensor, pad: torch.Tensor) -> None:
+    """Streaming: on a padding step (pad (B, 1)) a live pick is a stay with the same total, but the stay moved
+    pnb into pb (a blank frame). A stream resumes after its padding, so its rows get their own split back."""
+    parent = torch.div(pick, s.cols, rounding_mode="floor")[:, None, :].expand_as(s.held)
+    kept = torch.logical_and(pad, torch.logical_not(s.dead))[:, None, :]  # (B, 1, K)
+    s.nb_b.copy_(torch.where(kept, s.held.gather(2, parent), s.nb_b))
 
 
 def _pick_ints(s: _Beam, parent: torch.Tensor, token: torch.Tensor) -> None:
@@ -378,36 +422,91 @@ def _finish(s: _Beam, fr: _Frames, scorers: Mapping[str, BatchScorer], weights: 
         total = total + weights[name] * sc.final_score(s.states[name]).view(total.shape).to(total.dtype)
     total, order = total.topk(nbest, 1)  # best first
     ctc = ctc.gather(1, order)
-    cols = s.cols
-    parents = torch.div(s.hist, cols, rounding_mode="floor")  # (T', B, K)
-    emitted = fr.tok_all.gather(2, s.hist - parents * cols)  # (T', B, K), -1 where none
-    paths = backtrack(parents, emitted, order)  # (B, N, T')
+    paths = backtrack(*_backpointers(s, fr), order)  # (B, N, T')
     dead = total == NEG_INF
     paths = paths.masked_fill(dead[:, :, None], -1)
     tokens, token_frames, lengths = pack_emissions(paths, fr.frame[:, None, :].expand_as(paths))
     return NBest(tokens, lengths, total, ctc.masked_fill(dead, NEG_INF), token_frames)
 
 
+def _backpointers(s: _Beam, fr: _Frames) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(T', B, K) each hypothesis's row in the previous step's beam, and the token it appended there (-1: none)."""
+    parents = torch.div(s.hist, s.cols, rounding_mode="floor")
+    return parents, fr.tok_all.gather(2, s.hist - parents * s.cols)
+
+
+@contextlib.contextmanager
+def _search_threads(device: torch.device) -> Iterator[None]:
+    """One intra-op thread on the CPU for the search, the setting restored after."""
+    threads = torch.get_num_threads()
+    if device.type == "cpu" and threads > 1:
+        # Nearly every op works on a few thousand numbers: intra-op threads only add barriers
+        # (2-5x slower measured on a loaded 2-core machine).
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+
+
+def _prepare(lp: torch.Tensor, lengths: torch.Tensor, beam: int, scorers: Mapping[str, BatchScorer], bonus: float,
+             topk: Optional[int], min_logp: Optional[float], skip: Optional[float],
+             start: Optional[BeamRows] = None) -> Tuple[_Beam, _Frames]:
+    rows = 4 if scorers or bonus != 0.0 else 3
+    fr = _Frames(lp.contiguous(), lengths, beam, topk, min_logp, skip, rows)
+    # Every token a candidate and many of them: per-pick bookkeeping beats whole candidate tables.
+    wide = fr.n_cand == lp.shape[2] - 1 and fr.n_cand > _WIDE_MIN
+    return _Beam(lp.shape[0], beam, fr.steps, fr.n_cand, lp.dtype, lp.device, scorers, bonus, wide, start), fr
+
+
 def _search_batch(lp: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: int,
                   scorers: Mapping[str, BatchScorer], weights: Mapping[str, float], bonus: float,
                   topk: Optional[int], min_logp: Optional[float], skip: Optional[float],
                   cuda_graph: bool = False) -> NBest:
-    threads = torch.get_num_threads()
-    if lp.device.type == "cpu" and threads > 1:
-        # Nearly every op works on a few thousand numbers: intra-op threads only add barriers
-        # (2-5x slower measured on a loaded 2-core machine). Restored below.
-        torch.set_num_threads(1)
-    try:
-        rows = 4 if scorers or bonus != 0.0 else 3
-        fr = _Frames(lp.contiguous(), lengths, beam, topk, min_logp, skip, rows)
-        # Every token a candidate and many of them: per-pick bookkeeping beats whole candidate tables.
-        wide = fr.n_cand == lp.shape[2] - 1 and fr.n_cand > _WIDE_MIN
-        s = _Beam(lp.shape[0], beam, fr.steps, fr.n_cand, lp.dtype, lp.device, scorers, bonus, wide)
+    with _search_threads(lp.device):
+        s, fr = _prepare(lp, lengths, beam, scorers, bonus, topk, min_logp, skip)
         _run_loop(s, fr, scorers, weights, cuda_graph)
         return _finish(s, fr, scorers, weights, nbest)
-    finally:
-        if torch.get_num_threads() != threads:
-            torch.set_num_threads(threads)
+
+
+class Chunk(NamedTuple):
+    """What :func:`resume_search` gives back: the new state and the chunk's backpointers (for the caller's
+    history of each hypothesis)."""
+
+    rows: BeamRows  # the state after the chunk
+    parents: torch.Tensor  # (T', B, K) each hypothesis's row in the previous step's beam (step 0: the start's)
+    emitted: torch.Tensor  # (T', B, K) the token it appended at that step, -1 where none
+    frame: torch.Tensor  # (B, T') the input frame of each step, -1 for padding steps
+    offset: torch.Tensor  # (B,) the skipped blank frames' log P(blank), summed
+
+
+def resume_search(lp: torch.Tensor, lengths: torch.Tensor, start: BeamRows, scorers: Mapping[str, BatchScorer],
+                  weights: Mapping[str, float], bonus: float, topk: Optional[int], min_logp: Optional[float],
+                  skip: Optional[float]) -> Chunk:
+    """Advance B searches from the state ``start`` by their next frames lp (B, T, V) (lengths (B,)), which the
+    caller has checked (the options as in :func:`ctc_prefix_beam_search`, scorers active and weighted).
+
+    A search fed its frames in pieces reaches the state of one call over all of them: padding steps (rows
+    whose piece is shorter, or has fewer kept frames) change nothing, and a run of skipped blank frames at
+    either end of a piece moves pnb's mass into pb as it would between two kept frames of one call.
+    """
+    with _search_threads(lp.device):
+        s, fr = _prepare(lp, lengths, start.ints.shape[2], scorers, bonus, topk, min_logp, skip, start)
+        s.hold = _steps((fr.frame < 0)[..., None])  # (B, 1) per step
+        if fr.skip is not None:
+            _blank_run(s, fr.skip[:, 0])  # skipped frames before the first kept frame
+        _frame_loop(s, fr, scorers, weights)
+        if fr.skip is not None:  # after the last kept frame (the next piece may start with a kept one)
+            _blank_run(s, fr.skip.gather(1, (lengths - 1).clamp(min=0)[:, None])[:, 0])
+        return Chunk(BeamRows(s.st, s.ints, s.states), *_backpointers(s, fr), fr.frame, fr.offset)
+
+
+def _blank_run(s: _Beam, rows: torch.Tensor) -> None:
+    """After skipped blank frames (rows (B,) bool): all of a hypothesis's mass ends in blank, pnb in pb."""
+    ran = rows[:, None]
+    s.pb.copy_(torch.where(ran, s.tot, s.pb))
+    s.pnb.masked_fill_(ran, NEG_INF)
 
 
 def _search_split(lp: torch.Tensor, lengths: torch.Tensor, **kw: Any) -> NBest:
@@ -459,11 +558,9 @@ def ctc_prefix_beam_search(
                            blank_skip_threshold, cuda_graph, native)
 
 
-def _checked_search(log_probs: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: Optional[int],
-                    scorers: Optional[Mapping[str, BatchScorer]], weights: Optional[Mapping[str, float]],
-                    token_topk: Optional[int], token_min_logp: Optional[float],
-                    blank_skip_threshold: Optional[float], cuda_graph: bool, native: Optional[bool] = None) -> NBest:
-    """ctc_prefix_beam_search after its input checks (decode_ctc makes its own, in one pass)."""
+def check_options(beam: int, nbest: Optional[int], token_topk: Optional[int],
+                  blank_skip_threshold: Optional[float]) -> int:
+    """A ValueError naming the first bad search option; returns nbest (None: the beam)."""
     if beam < 1:
         raise ValueError(f"beam must be >= 1, got {beam}")
     nbest = beam if nbest is None else nbest
@@ -473,6 +570,15 @@ def _checked_search(log_probs: torch.Tensor, lengths: torch.Tensor, beam: int, n
         raise ValueError(f"token_topk must be >= 1 or None, got {token_topk}")
     if blank_skip_threshold is not None and not 0.0 < blank_skip_threshold < 1.0:
         raise ValueError(f"blank_skip_threshold must be in (0, 1) or None, got {blank_skip_threshold}")
+    return nbest
+
+
+def _checked_search(log_probs: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: Optional[int],
+                    scorers: Optional[Mapping[str, BatchScorer]], weights: Optional[Mapping[str, float]],
+                    token_topk: Optional[int], token_min_logp: Optional[float],
+                    blank_skip_threshold: Optional[float], cuda_graph: bool, native: Optional[bool] = None) -> NBest:
+    """ctc_prefix_beam_search after its input checks (decode_ctc makes its own, in one pass)."""
+    nbest = check_options(beam, nbest, token_topk, blank_skip_threshold)
     active, active_weights, bonus = active_scorers(scorers or {}, weights or {})
     dtype = torch.float64 if log_probs.dtype == torch.float64 else torch.float32
     lp = log_probs.to(dtype)

@@ -112,6 +112,23 @@ def pack_emissions(emitted: torch.Tensor, frames: torch.Tensor) -> Tuple[torch.T
     return tokens[..., :width], out_frames[..., :width], lengths
 
 
+def trace_rows(parents: torch.Tensor, final: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Follow backpointers from the last step to the first.
+
+    parents: (T, B, K) row in the previous step's beam of each hypothesis; final: (B, N) rows to trace at the
+    end. Returns the (T, B, N) row of each traced hypothesis at every step and the (B, N) rows before step 0
+    they descend from (a resumed search's earlier beam).
+    """
+    rows = final
+    trace = []
+    for t in range(parents.shape[0] - 1, -1, -1):
+        trace.append(rows)
+        rows = parents[t].gather(1, rows)
+    if not trace:
+        return final.new_empty((0,) + final.shape), rows
+    return torch.stack(trace[::-1]), rows
+
+
 def backtrack(parents: torch.Tensor, emitted: torch.Tensor, final: torch.Tensor) -> torch.Tensor:
     """Follow backpointers from the last step to the first.
 
@@ -119,13 +136,5 @@ def backtrack(parents: torch.Tensor, emitted: torch.Tensor, final: torch.Tensor)
     it appended at that step or -1; final: (B, N) rows of the hypotheses to trace at the end.
     Returns (B, N, T) emitted tokens along each traced path (-1 where none).
     """
-    steps = parents.shape[0]
-    rows = final
-    trace = []
-    for t in range(steps - 1, -1, -1):
-        trace.append(rows)
-        rows = parents[t].gather(1, rows)
-    if not trace:
-        return emitted.new_full(final.shape + (0,), -1)
-    rows_per_step = torch.stack(trace[::-1])  # (T, B, N)
+    rows_per_step = trace_rows(parents, final)[0]  # (T, B, N)
     return emitted.gather(2, rows_per_step).permute(1, 2, 0)

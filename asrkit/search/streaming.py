@@ -1,0 +1,251 @@
+"""Resumable CTC prefix beam search: live streams searched chunk by chunk, many streams as one batch.
+
+:class:`StreamingCtcSearch` runs the search of :func:`asrkit.search.ctc_prefix_beam_search` (the same options,
+scorers and fusion) on frames that arrive in pieces. Each stream's state is an object the caller holds
+(:meth:`StreamingCtcSearch.new_state`); :meth:`~StreamingCtcSearch.advance` moves B streams by their next frames
+in one batch, whatever frame each stream is at; :meth:`~StreamingCtcSearch.partial` gives each stream's best
+prefix so far, :meth:`~StreamingCtcSearch.blank_run` its trailing blank frames (for endpointing) and
+:meth:`~StreamingCtcSearch.finish` the N-best with the end-of-sentence scores added.
+
+The state is the search's own (the beam's prefix probabilities and hashes, every scorer's state, the skipped
+blank frames' log-probability) plus, per hypothesis, its tokens and their frames so far: after each piece the
+piece's backpointers are traced once and appended to the rows the hypotheses descend from, so a state holds
+(beam x tokens) numbers, never a history per frame. An utterance's state grows with its tokens only; an
+endpoint starts a new state.
+
+Feeding an utterance as one piece gives exactly the offline search's result (hypotheses, token frames and
+scores); feeding it in pieces gives the same search (:func:`asrkit.search.ctc_prefix.resume_search`): with the
+pruning off the same result, with the default pruning the same result but where a beam's ties and the per-step
+candidate sets of streams batched together fall differently (rare; tested). Scorer states are stacked along
+their row dimension to batch streams; a scorer whose state has a per-stream size beyond the rows (the
+Transformer LM's key/value cache grows with the steps) batches only the streams whose sizes agree, one group
+after the other. Token frames count input frames since the state was created.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import torch
+
+from asrkit.search.ctc_prefix import BeamRows, check_options, fresh_rows, resume_search
+from asrkit.search.greedy import check_ctc_inputs
+from asrkit.search.hypotheses import Hypothesis, NBest, pack_emissions, trace_rows
+from asrkit.search.interfaces import BLANK_ID, BatchScorer, active_scorers
+from asrkit.search.scorers import index_rows
+
+NEG_INF = float("-inf")
+
+
+class StreamingCtcState:
+    """One stream's search state (tensors on the search's device); the caller holds it between calls.
+
+    ``frames``: input frames the stream has been advanced by since the state was created.
+    """
+
+    def __init__(self, search: "StreamingCtcSearch", rows: BeamRows) -> None:
+        beam = search.beam
+        self.search = search
+        self.frames = 0
+        self.blank_frames = 0  # trailing frames of the best path that are blank (see blank_run)
+        self.vocab: Optional[int] = None  # fixed by the first advance
+        self.rows = rows  # (1, ...) the beam; scorer states of beam rows
+        self.tokens = torch.empty((1, beam, 0), dtype=torch.long, device=rows.st.device)  # (1, K, L), -1 pads
+        self.token_frames = torch.empty_like(self.tokens)  # (1, K, L)
+        self.lengths = torch.zeros((1, beam), dtype=torch.long, device=rows.st.device)  # (1, K)
+        self.offset = torch.zeros(1, dtype=torch.float64, device=rows.st.device)  # skipped blank frames' log P
+
+
+def _cat_trees(trees: Sequence[Any]) -> Any:
+    """Concatenate pytrees of tensors (tuples, NamedTuples, lists, dicts) along dim 0."""
+    first = trees[0]
+    if isinstance(first, torch.Tensor):
+        return torch.cat(list(trees))
+    if first is None:
+        return None
+    if isinstance(first, tuple) and hasattr(first, "_fields"):  # a NamedTuple
+        return type(first)(*(_cat_trees(parts) for parts in zip(*trees)))
+    if isinstance(first, (tuple, list)):
+        return type(first)(_cat_trees(parts) for parts in zip(*trees))
+    if isinstance(first, dict):
+        return {k: _cat_trees([t[k] for t in trees]) for k in first}
+    raise TypeError(f"scorer state: cannot stack a {type(first).__name__}")
+
+
+def _shapes(tree: Any) -> Tuple[Any, ...]:
+    """The sizes beyond dim 0 of every tensor of a pytree: states that agree can be stacked."""
+    if isinstance(tree, torch.Tensor):
+        return (tuple(tree.shape[1:]),)
+    if isinstance(tree, dict):
+        tree = [tree[k] for k in sorted(tree)]
+    if isinstance(tree, (tuple, list)):
+        return tuple(s for x in tree for s in _shapes(x))
+    return ()
+
+
+def _trailing_blanks(lp: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """(B,) frames after the last frame whose most likely class is not the blank, -1 where every frame's is."""
+    frames = lp.shape[1]
+    t = torch.arange(frames, device=lp.device)
+    spoken = (lp.argmax(2) != BLANK_ID) & (t < lengths[:, None])  # (B, T)
+    last = torch.where(spoken, t, -1).amax(1) if frames else torch.full_like(lengths, -1)
+    return torch.where(last >= 0, lengths - 1 - last, -1)
+
+
+def _pad_cat(parts: Sequence[torch.Tensor], value: int) -> torch.Tensor:
+    """(1, K, L_b) tensors -> (B, K, max L_b), padded at the end with ``value``."""
+    width = max(p.shape[2] for p in parts)
+    return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[2]), value=value) for p in parts])
+
+
+class StreamingCtcSearch:
+    """CTC prefix beam search over streams that arrive in pieces (see the module docstring).
+
+    The options are :func:`asrkit.search.ctc_prefix_beam_search`'s: ``beam``, ``nbest`` (None: the beam),
+    ``scorers``/``weights`` (shallow fusion; ``length_bonus`` without a scorer is a bonus per token),
+    ``token_topk``, ``token_min_logp``, ``blank_skip_threshold`` (all three None: the exact search).
+    ``device``/``dtype``: where states live and the precision searched in (log-probs are converted to it).
+    ``native``: False runs the torch loop; None (auto) and True would run the C++ loop, which cannot resume yet:
+    None runs the torch loop, True is a ValueError.
+    """
+
+    def __init__(self, beam: int = 10, nbest: Optional[int] = None, scorers: Optional[Mapping[str, BatchScorer]] = None,
+                 weights: Optional[Mapping[str, float]] = None, token_topk: Optional[int] = 8,
+                 token_min_logp: Optional[float] = -12.0, blank_skip_threshold: Optional[float] = 0.999,
+                 native: Optional[bool] = None, device: Union[str, torch.device] = "cpu",
+                 dtype: torch.dtype = torch.float32) -> None:
+        self.nbest = check_options(beam, nbest, token_topk, blank_skip_threshold)
+        if dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+        self.beam, self.topk, self.min_logp, self.skip = beam, token_topk, token_min_logp, blank_skip_threshold
+        self.scorers, self.weights, self.bonus = active_scorers(scorers or {}, weights or {})
+        self.device, self.dtype = torch.device(device), dtype
+        if native:
+            raise ValueError("native=True, but the native search cannot resume a stream yet: use native=None or False")
+
+    def new_state(self) -> StreamingCtcState:
+        """A stream before its first frame (scorers at sentence start)."""
+        return StreamingCtcState(self, fresh_rows(1, self.beam, self.dtype, self.device, self.scorers))
+
+    def _check_states(self, states: Sequence[StreamingCtcState], batch: Optional[int] = None) -> None:
+        if batch is not None and len(states) != batch:
+            raise ValueError(f"{len(states)} stream states for log_probs of {batch} streams: give one state per row")
+        seen: Dict[int, int] = {}
+        for b, st in enumerate(states):
+            if not isinstance(st, StreamingCtcState) or st.search is not self:
+                raise ValueError(f"stream {b}: not a state of this StreamingCtcSearch (make it with new_state())")
+            if id(st) in seen:
+                raise ValueError(f"streams {seen[id(st)]} and {b} are the same state: a stream advances once per call")
+            seen[id(st)] = b
+
+    def _groups(self, states: Sequence[StreamingCtcState]) -> List[List[int]]:
+        """Indices of the streams whose scorer states stack (all of them, but for growing states)."""
+        groups: Dict[Tuple[Any, ...], List[int]] = {}
+        for b, st in enumerate(states):
+            groups.setdefault(_shapes(st.rows.states), []).append(b)
+        return list(groups.values())
+
+    def _stack(self, states: Sequence[StreamingCtcState]) -> BeamRows:
+        rows = [st.rows for st in states]
+        return BeamRows(torch.cat([r.st for r in rows]), torch.cat([r.ints for r in rows]),
+                        {name: _cat_trees([r.states[name] for r in rows]) for name in self.scorers})
+
+    def advance(self, states: Sequence[StreamingCtcState], log_probs: torch.Tensor, lengths: torch.Tensor) -> None:
+        """Move B streams by their next frames, in place: log_probs (B, T, V) (blank id 0), lengths (B,) the
+        frames of each row that are real (a row may have none); ``states[b]`` is row b's stream."""
+        if log_probs.device != self.device:
+            raise ValueError(f"log_probs are on {log_probs.device}, this search's states on {self.device}")
+        check_ctc_inputs(log_probs, lengths)
+        batch, _, vocab = log_probs.shape
+        self._check_states(states, batch)
+        for b, st in enumerate(states):
+            if st.vocab is not None and st.vocab != vocab:
+                raise ValueError(f"stream {b}: log_probs have {vocab} tokens, its earlier frames had {st.vocab}")
+        lp = log_probs.to(self.dtype)
+        lengths = lengths.to(self.device, torch.long)
+        runs = _trailing_blanks(lp, lengths).tolist()
+        for group in self._groups(states):
+            index = torch.tensor(group, device=self.device)
+            self._advance([states[b] for b in group], lp.index_select(0, index), lengths.index_select(0, index))
+        for st, n, run in zip(states, lengths.tolist(), runs):
+            st.blank_frames = st.blank_frames + n if run < 0 else run
+            st.frames += n
+            st.vocab = vocab
+
+    def _advance(self, states: Sequence[StreamingCtcState], lp: torch.Tensor, lengths: torch.Tensor) -> None:
+        beam = self.beam
+        chunk = resume_search(lp, lengths, self._stack(states), self.scorers, self.weights, self.bonus,
+                              self.topk, self.min_logp, self.skip)
+        # Each hypothesis's tokens in this piece, appended to the row it descends from.
+        finals = torch.arange(beam, device=self.device).expand(len(states), beam)
+        steps, roots = trace_rows(chunk.parents, finals)  # (T', B, K), (B, K)
+        paths = chunk.emitted.gather(2, steps).permute(1, 2, 0)  # (B, K, T')
+        base = torch.tensor([st.frames for st in states], device=self.device)[:, None]
+        frames = torch.where(chunk.frame >= 0, chunk.frame + base, -1)[:, None, :].expand_as(paths)
+        old = roots[:, :, None]
+        tokens = _pad_cat([st.tokens for st in states], -1)
+        old_frames = _pad_cat([st.token_frames for st in states], -1)
+        tokens, token_frames, counts = pack_emissions(
+            torch.cat([tokens.gather(1, old.expand_as(tokens)), paths], 2),
+            torch.cat([old_frames.gather(1, old.expand_as(old_frames)), frames], 2))
+        rows = chunk.rows
+        for b, st in enumerate(states):
+            own = torch.arange(b * beam, (b + 1) * beam, device=self.device)
+            st.rows = BeamRows(rows.st[b:b + 1], rows.ints[b:b + 1],
+                               {name: index_rows(tree, own) for name, tree in rows.states.items()})
+            st.tokens, st.token_frames, st.lengths = tokens[b:b + 1], token_frames[b:b + 1], counts[b:b + 1]
+            st.offset = st.offset + chunk.offset[b].double()
+
+    def _totals(self, states: Sequence[StreamingCtcState], final: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(B, K) total and CTC scores of every hypothesis, with the end-of-sentence scores when ``final``."""
+        st = torch.cat([s.rows.st for s in states])[:, :, :self.beam]  # (B, 4, K)
+        ctc = st[:, 2] + torch.cat([s.offset for s in states]).to(self.dtype)[:, None]
+        total = ctc + st[:, 3]
+        if final and self.scorers:
+            ends = torch.zeros_like(total)
+            for group in self._groups(states):
+                rows = self._stack([states[b] for b in group])
+                end = sum(self.weights[name] * sc.final_score(rows.states[name]).to(self.dtype)
+                          for name, sc in self.scorers.items())
+                ends[group] = end.view(len(group), self.beam)
+            total = total + ends
+        return total, ctc
+
+    def _select(self, states: Sequence[StreamingCtcState], order: torch.Tensor, total: torch.Tensor,
+                ctc: torch.Tensor) -> NBest:
+        """The hypotheses ``order`` (B, N) of each stream, best first, as an :class:`NBest`."""
+        dead = total == NEG_INF
+        at = order[:, :, None]
+        tokens = _pad_cat([s.tokens for s in states], -1)
+        frames = _pad_cat([s.token_frames for s in states], -1)
+        tokens = tokens.gather(1, at.expand(-1, -1, tokens.shape[2])).masked_fill(dead[:, :, None], -1)
+        frames = frames.gather(1, at.expand(-1, -1, frames.shape[2]))
+        tokens, frames, lengths = pack_emissions(tokens, frames)
+        return NBest(tokens, lengths, total, ctc.gather(1, order).masked_fill(dead, NEG_INF), frames)
+
+    def partial(self, states: Sequence[StreamingCtcState]) -> List[Hypothesis]:
+        """Each stream's best prefix so far, by its running score (no end-of-sentence score): tokens, their
+        frames (since the state was created), score and CTC score."""
+        self._check_states(states)
+        if not states:
+            return []
+        total, ctc = self._totals(states, final=False)
+        best, order = total.max(1, keepdim=True)
+        return self._select(states, order, best, ctc).best()
+
+    def blank_run(self, states: Sequence[StreamingCtcState]) -> List[int]:
+        """Per stream, the trailing blank frames of the best path (frames whose most likely class is the blank,
+        since the last that was not): the trailing silence endpointing rules read (as WeNet's and sherpa's).
+        Not the frames since the best prefix's last token: a prefix search dates a token by the frame its
+        hypothesis entered the beam, which can be well before the token's peak."""
+        self._check_states(states)
+        return [st.blank_frames for st in states]
+
+    def finish(self, states: Sequence[StreamingCtcState]) -> NBest:
+        """The (B, nbest) N-best of the streams, end-of-sentence scores added (as the offline search ends an
+        utterance). The states are left as they were; an endpoint starts the next utterance with new_state()."""
+        self._check_states(states)
+        if not states:
+            raise ValueError("finish: no stream states given")
+        total, ctc = self._totals(states, final=True)
+        total, order = total.topk(self.nbest, 1)
+        return self._select(states, order, total, ctc)
