@@ -1,0 +1,347 @@
+"""The native (C++) prefix search resumed across chunks: asrkit.search.native_loop's StreamState API.
+
+References: the offline native search (ctc_prefix_beam_search(native=True), itself equal to the torch loop in
+test_native_prefix.py) for one advance over all frames; the same stream advanced in one piece for chunked
+advances; each stream alone for streams batched at different positions; the Python scorers themselves for the
+end-of-sentence scores a partial result leaves out.
+"""
+from __future__ import annotations
+
+import gc
+import random
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import pytest
+import torch
+
+from asrkit.lm import ngram_scorer
+from asrkit.lm.ngram import NgramScorer, load_ngram
+from asrkit.search import WordCount, ctc_prefix_beam_search, hotword_scorer, native_build, native_loop
+from asrkit.search.hotwords import spell_with_tokens
+from asrkit.search.hypotheses import Hypothesis, NBest
+from asrkit.search.interfaces import active_scorers
+from asrkit.search.lexicon import LexiconScorer
+from test_native_prefix import CHARS, FIXTURES, LEXICON, MARK, PlainScorer, peaky_log_probs, spelled_log_probs
+
+pytestmark = pytest.mark.skipif(native_build.load() is None, reason="no C++ compiler: the native loop cannot build")
+EXACT = dict(topk=None, min_logp=None, skip=None)
+DEFAULT = dict(topk=8, min_logp=-12.0, skip=0.999)
+TOL = 1e-5
+ABC = ["<blank>", "<unk>", "<sos/eos>", MARK, "A", "B", "C"]  # the tokens of chars_2gram.arpa
+
+
+def abc_lm() -> NgramScorer:
+    return NgramScorer(load_ngram(FIXTURES / "chars_2gram.arpa"), ABC, dense=True)
+
+
+def case_log_probs(case: str, batch: int, frames: int, seed: int) -> torch.Tensor:
+    """Log-probs over CHARS spelling fixture words, or peaky ones over ABC for the token n-gram."""
+    if case == "token_ngram":
+        return peaky_log_probs(batch, frames, len(ABC), seed=seed, dtype=torch.float32)
+    return spelled_log_probs(CHARS, batch, frames, seed=seed)
+
+
+@pytest.fixture(scope="module")
+def word_lm():
+    return load_ngram(FIXTURES / "words_3gram.arpa")
+
+
+def fusion(case: str, word_lm) -> Tuple[Dict[str, object], Dict[str, float]]:
+    """(scorers, weights) of each scorer kind the native loop evaluates, over CHARS."""
+    if case == "none":
+        return {}, {}
+    if case == "bonus":
+        return {}, {"length_bonus": 0.8}
+    if case == "token_ngram":  # over ABC (case_log_probs)
+        return {"lm": abc_lm()}, {"lm": 0.7}
+    if case == "word_lexicon":  # word n-gram with look-ahead and a lexicon, the word bonus beside it
+        lm = ngram_scorer(word_lm, CHARS, units="word", lexicon=LEXICON, unk_offset=-5.0)
+        return {"lm": lm, "length_bonus": WordCount(*lm.word_marks())}, {"lm": 0.8, "length_bonus": 0.6}
+    if case == "lexicon":
+        return {"lexicon": LexiconScorer(LEXICON, CHARS)}, {"lexicon": 1.0}
+    if case == "hotwords":
+        hot = hotword_scorer(["CAT", ("CAT SAT", 2.0), "AT", "DOG ON"], spell_with_tokens(CHARS), CHARS, unk_id=1)
+        return {"hotwords": hot}, {"hotwords": 1.5, "length_bonus": 0.3}
+    raise KeyError(case)
+
+
+CASES = ["none", "bonus", "token_ngram", "word_lexicon", "lexicon", "hotwords"]
+
+
+def new_states(n: int, beam: int, scorers, weights, dtype=torch.float32) -> List[native_loop.StreamState]:
+    active, active_weights, bonus = active_scorers(scorers, weights)
+    return [native_loop.StreamState(beam, active, active_weights, bonus, dtype) for _ in range(n)]
+
+
+def advance_in_pieces(states: Sequence[native_loop.StreamState], lp: torch.Tensor, lengths: torch.Tensor,
+                      sizes: Sequence[int], **pruning) -> None:
+    """Feed every stream its frames in pieces of the given sizes (a stream past its end gets 0 frames)."""
+    at = 0
+    for size in sizes:
+        n = (lengths - at).clamp(0, size)
+        native_loop.stream_advance(states, lp[:, at:at + size], n, **pruning)
+        at += size
+    assert at >= int(lengths.max())
+
+
+def assert_nbest_equal(got: NBest, want: NBest, tol: float = TOL) -> None:
+    g, w = got.to_lists(), want.to_lists()
+    assert len(g) == len(w)
+    for b, (hg, hw) in enumerate(zip(g, w)):
+        assert [h.tokens for h in hg] == [h.tokens for h in hw], f"stream {b}"
+        assert [h.token_frames for h in hg] == [h.token_frames for h in hw], f"stream {b}"
+        for x, y in zip(hg, hw):
+            assert x.score == pytest.approx(y.score, abs=tol) and x.ctc_score == pytest.approx(y.ctc_score, abs=tol)
+
+
+@pytest.mark.filterwarnings("ignore:.*no word of the LM contains")
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("pruning", ["default", "exact"])
+def test_one_advance_then_final_nbest_is_the_offline_search(word_lm, case: str, pruning: str) -> None:
+    scorers, weights = fusion(case, word_lm)
+    lp = case_log_probs(case, 3, 50, seed=len(case) + len(pruning))
+    lengths = torch.tensor([50, 0, 37])  # an empty stream too
+    prune = EXACT if pruning == "exact" else DEFAULT
+    want = ctc_prefix_beam_search(lp, lengths, beam=6, nbest=4, scorers=scorers, weights=weights, native=True,
+                                  token_topk=prune["topk"], token_min_logp=prune["min_logp"],
+                                  blank_skip_threshold=prune["skip"])
+    states = new_states(3, 6, scorers, weights)
+    native_loop.stream_advance(states, lp, lengths, **prune)
+    got = native_loop.stream_nbest(states, 4, final=True)
+    assert_nbest_equal(got, want)
+    assert sum(len(h[0].tokens) for h in got.to_lists() if h) > 10
+    assert [st.frames for st in states] == [50, 0, 37]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_float64_states_search_in_float64(dtype: torch.dtype) -> None:
+    lp = peaky_log_probs(2, 30, 9, seed=4, dtype=torch.float64)
+    lengths = torch.tensor([30, 21])
+    states = new_states(2, 5, {}, {}, dtype=dtype)
+    native_loop.stream_advance(states, lp, lengths)
+    got = native_loop.stream_nbest(states, 5, final=True)
+    want = ctc_prefix_beam_search(lp.to(dtype), lengths, beam=5, native=True)
+    assert got.scores.dtype == dtype
+    assert torch.equal(got.tokens, want.tokens) and torch.equal(got.scores, want.scores)
+
+
+@pytest.mark.filterwarnings("ignore:.*no word of the LM contains")
+@pytest.mark.parametrize("case", ["none", "word_lexicon", "token_ngram", "hotwords"])
+@pytest.mark.parametrize("pruning", ["exact", "default"])
+def test_chunked_advances_equal_one_advance(word_lm, case: str, pruning: str) -> None:
+    # irregular pieces, single frames among them; pruning acts per frame, so it does not care about the split
+    scorers, weights = fusion(case, word_lm)
+    lp = case_log_probs(case, 3, 60, seed=7 + len(case))
+    lengths = torch.tensor([60, 44, 51])
+    prune = EXACT if pruning == "exact" else DEFAULT
+    whole = new_states(3, 8, scorers, weights)
+    native_loop.stream_advance(whole, lp, lengths, **prune)
+    pieces = new_states(3, 8, scorers, weights)
+    advance_in_pieces(pieces, lp, lengths, [1, 7, 1, 1, 13, 2, 20, 1, 14], **prune)
+    for final in (False, True):
+        assert_nbest_equal(native_loop.stream_nbest(pieces, 8, final), native_loop.stream_nbest(whole, 8, final))
+    assert native_loop.stream_blank_run(pieces) == native_loop.stream_blank_run(whole)
+
+
+def test_skipped_blank_runs_across_a_chunk_boundary_equal_one_advance() -> None:
+    # a token, a run of near-certain blank frames (skipped) cut by the chunk boundary, then the same token:
+    # the repeat is a new token only because the run moved the first one's mass into pb
+    lp = torch.full((1, 12, 5), -9.0)
+    lp[0, :, 0] = -1e-3
+    lp[0, 0, 0], lp[0, 0, 3] = -6.0, -0.01
+    lp[0, 9, 0], lp[0, 9, 3] = -6.0, -0.01
+    lp = lp.log_softmax(-1)
+    lengths = torch.tensor([12])
+    offline = ctc_prefix_beam_search(lp, lengths, beam=4, native=True, blank_skip_threshold=0.99)
+    assert offline.to_lists()[0][0].tokens == [3, 3]
+    for sizes in ([12], [5, 7], [1] * 12, [9, 3], [10, 2]):
+        states = new_states(1, 4, {}, {})
+        advance_in_pieces(states, lp, lengths, sizes, topk=8, min_logp=-12.0, skip=0.99)
+        assert_nbest_equal(native_loop.stream_nbest(states, 4, final=True), offline, tol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore:.*no word of the LM contains")
+def test_streams_at_different_positions_batched_equal_each_alone(word_lm) -> None:
+    scorers, weights = fusion("word_lexicon", word_lm)
+    lp = spelled_log_probs(CHARS, 4, 60, seed=21)
+    starts = [0, 17, 5, 40]  # each stream had this many frames before the batched calls
+    alone = new_states(4, 6, scorers, weights)
+    batched = new_states(4, 6, scorers, weights)
+    for b, start in enumerate(starts):
+        if start:
+            native_loop.stream_advance([alone[b]], lp[b:b + 1, :start], torch.tensor([start]))
+            native_loop.stream_advance([batched[b]], lp[b:b + 1, :start], torch.tensor([start]))
+    rest = [60 - s for s in starts]
+    chunk = torch.stack([torch.nn.functional.pad(lp[b, s:], (0, 0, 0, s), value=-50.0) for b, s in enumerate(starts)])
+    native_loop.stream_advance(batched, chunk, torch.tensor(rest))
+    for b, start in enumerate(starts):
+        native_loop.stream_advance([alone[b]], lp[b:b + 1, start:], torch.tensor([rest[b]]))
+    for final in (False, True):
+        assert_nbest_equal(native_loop.stream_nbest(batched, 6, final),
+                           NBest.cat([native_loop.stream_nbest([st], 6, final) for st in alone]))
+    assert [st.frames for st in batched] == [60] * 4
+
+
+@pytest.mark.filterwarnings("ignore:.*no word of the LM contains")
+def test_threads_give_the_same_streams(word_lm) -> None:
+    scorers, weights = fusion("word_lexicon", word_lm)
+    lp = spelled_log_probs(CHARS, 5, 40, seed=13)
+    lengths = torch.tensor([40, 12, 33, 40, 28])
+    old = torch.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 3):
+            torch.set_num_threads(threads)
+            states = new_states(5, 5, scorers, weights)
+            advance_in_pieces(states, lp, lengths, [15, 25])
+            assert torch.get_num_threads() == threads  # restored after the setup ran on one thread
+            results.append(native_loop.stream_nbest(states, 5, final=True))
+    finally:
+        torch.set_num_threads(old)
+    assert torch.equal(results[0].tokens, results[1].tokens) and torch.equal(results[0].scores, results[1].scores)
+
+
+def ngram_final(scorer: NgramScorer, tokens: List[int]) -> float:
+    """log P(</s> | tokens) by the Python scorer: init_state, select_state per token, final_score."""
+    state = scorer.init_state(1, 1, torch.device("cpu"))
+    for t in tokens:
+        state = scorer.select_state(state, torch.tensor([0]), torch.tensor([t]))
+    return float(scorer.final_score(state)[0])
+
+
+def test_partial_ranking_leaves_out_the_end_of_sentence_scores() -> None:
+    lm = abc_lm()
+    lp = case_log_probs("token_ngram", 2, 40, seed=3)
+    lengths = torch.tensor([40, 29])
+    states = new_states(2, 6, {"lm": lm}, {"lm": 0.7})
+    native_loop.stream_advance(states, lp, lengths)
+    partial = native_loop.stream_nbest(states, 6, final=False).to_lists()
+    final = native_loop.stream_nbest(states, 6, final=True).to_lists()
+    for hp, hf in zip(partial, final):
+        assert len(hp) == len(hf) == 6
+        assert [h.score for h in hp] == sorted((h.score for h in hp), reverse=True)
+        ends = {tuple(h.tokens): h for h in hf}
+        for h in hp:
+            end = ends[tuple(h.tokens)]
+            assert end.score == pytest.approx(h.score + 0.7 * ngram_final(lm, h.tokens), abs=1e-4)
+            assert end.ctc_score == h.ctc_score and end.token_frames == h.token_frames
+
+
+def best_partial(states) -> List[Hypothesis]:
+    return native_loop.stream_nbest(states, 1, final=False).best()
+
+
+def test_blank_run_counts_frames_after_the_best_prefix_last_token() -> None:
+    lp = torch.full((3, 10, 5), -9.0)
+    lp[..., 0] = -0.01
+    lp[0, 3, 0], lp[0, 3, 2] = -9.0, -0.01  # token 2 at frame 3, then blanks
+    lp[1, 9, 0], lp[1, 9, 4] = -9.0, -0.01  # a token on the last frame
+    lp = lp.log_softmax(-1)  # stream 2: blanks only
+    states = new_states(3, 1, {}, {})  # beam 1: no weaker prefix [2] from frame 0 kept to merge with frame 3's
+    advance_in_pieces(states, lp, torch.tensor([10, 10, 10]), [4, 6], **EXACT)
+    assert [h.tokens for h in best_partial(states)] == [[2], [4], []]
+    assert native_loop.stream_blank_run(states) == [6, 0, 10]
+    native_loop.stream_advance(states, lp[:, :2, :].clone().fill_(-9.0).index_fill_(2, torch.tensor([0]), -1e-4),
+                               torch.tensor([2, 0, 1]), **EXACT)
+    assert native_loop.stream_blank_run(states) == [8, 0, 11]
+    assert [st.frames for st in states] == [12, 10, 11]
+
+
+def test_token_frames_count_from_the_state_creation() -> None:
+    lp = peaky_log_probs(1, 30, 7, seed=2, dtype=torch.float32)
+    states = new_states(1, 4, {}, {})
+    advance_in_pieces(states, lp, torch.tensor([30]), [11, 19], **EXACT)
+    offline = ctc_prefix_beam_search(lp, torch.tensor([30]), beam=4, native=True, token_topk=None,
+                                     token_min_logp=None, blank_skip_threshold=None)
+    best = best_partial(states)[0]
+    assert best.token_frames and max(best.token_frames) >= 11  # tokens of the second piece at their own frames
+    assert_nbest_equal(native_loop.stream_nbest(states, 4, final=True), offline)
+
+
+def test_states_are_freed_on_close_and_collection() -> None:
+    gc.collect()  # states of earlier tests
+    before = native_loop.live_streams()
+    states = [native_loop.StreamState(4, {"lm": abc_lm()}, {"lm": 0.5}) for _ in range(200)]
+    assert native_loop.live_streams() == before + 200
+    lp = case_log_probs("token_ngram", 200, 12, seed=1)
+    native_loop.stream_advance(states, lp, torch.full((200,), 12))
+    for st in states[:150]:
+        st.close()
+        st.close()  # twice: still one free
+    assert native_loop.live_streams() == before + 50
+    with native_loop.StreamState(3) as held:
+        assert native_loop.live_streams() == before + 51
+    assert held.closed and native_loop.live_streams() == before + 50
+    del states, st
+    gc.collect()
+    assert native_loop.live_streams() == before
+
+
+def test_a_closed_state_refuses_use() -> None:
+    st = native_loop.StreamState(3)
+    st.close()
+    lp = peaky_log_probs(1, 5, 4, seed=1)
+    for call in (lambda: native_loop.stream_advance([st], lp, torch.tensor([5])),
+                 lambda: native_loop.stream_nbest([st], 1, final=True),
+                 lambda: native_loop.stream_blank_run([st])):
+        with pytest.raises(ValueError, match="state 0 is closed: its native state was freed"):
+            call()
+    with pytest.raises(ValueError, match="^this StreamState is closed: its native state was freed$"):
+        st.frames
+
+
+def test_bad_calls_are_errors_naming_the_state() -> None:
+    a, b = native_loop.StreamState(3), native_loop.StreamState(3)
+    lp = peaky_log_probs(2, 6, 5, seed=1, dtype=torch.float32)
+    ok = torch.tensor([6, 6])
+    with pytest.raises(ValueError, match="^stream_advance: no stream states given$"):
+        native_loop.stream_advance([], lp[:0], ok[:0])
+    with pytest.raises(ValueError, match=r"^stream_advance: state 1 is state 0 again \(each stream once per call\)$"):
+        native_loop.stream_advance([a, a], lp, ok)
+    with pytest.raises(ValueError, match="^stream_nbest: state 1 is a PlainScorer, not a native_loop.StreamState$"):
+        native_loop.stream_nbest([a, PlainScorer()], 1, final=False)
+    with pytest.raises(ValueError, match="^stream_advance: log_probs has 2 rows for 1 stream states$"):
+        native_loop.stream_advance([a], lp, ok)
+    with pytest.raises(ValueError, match=r"utterance 1 \(batch row 1\): length 7 outside \[0, 6\] frames"):
+        native_loop.stream_advance([a, b], lp, torch.tensor([6, 7]))
+    with pytest.raises(ValueError, match="^token_topk must be >= 1 or None, got 0$"):
+        native_loop.stream_advance([a, b], lp, ok, topk=0)
+    for skip in (0.0, 1.0):
+        with pytest.raises(ValueError, match=rf"^blank_skip_threshold must be in \(0, 1\) or None, got {skip}$"):
+            native_loop.stream_advance([a, b], lp, ok, skip=skip)
+    native_loop.stream_advance([a, b], lp, torch.tensor([6, 0]))
+    with pytest.raises(ValueError, match="^stream_advance: state 0 was advanced over 5 tokens, log_probs row 0 has 6$"):
+        native_loop.stream_advance([a, b], peaky_log_probs(2, 6, 6, seed=1), ok)
+    with pytest.raises(ValueError, match="^stream_advance: state 1 was advanced over 5 tokens, log_probs row 1 has 6$"):
+        native_loop.stream_advance([native_loop.StreamState(3), b], peaky_log_probs(2, 6, 6, seed=1), ok)  # 0 frames
+    wide = native_loop.StreamState(3, dtype=torch.float64)
+    with pytest.raises(ValueError, match="^stream_blank_run: state 1 searches in torch.float64, state 0 in "
+                                         "torch.float32: one call takes one dtype$"):
+        native_loop.stream_blank_run([a, wide])
+    for n in (0, 4):
+        with pytest.raises(ValueError, match=rf"^nbest must be in \[1, beam=3\], got {n}$"):
+            native_loop.stream_nbest([a], n, final=True)
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="must be on the CPU"):
+            native_loop.stream_advance([a, b], lp.cuda(), ok)
+    for st in (a, b, wide):
+        st.close()
+
+
+def test_bad_states_are_errors() -> None:
+    with pytest.raises(ValueError, match="^beam must be >= 1, got 0$"):
+        native_loop.StreamState(0)
+    with pytest.raises(ValueError, match="^dtype must be torch.float32 or torch.float64, got torch.float16$"):
+        native_loop.StreamState(2, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"^the native stream search cannot run: scorer 'plain' \(PlainScorer\) has "
+                                         "no native form"):
+        native_loop.StreamState(2, {"plain": PlainScorer()}, {"plain": 1.0})
+    with pytest.raises(ValueError, match="^scorer 'lm' has no weight$"):
+        native_loop.StreamState(2, {"lm": abc_lm()}, {})
+
+
+def test_turned_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASRKIT_NATIVE", "0")
+    assert native_loop.scorers_unavailable({}) == "turned off by ASRKIT_NATIVE=0"
+    with pytest.raises(ValueError, match="cannot run: turned off by ASRKIT_NATIVE=0"):
+        native_loop.StreamState(2)
