@@ -436,7 +436,7 @@ def _backpointers(s: _Beam, fr: _Frames) -> Tuple[torch.Tensor, torch.Tensor]:
 
 
 @contextlib.contextmanager
-def _search_threads(device: torch.device) -> Iterator[None]:
+def search_threads(device: torch.device) -> Iterator[None]:
     """One intra-op thread on the CPU for the search, the setting restored after."""
     threads = torch.get_num_threads()
     if device.type == "cpu" and threads > 1:
@@ -464,7 +464,7 @@ def _search_batch(lp: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: int
                   scorers: Mapping[str, BatchScorer], weights: Mapping[str, float], bonus: float,
                   topk: Optional[int], min_logp: Optional[float], skip: Optional[float],
                   cuda_graph: bool = False) -> NBest:
-    with _search_threads(lp.device):
+    with search_threads(lp.device):
         s, fr = _prepare(lp, lengths, beam, scorers, bonus, topk, min_logp, skip)
         _run_loop(s, fr, scorers, weights, cuda_graph)
         return _finish(s, fr, scorers, weights, nbest)
@@ -491,7 +491,7 @@ def resume_search(lp: torch.Tensor, lengths: torch.Tensor, start: BeamRows, scor
     whose piece is shorter, or has fewer kept frames) change nothing, and a run of skipped blank frames at
     either end of a piece moves pnb's mass into pb as it would between two kept frames of one call.
     """
-    with _search_threads(lp.device):
+    with search_threads(lp.device):
         s, fr = _prepare(lp, lengths, start.ints.shape[2], scorers, bonus, topk, min_logp, skip, start)
         s.hold = _steps((fr.frame < 0)[..., None])  # (B, 1) per step
         if fr.skip is not None:

@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
-from asrkit.search.ctc_prefix import BeamRows, check_options, fresh_rows, resume_search
+from asrkit.search.ctc_prefix import BeamRows, check_options, fresh_rows, resume_search, search_threads
 from asrkit.search.greedy import check_ctc_inputs
 from asrkit.search.hypotheses import Hypothesis, NBest, pack_emissions, trace_rows
 from asrkit.search.interfaces import BLANK_ID, BatchScorer, active_scorers
@@ -162,10 +162,11 @@ class StreamingCtcSearch:
                 raise ValueError(f"stream {b}: log_probs have {vocab} tokens, its earlier frames had {st.vocab}")
         lp = log_probs.to(self.dtype)
         lengths = lengths.to(self.device, torch.long)
-        runs = _trailing_blanks(lp, lengths).tolist()
-        for group in self._groups(states):
-            index = torch.tensor(group, device=self.device)
-            self._advance([states[b] for b in group], lp.index_select(0, index), lengths.index_select(0, index))
+        with search_threads(self.device):
+            runs = _trailing_blanks(lp, lengths).tolist()
+            for group in self._groups(states):
+                index = torch.tensor(group, device=self.device)
+                self._advance([states[b] for b in group], lp.index_select(0, index), lengths.index_select(0, index))
         for st, n, run in zip(states, lengths.tolist(), runs):
             st.blank_frames = st.blank_frames + n if run < 0 else run
             st.frames += n
@@ -228,9 +229,10 @@ class StreamingCtcSearch:
         self._check_states(states)
         if not states:
             return []
-        total, ctc = self._totals(states, final=False)
-        best, order = total.max(1, keepdim=True)
-        return self._select(states, order, best, ctc).best()
+        with search_threads(self.device):
+            total, ctc = self._totals(states, final=False)
+            best, order = total.max(1, keepdim=True)
+            return self._select(states, order, best, ctc).best()
 
     def blank_run(self, states: Sequence[StreamingCtcState]) -> List[int]:
         """Per stream, the trailing blank frames of the best path (frames whose most likely class is the blank,
@@ -246,6 +248,7 @@ class StreamingCtcSearch:
         self._check_states(states)
         if not states:
             raise ValueError("finish: no stream states given")
-        total, ctc = self._totals(states, final=True)
-        total, order = total.topk(self.nbest, 1)
-        return self._select(states, order, total, ctc)
+        with search_threads(self.device):
+            total, ctc = self._totals(states, final=True)
+            total, order = total.topk(self.nbest, 1)
+            return self._select(states, order, total, ctc)
