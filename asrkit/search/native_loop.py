@@ -297,6 +297,7 @@ class StreamState:
             raise RuntimeError("the native library refused to create a stream state")
         self.beam, self.dtype, self.vocab = beam, dtype, 0  # vocab: V of the advances so far (0: none)
         self._handle: int = handle
+        self._lib = lib  # the build that made the handle serves it (native_build.reset may load another)
         self._free = weakref.finalize(self, lib.asrkit_stream_free, handle)
 
     @property
@@ -323,7 +324,7 @@ class StreamState:
     @property
     def frames(self) -> int:
         """Input frames advanced over since the state was created."""
-        return int(_library().asrkit_stream_frames(self.handle))
+        return int(self._lib.asrkit_stream_frames(self.handle))
 
 
 def live_streams() -> int:
@@ -331,8 +332,8 @@ def live_streams() -> int:
     return int(_library().asrkit_stream_live())
 
 
-def _handles(states: Sequence[StreamState], what: str) -> Tuple[ctypes.Array, torch.dtype]:
-    """The C array of the states' handles and their common dtype; ValueError naming the bad state."""
+def _handles(states: Sequence[StreamState], what: str) -> Tuple[ctypes.Array, torch.dtype, ctypes.CDLL]:
+    """The C array of the states' handles, their common dtype and library; ValueError naming the bad state."""
     if not states:
         raise ValueError(f"{what}: no stream states given")
     seen: Dict[int, int] = {}
@@ -347,7 +348,7 @@ def _handles(states: Sequence[StreamState], what: str) -> Tuple[ctypes.Array, to
         if st.dtype != states[0].dtype:
             raise ValueError(f"{what}: state {b} searches in {st.dtype}, state 0 in {states[0].dtype}: "
                              f"one call takes one dtype")
-    return (ctypes.c_void_p * len(states))(*(st.handle for st in states)), states[0].dtype
+    return (ctypes.c_void_p * len(states))(*(st.handle for st in states)), states[0].dtype, states[0]._lib
 
 
 def _raise_on(code: int, what: str) -> None:
@@ -362,7 +363,7 @@ def stream_advance(states: Sequence[StreamState], lp: torch.Tensor, lengths: tor
     positions. Pruning as in :func:`asrkit.search.ctc_prefix_beam_search` (token_topk, token_min_logp,
     blank_skip_threshold; all None: the exact search); each is per frame, so any split of a stream's frames
     into chunks gives the same search. Streams are spread over ``torch.get_num_threads()`` threads."""
-    arr, dtype = _handles(states, "stream_advance")
+    arr, dtype, lib = _handles(states, "stream_advance")
     check_ctc_inputs(lp, lengths)
     batch, frames, vocab = lp.shape
     if batch != len(states):
@@ -378,7 +379,6 @@ def stream_advance(states: Sequence[StreamState], lp: torch.Tensor, lengths: tor
         if st.vocab and st.vocab != vocab:
             raise ValueError(f"stream_advance: state {b} was advanced over {st.vocab} tokens, log_probs row {b} "
                              f"has {vocab}")
-    lib = _library()
     with _one_torch_thread() as threads:
         lp = lp.detach().to(dtype).contiguous()
         lengths = lengths.to(torch.long).contiguous()
@@ -400,11 +400,10 @@ def stream_nbest(states: Sequence[StreamState], nbest: int, final: bool) -> NBes
     """The N best hypotheses of each state so far, an NBest (B, nbest), best first; token_frames count from the
     state's creation. final=True: + the scorers' end-of-sentence scores (the offline search's result after all
     frames); False: the partial ranking, without them. The states are not changed."""
-    arr, dtype = _handles(states, "stream_nbest")
+    arr, dtype, lib = _handles(states, "stream_nbest")
     beam = min(st.beam for st in states)
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest must be in [1, beam={beam}], got {nbest}")
-    lib = _library()
     width = int(lib.asrkit_stream_width(arr, len(states)))
     batch = len(states)
     total = torch.empty((batch, nbest), dtype=dtype)
@@ -423,8 +422,8 @@ def stream_blank_run(states: Sequence[StreamState]) -> List[int]:
     """Per state, the input frames since the last token of its best partial hypothesis (the ranking of
     ``stream_nbest(final=False)``) was emitted, the emission frame not counted; all its frames when it has no
     token. Frames of a token's repeats count as blank: the prefix search keeps no single best path."""
-    arr, dtype = _handles(states, "stream_blank_run")
+    arr, dtype, lib = _handles(states, "stream_blank_run")
     out = torch.empty(len(states), dtype=torch.long)
-    _raise_on(_library().asrkit_stream_blank_run(arr, len(states), int(dtype == torch.float64), out.data_ptr()),
+    _raise_on(lib.asrkit_stream_blank_run(arr, len(states), int(dtype == torch.float64), out.data_ptr()),
               "stream_blank_run")
     return out.tolist()

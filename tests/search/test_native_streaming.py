@@ -143,6 +143,18 @@ def test_chunked_advances_equal_one_advance(word_lm, case: str, pruning: str) ->
     assert native_loop.stream_blank_run(pieces) == native_loop.stream_blank_run(whole)
 
 
+@pytest.mark.parametrize("vocab,topk", [(400, 8), (1200, 8), (400, 30)])
+def test_large_vocabularies_chunked_equal_the_offline_search(vocab: int, topk: int) -> None:
+    # V >= 320: candidate tables from candidates.top_tokens, or picked in C++ where (C+1)^2 * 4 > V
+    lp = peaky_log_probs(3, 40, vocab, seed=vocab + topk, dtype=torch.float32)
+    lengths = torch.tensor([40, 23, 31])
+    want = ctc_prefix_beam_search(lp, lengths, beam=6, nbest=3, token_topk=topk, native=True)
+    states = new_states(3, 6, {}, {})
+    advance_in_pieces(states, lp, lengths, [9, 1, 17, 13], topk=topk, min_logp=-12.0, skip=0.999)
+    assert_nbest_equal(native_loop.stream_nbest(states, 3, final=True), want)
+    assert all(h and h[0].tokens for h in want.to_lists())
+
+
 def test_skipped_blank_runs_across_a_chunk_boundary_equal_one_advance() -> None:
     # a token, a run of near-certain blank frames (skipped) cut by the chunk boundary, then the same token:
     # the repeat is a new token only because the run moved the first one's mass into pb
