@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
+from asrkit.search import native_loop
 from asrkit.search.ctc_prefix import BeamRows, check_options, fresh_rows, resume_search, search_threads
 from asrkit.search.greedy import check_ctc_inputs
 from asrkit.search.hypotheses import Hypothesis, NBest, pack_emissions, trace_rows
@@ -37,22 +38,31 @@ NEG_INF = float("-inf")
 
 
 class StreamingCtcState:
-    """One stream's search state (tensors on the search's device); the caller holds it between calls.
+    """One stream's search state, which the caller holds between calls: on the torch loop tensors on the
+    search's device (``rows``: the beam and the scorers' states; per hypothesis its tokens and their frames),
+    on the native loop a C++ state (``native``; :meth:`close` frees it now rather than when collected).
 
     ``frames``: input frames the stream has been advanced by since the state was created.
     """
 
-    def __init__(self, search: "StreamingCtcSearch", rows: BeamRows) -> None:
-        beam = search.beam
+    def __init__(self, search: "StreamingCtcSearch", rows: Optional[BeamRows],
+                 native: Optional[native_loop.StreamState] = None) -> None:
+        beam, device = search.beam, search.device
         self.search = search
+        self.native = native
         self.frames = 0
         self.blank_frames = 0  # trailing frames of the best path that are blank (see blank_run)
         self.vocab: Optional[int] = None  # fixed by the first advance
-        self.rows = rows  # (1, ...) the beam; scorer states of beam rows
-        self.tokens = torch.empty((1, beam, 0), dtype=torch.long, device=rows.st.device)  # (1, K, L), -1 pads
+        self.rows = rows  # (1, ...) the beam; scorer states of beam rows (None on the native loop)
+        self.tokens = torch.empty((1, beam, 0), dtype=torch.long, device=device)  # (1, K, L), -1 pads
         self.token_frames = torch.empty_like(self.tokens)  # (1, K, L)
-        self.lengths = torch.zeros((1, beam), dtype=torch.long, device=rows.st.device)  # (1, K)
-        self.offset = torch.zeros(1, dtype=torch.float64, device=rows.st.device)  # skipped blank frames' log P
+        self.lengths = torch.zeros((1, beam), dtype=torch.long, device=device)  # (1, K)
+        self.offset = torch.zeros(1, dtype=torch.float64, device=device)  # skipped blank frames' log P
+
+    def close(self) -> None:
+        """Free the native state now (idempotent; nothing to free on the torch loop)."""
+        if self.native is not None:
+            self.native.close()
 
 
 def _cat_trees(trees: Sequence[Any]) -> Any:
@@ -104,8 +114,10 @@ class StreamingCtcSearch:
     ``scorers``/``weights`` (shallow fusion; ``length_bonus`` without a scorer is a bonus per token),
     ``token_topk``, ``token_min_logp``, ``blank_skip_threshold`` (all three None: the exact search).
     ``device``/``dtype``: where states live and the precision searched in (log-probs are converted to it).
-    ``native``: False runs the torch loop; None (auto) and True would run the C++ loop, which cannot resume yet:
-    None runs the torch loop, True is a ValueError.
+    ``native``: the C++ loop (:mod:`asrkit.search.native_loop`'s stream states; the same search to rounding)
+    or the torch loop, as the offline search chooses: None (auto) the C++ loop when the device is the CPU, every
+    active scorer has a native form and the library builds; True that loop or a ValueError saying why not;
+    False the torch loop (the GPU path). ``self.native`` says which runs.
     """
 
     def __init__(self, beam: int = 10, nbest: Optional[int] = None, scorers: Optional[Mapping[str, BatchScorer]] = None,
@@ -119,11 +131,19 @@ class StreamingCtcSearch:
         self.beam, self.topk, self.min_logp, self.skip = beam, token_topk, token_min_logp, blank_skip_threshold
         self.scorers, self.weights, self.bonus = active_scorers(scorers or {}, weights or {})
         self.device, self.dtype = torch.device(device), dtype
-        if native:
-            raise ValueError("native=True, but the native search cannot resume a stream yet: use native=None or False")
+        why = "native=False"
+        if native is not False:
+            why = (f"the native search runs on the CPU, not {self.device}" if self.device.type != "cpu"
+                   else native_loop.scorers_unavailable(self.scorers))
+            if native and why is not None:
+                raise ValueError(f"native=True, but the native search cannot run: {why}")
+        self.native = why is None
 
     def new_state(self) -> StreamingCtcState:
         """A stream before its first frame (scorers at sentence start)."""
+        if self.native:
+            return StreamingCtcState(self, None, native_loop.StreamState(self.beam, self.scorers, self.weights,
+                                                                         self.bonus, self.dtype))
         return StreamingCtcState(self, fresh_rows(1, self.beam, self.dtype, self.device, self.scorers))
 
     def _check_states(self, states: Sequence[StreamingCtcState], batch: Optional[int] = None) -> None:
@@ -164,9 +184,12 @@ class StreamingCtcSearch:
         lengths = lengths.to(self.device, torch.long)
         with search_threads(self.device):
             runs = _trailing_blanks(lp, lengths).tolist()
-            for group in self._groups(states):
+            for group in [] if self.native else self._groups(states):
                 index = torch.tensor(group, device=self.device)
                 self._advance([states[b] for b in group], lp.index_select(0, index), lengths.index_select(0, index))
+        if self.native:  # outside search_threads: the native loop spreads the streams over torch's threads
+            native_loop.stream_advance([st.native for st in states], lp, lengths, topk=self.topk,
+                                       min_logp=self.min_logp, skip=self.skip)
         for st, n, run in zip(states, lengths.tolist(), runs):
             st.blank_frames = st.blank_frames + n if run < 0 else run
             st.frames += n
@@ -229,6 +252,8 @@ class StreamingCtcSearch:
         self._check_states(states)
         if not states:
             return []
+        if self.native:
+            return native_loop.stream_nbest([st.native for st in states], 1, final=False).best()
         with search_threads(self.device):
             total, ctc = self._totals(states, final=False)
             best, order = total.max(1, keepdim=True)
@@ -248,6 +273,8 @@ class StreamingCtcSearch:
         self._check_states(states)
         if not states:
             raise ValueError("finish: no stream states given")
+        if self.native:
+            return native_loop.stream_nbest([st.native for st in states], self.nbest, final=True)
         with search_threads(self.device):
             total, ctc = self._totals(states, final=True)
             total, order = total.topk(self.nbest, 1)

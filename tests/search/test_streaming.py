@@ -17,14 +17,14 @@ import asrkit.search.ctc_prefix as ctc_prefix
 from asrkit.lm import ngram_scorer
 from asrkit.lm.ngram import NgramScorer, load_ngram
 from asrkit.lm.neural import LSTMLM, NeuralLMScorer, TransformerLM
-from asrkit.search import LengthBonus, NBest, WordCount, ctc_prefix_beam_search, hotword_scorer
+from asrkit.search import LengthBonus, NBest, WordCount, ctc_prefix_beam_search, hotword_scorer, native_loop
 from asrkit.search.hotwords import spell_with_tokens
 from asrkit.search.hypotheses import Hypothesis
 from asrkit.search.lexicon import LexiconScorer
 from asrkit.search.streaming import StreamingCtcSearch, StreamingCtcState
 from host_sync import no_host_sync
 from test_ctc_prefix import EXACT, BigramScorer, peaky_log_probs, random_log_probs
-from test_native_prefix import CHARS, LEXICON, PIECES, spelled_log_probs
+from test_native_prefix import CHARS, LEXICON, PIECES, needs_library, spelled_log_probs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "lm" / "fixtures"
 TOL = 1e-4
@@ -34,9 +34,11 @@ def offline(lp: torch.Tensor, lengths: torch.Tensor, **kw) -> List[List[Hypothes
     return ctc_prefix_beam_search(lp, lengths, native=False, **kw).to_lists()
 
 
-def streamed(lp: torch.Tensor, lengths: torch.Tensor, pieces: Sequence[int] = (), **kw) -> List[List[Hypothesis]]:
+def streamed(lp: torch.Tensor, lengths: torch.Tensor, pieces: Sequence[int] = (), native: bool = False,
+             **kw) -> List[List[Hypothesis]]:
     """Every row a stream, fed the frames in ``pieces`` (frame counts; the rest in one last piece)."""
-    search = StreamingCtcSearch(native=False, dtype=lp.dtype, **kw)
+    search = StreamingCtcSearch(native=native, dtype=lp.dtype, **kw)
+    assert search.native == native
     states = [search.new_state() for _ in range(lp.shape[0])]
     start = 0
     for n in list(pieces) + [lp.shape[1]]:
@@ -354,3 +356,92 @@ def test_bad_input_gets_a_clear_error() -> None:
     with pytest.raises(ValueError, match=r"scorer 'lm' has no weight"):
         StreamingCtcSearch(scorers={"lm": LengthBonus()})
     assert isinstance(a, StreamingCtcState) and isinstance(search.finish([a, b]), NBest)
+
+
+NATIVE_KINDS = ["none", "token_ngram", "word_ngram", "word_ngram_lexicon", "hotwords", "bonus_only"]
+
+
+@needs_library
+@pytest.mark.filterwarnings("ignore:.*no word of the LM contains", "ignore:.*tokens are not in the LM")
+@pytest.mark.parametrize("kind", NATIVE_KINDS)
+@pytest.mark.parametrize("pruning", ["exact", "default"])
+def test_native_loop_in_pieces_equals_the_offline_search_and_the_torch_loop(word_lm, kind: str, pruning: str) -> None:
+    tokens, lp = inputs(kind, 3, 40, seed=20 + len(kind))
+    lengths = torch.tensor([40, 26, 40])
+    kw = dict(beam=6, nbest=3, **({} if kind == "none" else fusion(kind, word_lm, tokens)), **PRUNING[pruning])
+    want = offline(lp, lengths, **kw)
+    assert sum(len(h[0].tokens) for h in want if h) > 10
+    assert_same_lists(streamed(lp, lengths, native=True, **kw), want)  # one advance
+    assert_same_lists(streamed(lp, lengths, [1, 6, 2, 11], native=True, **kw), want)
+    assert_same_lists(streamed(lp, lengths, [5, 5, 1], native=True, **kw),
+                      streamed(lp, lengths, [5, 5, 1], native=False, **kw))
+
+
+@needs_library
+def test_native_partial_and_blank_run_equal_the_torch_loops() -> None:
+    gen = torch.Generator().manual_seed(12)
+    lp = peaky_log_probs(4, 30, 9, gen, dtype=torch.float32)
+    lengths = torch.tensor([30, 30, 12, 25])
+    loops = [StreamingCtcSearch(beam=5, weights={"length_bonus": 0.3}, native=native) for native in (False, True)]
+    states = [[search.new_state() for _ in range(4)] for search in loops]
+    for start in range(0, 30, 4):
+        got = []
+        for search, sts in zip(loops, states):
+            search.advance(sts, lp[:, start:start + 4], (lengths - start).clamp(0, 4))
+            got.append((search.partial(sts), search.blank_run(sts)))
+        (torch_partial, torch_runs), (native_partial, native_runs) = got
+        assert [(h.tokens, h.token_frames) for h in native_partial] == [(h.tokens, h.token_frames) for h in torch_partial]
+        assert [h.score for h in native_partial] == pytest.approx([h.score for h in torch_partial], abs=TOL)
+        assert native_runs == torch_runs
+    assert [st.frames for st in states[1]] == lengths.tolist()
+
+
+@needs_library
+def test_native_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    # auto: the C++ loop on the CPU when every scorer has a native form; True where it cannot is an error
+    assert StreamingCtcSearch(weights={"length_bonus": 1.0}).native
+    lstm = tiny_lstm(7)
+    assert not StreamingCtcSearch(scorers={"lm": lstm}, weights={"lm": 0.5}).native
+    with pytest.raises(ValueError, match=r"native=True, but the native search cannot run: scorer 'lm' \(NeuralLMScorer\) "
+                                         r"has no native form"):
+        StreamingCtcSearch(scorers={"lm": lstm}, weights={"lm": 0.5}, native=True)
+    with pytest.raises(ValueError, match=r"native=True, but the native search cannot run: the native search runs on "
+                                         r"the CPU, not meta"):
+        StreamingCtcSearch(native=True, device="meta")
+    assert not StreamingCtcSearch(device="meta").native
+    monkeypatch.setenv("ASRKIT_NATIVE", "0")
+    assert not StreamingCtcSearch().native
+
+
+@needs_library
+def test_native_states_are_freed_by_close() -> None:
+    search = StreamingCtcSearch(beam=3, native=True)
+    before = native_loop.live_streams()
+    states = [search.new_state() for _ in range(3)]
+    assert native_loop.live_streams() == before + 3
+    search.advance(states, torch.randn(3, 4, 5).log_softmax(-1), torch.tensor([4, 0, 2]))
+    for st in states:
+        st.close()
+        st.close()  # idempotent
+    assert native_loop.live_streams() == before
+    StreamingCtcSearch(beam=3, native=False).new_state().close()  # nothing to free on the torch loop
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.filterwarnings("ignore:.*no word of the LM contains")
+@pytest.mark.parametrize("kind", ["word_ngram", "lstm", "transformer", "hotwords"])
+def test_streams_on_cuda_equal_the_cpu(word_lm, kind: str) -> None:
+    # The GPU path is the torch loop: streams fed in pieces on CUDA give what they give on the CPU.
+    tokens, lp = inputs(kind, 4, 40, seed=11)
+    lengths = torch.tensor([40, 33, 40, 9])
+    results = []
+    for device in ("cpu", "cuda"):
+        kw = dict(beam=6, nbest=3, **fusion(kind, word_lm, tokens))
+        search = StreamingCtcSearch(native=False, device=device, **kw)
+        states = [search.new_state() for _ in range(4)]
+        for start in range(0, 40, 7):
+            search.advance(states, lp[:, start:start + 7].to(device), (lengths - start).clamp(0, 7))
+        results.append((search.finish(states).to_lists(), search.partial(states), search.blank_run(states)))
+    (cpu_lists, cpu_partial, cpu_runs), (gpu_lists, gpu_partial, gpu_runs) = results
+    assert_same_lists(gpu_lists, cpu_lists)
+    assert [h.tokens for h in gpu_partial] == [h.tokens for h in cpu_partial] and gpu_runs == cpu_runs
