@@ -39,12 +39,14 @@ from torch import nn
 from asrkit.nets.attention import MultiHeadAttention, no_empty_rows
 
 
-def rotary_tables(length: int, dim: int, device: torch.device, dtype: torch.dtype,
+def rotary_tables(positions: torch.Tensor, dim: int, dtype: torch.dtype,
                   base: float = 10000.0) -> Tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin tables (length, dim) for rotating pairs (2i, 2i+1) of a head's dims by ``p * base^(-2i/dim)``."""
-    inv_freq = torch.exp(torch.arange(0, dim, 2, device=device, dtype=torch.float32) * (-math.log(base) / dim))
-    angles = torch.arange(length, device=device, dtype=torch.float32)[:, None] * inv_freq[None]  # (T, dim/2)
-    angles = angles.repeat_interleave(2, dim=-1)  # (T, dim): each angle for both members of its pair
+    """cos and sin tables (*S, dim) for rotating pairs (2i, 2i+1) of a head's dims by ``p * base^(-2i/dim)`` at
+    the integer frame positions p (any shape S: (T,), or (B, 1, T) for streams at different positions)."""
+    inv_freq = torch.exp(torch.arange(0, dim, 2, device=positions.device, dtype=torch.float32)
+                         * (-math.log(base) / dim))
+    angles = positions.to(torch.float32).unsqueeze(-1) * inv_freq  # (*S, dim/2)
+    angles = angles.repeat_interleave(2, dim=-1)  # (*S, dim): each angle for both members of its pair
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
@@ -66,13 +68,16 @@ class RotarySelfAttention(nn.Module):
         if self.mha.head_dim % 2:
             raise ValueError(f"rotary positions need an even head size, got d_model {d_model} / {num_heads} heads")
 
-    def project(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x (B, T, D) -> queries and keys rotated by their frame index, and values, each (B, H, T, Dh)."""
+    def project(self, x: torch.Tensor, positions: Optional[torch.Tensor] = None
+                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (B, T, D) -> queries and keys rotated by their frame index, and values, each (B, H, T, Dh).
+        ``positions`` (B, T): the frames' positions in their streams (default 0..T-1)."""
         m = self.mha
         b, t, _ = x.shape
         q, k, v = (proj(x).view(b, t, m.num_heads, m.head_dim).transpose(1, 2)
                    for proj in (m.q_proj, m.k_proj, m.v_proj))  # (B, H, T, Dh)
-        cos, sin = rotary_tables(t, m.head_dim, x.device, q.dtype)  # (T, Dh)
+        pos = torch.arange(t, device=x.device) if positions is None else positions.unsqueeze(1)  # (T,) | (B, 1, T)
+        cos, sin = rotary_tables(pos, m.head_dim, q.dtype)  # (T, Dh) | (B, 1, T, Dh)
         return rotate(q, cos, sin), rotate(k, cos, sin), v
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -83,6 +88,16 @@ class RotarySelfAttention(nn.Module):
                                              dropout_p=self.mha.dropout if self.training else 0.0)
         b, _, t, _ = out.shape
         return self.mha.out_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+    def forward_chunk(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor,
+                      positions: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One chunk x (B, c, D) at ``positions`` (B, c) attending to itself and to the cached (rotated) keys and
+        values (B, H, L, Dh); key_valid (B, L + c). -> output (B, c, D), keys and values (B, H, L + c, Dh)."""
+        q, k, v = self.project(x, positions)
+        keys, values = torch.cat([keys, k], dim=2), torch.cat([values, v], dim=2)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=key_valid[:, None, None, :])
+        b, _, t, _ = out.shape
+        return self.mha.out_proj(out.transpose(1, 2).reshape(b, t, -1)), keys, values
 
 
 class ConvolutionModule(nn.Module):
@@ -106,6 +121,13 @@ class ConvolutionModule(nn.Module):
         h = self.depthwise(F.pad(h.transpose(1, 2), (self.left_pad, 0))).transpose(1, 2)
         return self.dropout(self.pointwise_out(F.silu(self.norm(h))))
 
+    def forward_chunk(self, x: torch.Tensor, cache: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Causal only: one chunk x (B, c, D) of a stream after the ``kernel - 1`` cached inputs (B, D, K-1) of the
+        depthwise convolution -> (B, c, D) and the new cache (its last K-1 inputs)."""
+        h = torch.cat([cache, F.glu(self.pointwise_in(x), dim=-1).transpose(1, 2)], dim=2)  # (B, D, K-1 + c)
+        out = self.depthwise(h).transpose(1, 2)
+        return self.pointwise_out(F.silu(self.norm(out))), h[:, :, h.size(2) - self.left_pad:]
+
 
 class ConformerLayer(nn.Module):
     """One Conformer block (module docstring): ``forward(x (B, T, D), mask (B, 1|T, T), valid) -> (B, T, D)``."""
@@ -121,6 +143,9 @@ class ConformerLayer(nn.Module):
         self.ffn1, self.ffn2 = feed_forward(), feed_forward()
         self.attn = RotarySelfAttention(d_model, num_heads, attention_dropout)
         self.conv = ConvolutionModule(d_model, conv_kernel, dropout, causal_conv)
+        # A stream's chunk step: the convolution's cached inputs, and what a centred one would read ahead.
+        self.conv_left_frames = self.conv.left_pad
+        self.look_ahead = 0 if causal_conv else conv_kernel // 2
         self.norm_ffn1, self.norm_attn, self.norm_conv, self.norm_ffn2, self.norm_out = (
             nn.LayerNorm(d_model) for _ in range(5))
         self.dropout = nn.Dropout(dropout)
@@ -134,3 +159,17 @@ class ConformerLayer(nn.Module):
         x = x + self.conv(self.norm_conv(x), valid)
         x = x + 0.5 * self.dropout(self.ffn2(self.norm_ffn2(x)))
         return self.norm_out(x)
+
+    def forward_chunk(self, x: torch.Tensor, key_valid: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                      conv: torch.Tensor, positions: torch.Tensor
+                      ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`forward` of one chunk x (B, c, D) of a stream (eval: no dropout; causal convolution only) at
+        ``positions`` (B, c), with the cached left-context keys/values (B, H, L, Dh), key_valid (B, L + c) and
+        convolution inputs ``conv`` (B, D, K-1) -> output, keys/values (B, H, L + c, Dh), new conv cache."""
+        x = x + 0.5 * self.ffn1(self.norm_ffn1(x))
+        a, keys, values = self.attn.forward_chunk(self.norm_attn(x), keys, values, key_valid, positions)
+        x = x + a
+        c, conv = self.conv.forward_chunk(self.norm_conv(x), conv)
+        x = x + c
+        x = x + 0.5 * self.ffn2(self.norm_ffn2(x))
+        return self.norm_out(x), keys, values, conv

@@ -12,7 +12,7 @@ encodings alone or inside a padded batch.
 """
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import List, NoReturn, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -99,3 +99,9 @@ class BLSTMEncoder(nn.Module):
             if i < len(self.layers):
                 x = self.dropout(x)
         return x, lens, []
+
+    def init_stream(self, batch: int, device: torch.device, chunk_frames: Optional[int] = None,
+                    left_chunks: Optional[int] = None) -> NoReturn:
+        """A bidirectional LSTM cannot stream: refused (the encoder chunk step's interface)."""
+        raise ValueError("model.encoder.kind blstm cannot stream: its backward LSTMs read every utterance from its "
+                         "end (use kind conformer or transformer with model.encoder.streaming)")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -61,8 +61,11 @@ class Conv2dSubsampling(nn.Module):
         self.out = nn.Linear(conv_channels * freq, d_model)
         self.pos: nn.Module = (PositionalEncoding(d_model, dropout) if pos_enc
                                else ScaledDropout(d_model, dropout) if scaled else nn.Dropout(dropout))
-        # Frames of input needed before the first output frame exists.
+        # Frames of input needed before the first output frame exists (the receptive field of one output frame).
         self.min_input_length = int(self.input_length_for(torch.tensor([1])))
+        # Output frame t reads input frames [t * factor, t * factor + min_input_length): a stream holds back the
+        # min_input_length - factor frames that the next output frame shares with this one.
+        self.right_context = self.min_input_length - factor
 
     def input_length_for(self, out_len: torch.Tensor) -> torch.Tensor:
         for k, s in reversed(self.layout):
@@ -72,7 +75,10 @@ class Conv2dSubsampling(nn.Module):
     def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
         return conv_output_length(lengths, self.layout).clamp(min=0)
 
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor, offset: Optional[torch.Tensor] = None
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(B, T, F), (B,) -> (B, T', d_model), (B,). ``offset`` (B,): the stream position of output frame 0 for
+        absolute positions (a chunk of a stream whose input starts at frame ``offset * factor``)."""
         x = self.conv(x.unsqueeze(1))  # (B, C, T', F'), in memory (B, T', F', C): channels last
         b, c, t, f = x.shape
         # Each frame is flattened in memory order (F', C), a view; the projection's weight, whose input
@@ -80,7 +86,7 @@ class Conv2dSubsampling(nn.Module):
         # The gradient then reaches the ReLU in its own layout: a mixed-layout backward ran 3x slower.
         weight = self.out.weight.view(-1, c, f).transpose(1, 2).reshape(-1, f * c)
         x = nn.functional.linear(x.permute(0, 2, 3, 1).reshape(b, t, f * c), weight, self.out.bias)
-        return self.pos(x), self.output_lengths(lengths)
+        return self.pos(x) if offset is None else self.pos(x, offset), self.output_lengths(lengths)
 
 
 class ScaledDropout(nn.Module):
@@ -91,5 +97,6 @@ class ScaledDropout(nn.Module):
         self.scale = math.sqrt(d_model)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, offset: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``offset`` is taken for :class:`PositionalEncoding`'s interface; no position is added here."""
         return self.dropout(x * self.scale)

@@ -32,6 +32,7 @@ included).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
@@ -40,10 +41,11 @@ from torch import nn
 from asrkit.nets.attention import MultiHeadAttention
 from asrkit.nets.mask import chunk_mask, lengths_to_mask
 from asrkit.nets.representation import FeatureRepresentation
+from asrkit.nets.stream_cache import EncoderCache
 from asrkit.nets.subsampling import INPUT_LAYERS, Conv2dSubsampling
 
 DEJAVU_INPUTS = ("subsampled", "stacked_fbank")
-DEJAVU_CHUNK_ERROR = ("Deja-vu re-presentation (dejavu_layer) attends over the whole utterance: it does not "
+DEJAVU_CHUNK_ERROR = ("Deja-vu re-presentation (model.encoder.dejavu_layer) attends over the whole utterance: it does not "
                       "work with chunk-wise attention (streaming)")
 CTCHead = Callable[[torch.Tensor], torch.Tensor]  # (B, T, D) -> (B, T, V) logits
 
@@ -66,6 +68,8 @@ class TransformerEncoderLayer(nn.Module):
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
         self.normalize_before = normalize_before
+        # A stream's chunk step (TransformerEncoder.forward_chunk): no convolution state, no look-ahead.
+        self.conv_left_frames = self.look_ahead = 0
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, valid: Optional[torch.Tensor] = None) -> torch.Tensor:
         """x: (B, T, D); mask: (B, 1|T, T) bool, True = may attend. ``valid`` (B, T, 1), the frames that are not
@@ -76,6 +80,23 @@ class TransformerEncoderLayer(nn.Module):
             return x + self.dropout(self.ffn(self.norm2(x)))
         x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)))
         return self.norm2(x + self.dropout(self.ffn(x)))
+
+    def forward_chunk(self, x: torch.Tensor, key_valid: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                      conv: torch.Tensor, positions: torch.Tensor
+                      ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`forward` of one chunk x (B, c, D) of a stream (eval: no dropout), attending to the cached left
+        context keys/values (B, H, L, Dh) and to itself; key_valid (B, L + c). Returns the output and the keys
+        and values of the left context and the chunk (B, H, L + c, Dh); ``conv`` and ``positions`` (positions
+        were added before the first layer) are part of the layer interface."""
+        h = self.norm1(x) if self.normalize_before else x
+        k, v = self.self_attn.project_kv(h, h)
+        keys, values = torch.cat([keys, k], dim=2), torch.cat([values, v], dim=2)
+        a = self.self_attn.forward_projected(h, keys, values, key_valid.unsqueeze(1))
+        if self.normalize_before:
+            x = x + a
+            return x + self.ffn(self.norm2(x)), keys, values, conv
+        x = self.norm1(x + a)
+        return self.norm2(x + self.ffn(x)), keys, values, conv
 
 
 def stack_frames(feats: torch.Tensor, num_out: int, factor: int, receptive_field: int) -> torch.Tensor:
@@ -124,6 +145,7 @@ class TransformerEncoder(nn.Module):
             raise ValueError(f"chunk_frames must be >= 0 and left_chunks >= -1, got {chunk_frames} and {left_chunks}")
         self.chunk_frames, self.left_chunks, self.dynamic_chunk = chunk_frames, left_chunks, dynamic_chunk
         self.d_model = self.output_dim = d_model
+        self.in_dim, self.num_heads = in_dim, num_heads
         self.intermediate_norm = intermediate_norm
         self.subsampling = Conv2dSubsampling(in_dim, d_model, INPUT_LAYERS[input_layer], dropout,
                                              pos_enc=positional, channels=conv_channels, scaled=True)
@@ -191,3 +213,81 @@ class TransformerEncoder(nn.Module):
             if k == self.dejavu_layer:
                 x = self.dejavu(z0, x, mask)
         return self.final_norm(x), lens, intermediates
+
+    # -- streams: chunk by chunk, with explicit caches ------------------------------------------------------------
+    @property
+    def streaming_right_context_frames(self) -> int:
+        """Feature frames a chunk reads beyond its own span (chunk_frames x subsampling factor frames): the
+        subsampling's receptive field overlaps the next encoder frame's. Chunk-wise attention and causal
+        convolutions read nothing later."""
+        return self.subsampling.right_context
+
+    def init_stream(self, batch: int, device: torch.device, chunk_frames: Optional[int] = None,
+                    left_chunks: Optional[int] = None) -> EncoderCache:
+        """The cache of ``batch`` new streams (see :mod:`asrkit.nets.stream_cache`) encoded in chunks of
+        ``chunk_frames`` encoder frames with ``left_chunks`` chunks of left context (default: the encoder's).
+        Raises ValueError, naming the option, for an encoder that cannot stream."""
+        chunk = self.chunk_frames if chunk_frames is None else chunk_frames
+        left = self.left_chunks if left_chunks is None else left_chunks
+        if self.dejavu is not None:
+            raise ValueError(DEJAVU_CHUNK_ERROR)
+        if chunk <= 0 or left < -1:
+            raise ValueError(f"a stream needs chunk_frames > 0 and left_chunks >= -1 (model.encoder.streaming or "
+                             f"the decoding options), got {chunk} and {left}")
+        for layer in self.layers:
+            if layer.look_ahead:
+                raise ValueError(f"model.encoder.streaming.causal_conv is false: the centred convolution reads "
+                                 f"{layer.look_ahead} frames ahead in every layer, so this encoder cannot stream "
+                                 f"(train one with causal_conv: true)")
+        p = next(self.parameters())
+        n, head_dim = len(self.layers), self.d_model // self.num_heads
+        kv = torch.zeros(batch, n, self.num_heads, 0, head_dim, device=device, dtype=p.dtype)
+        return EncoderCache(
+            feats=torch.zeros(batch, 0, self.in_dim, device=device, dtype=p.dtype),
+            offset=torch.zeros(batch, dtype=torch.long, device=device), keys=kv, values=kv.clone(),
+            key_valid=torch.zeros(batch, 0, dtype=torch.bool, device=device),
+            conv=torch.zeros(batch, n, self.d_model, self.layers[0].conv_left_frames, device=device, dtype=p.dtype),
+            chunk_frames=chunk, left_chunks=left, receptive_field=self.subsampling.min_input_length,
+            stride=self.subsampling.factor)
+
+    def forward_chunk(self, feats: torch.Tensor, cache: EncoderCache, ctc_head: Optional[CTCHead] = None,
+                      final: bool = False) -> Tuple[torch.Tensor, EncoderCache]:
+        """The next feature frames feats (B, t, F) of the cache's streams -> the encoder frames (B, n, D) they
+        complete (final-LayerNorm'd, as :meth:`forward`) and the new cache. n is a multiple of chunk_frames
+        (every complete chunk; exactly one when t is ``cache.input_frames_needed()``); with ``final`` every
+        encoder frame the input allows, the last chunk possibly short. The outputs of a stream fed in pieces
+        equal :meth:`forward` of all its features under the same chunk_frames and left_chunks."""
+        if self.self_condition and ctc_head is None:
+            raise ValueError("this encoder is self-conditioned: pass the model's ctc_head")
+        x_in = torch.cat([cache.feats, feats], dim=1)  # (B, r + t, F)
+        b, c = x_in.size(0), cache.chunk_frames
+        avail = int(self.output_lengths(torch.tensor(x_in.size(1))))
+        n = avail if final else avail - avail % c
+        if n == 0:
+            return x_in.new_zeros(b, 0, self.d_model), dataclasses.replace(cache, feats=x_in)
+        used = cache.stride * (n - 1) + cache.receptive_field  # the feature frames the n encoder frames read
+        x, _ = self.subsampling(x_in[:, :used], torch.full((b,), used, device=x_in.device), cache.offset)
+        keys, values, key_valid, conv = cache.keys, cache.values, cache.key_valid, cache.conv
+        keep = cache.left_frames()
+        outs = []
+        for start in range(0, n, c):
+            h = x[:, start:start + c]  # (B, c', D): one chunk
+            positions = cache.offset.unsqueeze(1) + start + torch.arange(h.size(1), device=h.device)  # (B, c')
+            key_valid = torch.cat([key_valid, key_valid.new_ones(b, h.size(1))], dim=1)  # (B, L + c')
+            new_k, new_v, new_conv = [], [], []
+            for k, layer in enumerate(self.layers, start=1):
+                h, lk, lv, lc = layer.forward_chunk(h, key_valid, keys[:, k - 1], values[:, k - 1], conv[:, k - 1],
+                                                    positions)
+                new_k.append(lk)
+                new_v.append(lv)
+                new_conv.append(lc)
+                if self.condition_proj is not None and k in self.intermediate_layers:
+                    h = h + self.condition_proj(ctc_head(self.final_norm(h)).softmax(dim=-1))
+            keys, values, conv = torch.stack(new_k, 1), torch.stack(new_v, 1), torch.stack(new_conv, 1)
+            if keep >= 0:  # the left context of the next chunk, not the whole history
+                drop = max(key_valid.size(1) - keep, 0)
+                keys, values, key_valid = keys[:, :, :, drop:], values[:, :, :, drop:], key_valid[:, drop:]
+            outs.append(self.final_norm(h))
+        new = dataclasses.replace(cache, feats=x_in[:, cache.stride * n:], offset=cache.offset + n, keys=keys,
+                                  values=values, key_valid=key_valid, conv=conv)
+        return torch.cat(outs, dim=1), new
