@@ -3,7 +3,7 @@
 
 Usage:
     python tools/make_synthetic_corpus.py --out data --num-train 1000 --num-dev 100 --num-test 100 \\
-        [--num-test-unseen 100] [--train-synths espeak,festival] [--unseen-synth flite] \\
+        [--num-test-unseen 100] [--train-synths espeak:2,festival,flite] [--unseen-synth flite] \\
         [--unseen-voices awb,rms] --seed 0 [--snr-db 20 | --no-noise] [--jobs 2] [--audio-dir DIR] \\
         [--sentences FILE]
 
@@ -16,20 +16,24 @@ absolute paths.
   apostrophes and spaces; see ``tools/corpus/README.md``). The four splits use disjoint
   sentences; train reuses its own sentences (with new voices and prosody) only when asked for
   more utterances than it has sentences.
-* Synthesizers (back-ends in ``tools/synthesizers.py``): espeak-ng voices x variants, festival's
-  ``kal_diphone``, ``ked_diphone`` and ``cmu_us_slt_arctic_hts``, flite's ``awb``, ``rms``, ``slt`` and
-  ``kal16``. train, dev and test use ``--train-synths`` (default ``espeak,festival``); ``NAME:WEIGHT``
-  sets a synthesizer's share of the utterances (default weight 1, so the default is half espeak, half
-  festival). The shares are exact, not drawn: utterance i of a split goes to the synthesizer furthest
-  behind its share. test_unseen uses only ``--unseen-synth`` (default flite) with ``--unseen-voices``
-  (default for flite ``awb,rms``: its slt and kal16 are the speakers of festival's slt and kal).
+* Synthesizers (back-ends in ``tools/synthesizers.py``): espeak-ng voices x variants (every variant the
+  engine has but three held out), festival's ``kal_diphone``, ``ked_diphone`` and ``cmu_us_slt_arctic_hts``,
+  flite's ``awb``, ``rms``, ``slt``, ``kal16`` and ``kal`` (8 kHz). train, dev and test use ``--train-synths``
+  (default ``espeak:2,festival,flite``: half espeak, a quarter each festival and flite); ``NAME:WEIGHT``
+  sets a synthesizer's share of the utterances (default weight 1). The shares are exact, not drawn:
+  utterance i of a split goes to the synthesizer furthest behind its share. test_unseen uses only
+  ``--unseen-synth`` (default flite) with ``--unseen-voices`` (default for flite ``awb,rms``: its slt, kal16
+  and kal are the speakers of festival's slt and kal); those voices are never in train, dev or test, and the
+  unseen synthesizer's other voices train like any other (flite's slt, kal16 and kal by default).
 * A speaker is a synthesizer voice (+ espeak variant): espeak ``enus_m3`` = ``en-us+m3``, festival
-  ``fest_kal``/``fest_ked``/``fest_slt``, flite ``flite_awb``/``flite_rms``/``flite_slt``/``flite_kal``.
+  ``fest_kal``/``fest_ked``/``fest_slt``, flite ``flite_awb``/``flite_rms``/``flite_slt``/``flite_kal``/
+  ``flite_kal8``.
   Utterance ids start with the speaker id (Kaldi convention, so sorting keeps speakers together).
   train and dev draw speakers from the same pool; every other espeak test utterance uses an espeak voice
   or variant that never occurs in train, the rest use train speakers.
 * Each utterance gets its own speaking rate and pitch (factors of the voice's default, told to each
-  engine in its own terms), level and leading / trailing silence (the synthesizer's own silence is trimmed
+  engine in its own terms; espeak-ng's wider, nearly its whole 0-99 pitch scale, and its intonation range
+  and pauses between words too), level and leading / trailing silence (the synthesizer's own silence is trimmed
   first, see ``TRIM_DB``), and, unless ``--no-noise``, white, pink or brown Gaussian noise scaled so that (utterance power) / (noise power) is exactly ``--snr-db``.
 * Everything is drawn from RNGs seeded by (seed, split, utterance index): the same seed gives
   byte-identical table files and identical audio whatever ``--jobs`` is, and the noise is drawn
@@ -78,14 +82,18 @@ espeak, voices = synthesizers.espeak, synthesizers.voices  # espeak: used by the
 
 DEFAULT_SENTENCES = os.path.join(_REPO, "tools", "corpus", "sentences.txt")
 SPLITS = ("train", "dev", "test", "test_unseen")
-DEFAULT_TRAIN_SYNTHS: Dict[str, float] = {"espeak": 1.0, "festival": 1.0}
+DEFAULT_TRAIN_SYNTHS: Dict[str, float] = {"espeak": 2.0, "festival": 1.0, "flite": 1.0}
 DEFAULT_UNSEEN_SYNTH = "flite"
 DEFAULT_UNSEEN_VOICES: Dict[str, Tuple[str, ...]] = {"flite": ("awb", "rms")}
 FESTIVAL_BATCH = 48          # utterances per festival process (its start costs ~0.2 s CPU)
 OTHER_BATCH = 8              # utterances per task for the one-process-per-utterance synthesizers
 
-RATE = (0.78, 1.12)          # speaking-rate factor (espeak: 135-195 words per minute)
-PITCH = (0.85, 1.18)         # F0 factor
+RATE = (0.78, 1.12)          # speaking-rate factor (festival, flite)
+PITCH = (0.85, 1.18)         # F0 factor (festival, flite)
+ESPEAK_RATE = (0.7, 1.3)     # espeak-ng: 122-228 words per minute (it stays intelligible far beyond)
+ESPEAK_PITCH = (0.67, 1.33)  # espeak-ng: -p 0-99, its whole scale
+PITCH_RANGE = (0.5, 2.0)     # espeak-ng's intonation range, x the voice's own (the engine caps it at 2)
+WORD_GAP = 4                 # espeak-ng: 0-3 x 10 ms of extra pause between words, drawn uniformly
 PEAK_LEVEL = (0.25, 0.7)     # peak amplitude of the clean speech, full scale = 1
 SILENCE_S = (0.05, 0.35)     # leading and trailing silence added to each utterance
 # A synthesizer's own leading / trailing silence (10 ms frames this far below the loudest frame) is cut first,
@@ -108,6 +116,8 @@ class UttSpec:
     speaker: Speaker
     rate: float              # speaking-rate factor, 1 = the voice's default
     pitch: float             # F0 factor, 1 = the voice's default
+    pitch_range: float       # espeak-ng: intonation range factor, 1 = the voice's own
+    word_gap: int            # espeak-ng: extra pause between words, 10 ms units
     peak: float
     lead_s: float
     tail_s: float
@@ -125,6 +135,11 @@ class SynthChoice:
     unseen_synth: str = DEFAULT_UNSEEN_SYNTH
     unseen_voices: Optional[Tuple[str, ...]] = None  # None: DEFAULT_UNSEEN_VOICES or all voices
 
+    def train_pool(self, synth: str) -> List[Speaker]:
+        """The speakers of ``synth`` that train, dev and test draw from: the unseen voices are never among them."""
+        held = {s.voice for s in self.unseen_pool()} if synth == self.unseen_synth else set()
+        return [s for s in voices(synth) if s.voice not in held]
+
     def unseen_pool(self) -> List[Speaker]:
         pool = voices(self.unseen_synth)
         names = self.unseen_voices or DEFAULT_UNSEEN_VOICES.get(self.unseen_synth) or tuple(s.voice for s in pool)
@@ -140,9 +155,10 @@ class SynthChoice:
         for synth in (*self.train_synths, self.unseen_synth):
             if synth not in SYNTHS:
                 raise ValueError(f"unknown synthesizer '{synth}' (expected one of {', '.join(SYNTHS)})")
-        if self.unseen_synth in self.train_synths:
-            raise ValueError(f"--unseen-synth {self.unseen_synth} is also in --train-synths: it would not be unseen")
         self.unseen_pool()
+        if self.unseen_synth in self.train_synths and not self.train_pool(self.unseen_synth):
+            raise ValueError(f"every {self.unseen_synth} voice is held out for test_unseen (--unseen-voices): "
+                             f"leave {self.unseen_synth} out of --train-synths or hold out fewer voices")
 
     def twins(self) -> List[str]:
         """Unseen voices that are a training synthesizer's speaker under another engine."""
@@ -227,7 +243,7 @@ def plan_corpus(sentences: Sequence[str], counts: Dict[str, int], seed: int, snr
     if counts["train"] > len(pools["train"]):
         print(f"note: {counts['train']} train utterances but {len(pools['train'])} train sentences: "
               "sentences are reused with other voices", file=sys.stderr)
-    seen = {synth: voices(synth) for synth in synths.train_synths}
+    seen = {synth: synths.train_pool(synth) for synth in synths.train_synths}
     heldout = synthesizers.espeak_heldout_speakers()
     plan: Dict[str, List[UttSpec]] = {}
     for split_idx, split in enumerate(SPLITS):
@@ -255,13 +271,16 @@ def plan_corpus(sentences: Sequence[str], counts: Dict[str, int], seed: int, snr
                 text=sentences[int(pools[split][i % len(pools[split])])],
                 speaker=speaker,
                 # 3 decimals: the engines get the same numbers whatever the platform's float printing
-                rate=round(float(rng.uniform(*RATE)), 3),
-                pitch=round(float(rng.uniform(*PITCH)), 3),
+                rate=round(float(rng.uniform(*(ESPEAK_RATE if synth == "espeak" else RATE))), 3),
+                pitch=round(float(rng.uniform(*(ESPEAK_PITCH if synth == "espeak" else PITCH))), 3),
                 peak=float(rng.uniform(*PEAK_LEVEL)),
                 lead_s=float(rng.uniform(*SILENCE_S)),
                 tail_s=float(rng.uniform(*SILENCE_S)),
                 snr_db=snr_db,
                 noise_kind=NOISE_KINDS[int(rng.integers(len(NOISE_KINDS)))],
+                # drawn last, so that every earlier draw (and so test_unseen's audio) is as before they existed
+                pitch_range=round(float(rng.uniform(*PITCH_RANGE)), 2),
+                word_gap=int(rng.integers(WORD_GAP)),
                 noise_seed=(seed, split_idx, i, 1),
                 path=os.path.join(wav_dir, f"{utt_id}.flac"),
             ))
@@ -435,9 +454,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--num-test", type=int, required=True)
     parser.add_argument("--num-test-unseen", type=int, default=100,
                         help="utterances of the unseen synthesizer (default 100; 0: no test_unseen/)")
-    parser.add_argument("--train-synths", default="espeak,festival",
+    parser.add_argument("--train-synths", default="espeak:2,festival,flite",
                         help="synthesizers of train/dev/test as NAME[:WEIGHT],... (weights are shares of the "
-                             f"utterances; default espeak,festival = half each; names: {', '.join(SYNTHS)})")
+                             "utterances; default espeak:2,festival,flite = half espeak, a quarter each of the "
+                             f"others; names: {', '.join(SYNTHS)})")
     parser.add_argument("--unseen-synth", default=DEFAULT_UNSEEN_SYNTH,
                         help="synthesizer of test_unseen (default flite)")
     parser.add_argument("--unseen-voices",

@@ -5,7 +5,9 @@ float64 waveforms. The factors mean the same for every synthesizer: ``rate`` 1.1
 the voice's default, ``pitch`` 1.1 raises its mean F0 by 10%. How each engine is told:
 
 * espeak-ng: ``-s round(175 * rate)`` words per minute, ``-p round(50 + 150 * (pitch - 1))`` (its 0-99
-  pitch scale, 50 = default; the map is approximate, as the scale is not in Hz).
+  pitch scale, 50 = default; the map is approximate, as the scale is not in Hz); two more per-utterance
+  settings only espeak-ng takes: the intonation range (SSML ``<prosody range="P%">``, 100% = the voice's own;
+  the engine caps it at 200%) and ``-g`` extra pauses between words (units of 10 ms at the default speed).
 * festival diphone voices (kal, ked): the voice's ``Duration_Stretch`` / rate and its ``target_f0_mean``
   in ``int_lr_params`` times ``pitch``. One festival process renders a whole batch from one Scheme script.
 * festival's HTS voice (slt) ignores both (measured): its own duration and F0 models run, so the rate goes
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -37,8 +40,12 @@ PROGRAMS: Dict[str, str] = {"espeak": "espeak-ng", "festival": "festival", "flit
 PACKAGES: Dict[str, str] = {"espeak": "espeak-ng", "festival": "festival festvox-kallpc16k festvox-kdlpc16k "
                             "festvox-us-slt-hts", "flite": "flite"}
 
+# The voices are every English voice these Debian packages offer (Debian 12: espeak-ng 1.51, festival 2.5,
+# flite 2.2), less the held-out ones. Not available: espeak-ng's mbrola voices (en1, us1-3) need mbrola, which
+# Debian does not ship; festival's other English voices (kal and ked at 8 kHz) are packages that conflict
+# with the 16 kHz ones and are the same speakers; flite's awb_time only reads times of day.
 # espeak-ng voice -> short speaker-id code (letters only, so "-" sorts before every code character
-# and utterance ids sort speaker by speaker). mbrola voices are left out: they need extra packages.
+# and utterance ids sort speaker by speaker).
 ESPEAK_TRAIN_VOICES: Dict[str, str] = {
     "en-us": "enus",
     "en-gb": "engb",
@@ -51,20 +58,32 @@ ESPEAK_HELDOUT_VOICES: Dict[str, str] = {
     "en-gb-x-gbclan": "enla",
     "en-gb-x-gbcwmd": "enwm",
 }
-# Formant variants (male, female, Klatt synthesiser); whisper/croak-like variants are left out.
-ESPEAK_TRAIN_VARIANTS: Tuple[str, ...] = ("m1", "m2", "m3", "m4", "m6", "f1", "f2", "f3", "f4", "klatt", "klatt3")
+# Every variant of espeak-ng 1.51 (espeak-ng --voices=variant: formant sets, Klatt synthesis, whisper, croak,
+# robotic and named voices) but the held-out ones; the first eleven were the only ones trained on until issue 34.
+ESPEAK_TRAIN_VARIANTS: Tuple[str, ...] = (
+    "m1", "m2", "m3", "m4", "m6", "f1", "f2", "f3", "f4", "klatt", "klatt3",
+    "adam", "Alex", "Alicia", "Andrea", "Andy", "anika", "anikaRobot", "Annie", "announcer", "antonio", "AnxiousAndy",
+    "aunty", "belinda", "benjamin", "boris", "caleb", "croak", "david", "Demonic", "Denis", "Diogo", "ed", "edward",
+    "edward2", "fast", "Gene", "Gene2", "grandma", "grandpa", "gustave", "Henrique", "Hugo", "iven", "iven2", "iven3",
+    "iven4", "Jacky", "john", "kaukovalta", "klatt4", "klatt5", "klatt6", "Lee", "linda", "m5", "m8", "marcelo",
+    "Marco", "Mario", "max", "Michael", "michel", "miguel", "Mike", "Mr serious", "Nguyen", "norbert", "pablo", "paul",
+    "pedro", "quincy", "RicishayMax", "RicishayMax2", "RicishayMax3", "rob", "robert", "robosoft", "robosoft2",
+    "robosoft3", "robosoft4", "robosoft5", "robosoft6", "robosoft7", "robosoft8", "sandro", "shelby", "steph",
+    "steph2", "steph3", "Storm", "travis", "Tweaky", "UniRobot", "victor", "whisper", "whisperf", "zac")
 ESPEAK_HELDOUT_VARIANTS: Tuple[str, ...] = ("m7", "f5", "klatt2")
 ESPEAK_DEFAULT_WPM = 175
 
-# festival / flite voice -> speaker-id code. flite's slt and kal16 are the same recordings as festival's
-# slt and kal (other engines), so they are not new speakers for festival-trained models.
+# festival / flite voice -> speaker-id code. flite's slt, kal16 and kal (kal at 8 kHz) are the same recordings
+# as festival's slt and kal (other engines), so they are not new speakers for festival-trained models.
 FESTIVAL_VOICES: Dict[str, str] = {"kal_diphone": "fest_kal", "ked_diphone": "fest_ked",
                                    "cmu_us_slt_arctic_hts": "fest_slt"}
-FLITE_VOICES: Dict[str, str] = {"awb": "flite_awb", "rms": "flite_rms", "slt": "flite_slt", "kal16": "flite_kal"}
+FLITE_VOICES: Dict[str, str] = {"awb": "flite_awb", "rms": "flite_rms", "slt": "flite_slt", "kal16": "flite_kal",
+                                "kal": "flite_kal8"}
 SAME_SPEAKER: Dict[Tuple[str, str], Tuple[str, str]] = {
-    ("flite", "slt"): ("festival", "cmu_us_slt_arctic_hts"), ("flite", "kal16"): ("festival", "kal_diphone")}
+    ("flite", "slt"): ("festival", "cmu_us_slt_arctic_hts"), ("flite", "kal16"): ("festival", "kal_diphone"),
+    ("flite", "kal"): ("festival", "kal_diphone")}
 # flite's default int_f0_target_mean per voice (found by matching outputs byte for byte).
-FLITE_F0_MEAN: Dict[str, int] = {"awb": 132, "slt": 172, "kal16": 95}
+FLITE_F0_MEAN: Dict[str, int] = {"awb": 132, "slt": 172, "kal16": 95, "kal": 95}
 # Voices whose engine ignores the F0 setting: their pitch is applied by resampling.
 PITCH_BY_RESAMPLING = {("festival", "cmu_us_slt_arctic_hts"), ("flite", "rms")}
 
@@ -92,6 +111,8 @@ class SynthRequest(Protocol):
     speaker: Speaker
     rate: float
     pitch: float
+    pitch_range: float   # espeak-ng only: intonation range factor, 1 = the voice's own
+    word_gap: int        # espeak-ng only: extra pause between words, in 10 ms units
 
 
 def voices(synth: str) -> List[Speaker]:
@@ -105,7 +126,9 @@ def voices(synth: str) -> List[Speaker]:
 
 
 def espeak_speakers(voice_codes: Dict[str, str], variants: Sequence[str]) -> List[Speaker]:
-    return [Speaker("espeak", v, var, f"{code}_{var}") for v, code in voice_codes.items() for var in variants]
+    # a speaker id holds letters and digits only ("Mr serious" -> "Mrserious")
+    return [Speaker("espeak", v, var, f"{code}_{re.sub('[^A-Za-z0-9]', '', var)}")
+            for v, code in voice_codes.items() for var in variants]
 
 
 def espeak_heldout_speakers() -> List[Speaker]:
@@ -147,11 +170,14 @@ def _check_audio(audio: np.ndarray, utt_id: str, what: str) -> np.ndarray:
     return audio
 
 
-def espeak(text: str, voice: str, rate: int, pitch: int, utt_id: str,
-           binary: str = "espeak-ng") -> Tuple[np.ndarray, int]:
-    """Run espeak-ng (``rate`` in words per minute, ``pitch`` 0-99); return (waveform float64 (T,), sample rate)."""
+def espeak(text: str, voice: str, rate: int, pitch: int, utt_id: str, binary: str = "espeak-ng",
+           range_percent: int = 100, word_gap: int = 0) -> Tuple[np.ndarray, int]:
+    """Run espeak-ng (``rate`` in words per minute, ``pitch`` 0-99, the intonation range in percent of the
+    voice's, ``word_gap`` in 10 ms units); return (waveform float64 (T,), sample rate)."""
     # Lower case: espeak reads all-caps words as abbreviations ("IT" -> "I T", "AM" -> "a.m.").
-    cmd = [binary, "-v", voice, "-s", str(rate), "-p", str(pitch), "--stdout", "--", text.lower()]
+    # The range goes as SSML (-m), its only way in; the text is letters, apostrophes and spaces (valid XML).
+    ssml = f'<speak><prosody range="{range_percent}%">{text.lower()}</prosody></speak>'
+    cmd = [binary, "-m", "-v", voice, "-s", str(rate), "-p", str(pitch), "-g", str(word_gap), "--stdout", "--", ssml]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if proc.returncode != 0 or not proc.stdout:
         raise RuntimeError(f"utterance {utt_id}: espeak-ng failed (exit {proc.returncode}): "
@@ -258,7 +284,8 @@ def synthesize(reqs: Sequence[SynthRequest], programs: Dict[str, str]) -> List[n
         out = []
         for r in reqs:
             wpm, pitch = espeak_settings(r.rate, r.pitch)
-            audio, sr = espeak(r.text, r.speaker.engine_voice, wpm, pitch, r.utt_id, programs["espeak"])
+            audio, sr = espeak(r.text, r.speaker.engine_voice, wpm, pitch, r.utt_id, programs["espeak"],
+                               round(100 * r.pitch_range), r.word_gap)
             out.append(to_16k(audio, sr, r.utt_id))
         return out
     raise ValueError(f"unknown synthesizer '{synth}' (expected one of {', '.join(SYNTHS)})")

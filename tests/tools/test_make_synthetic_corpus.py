@@ -1,6 +1,7 @@
 """tools/make_synthetic_corpus.py and tools/synthesizers.py: espeak-ng, festival and flite speech in Kaldi data dirs."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -46,7 +47,8 @@ def tool():
 def corpora(tool, tmp_path_factory):
     """The same seed rendered three ways: noisy in-process, noisy via the CLI with 2 jobs, clean.
 
-    Default synthesizers: espeak + festival for train/dev/test, flite awb/rms for test_unseen.
+    Default synthesizers: espeak + festival + flite (slt, kal16, kal) for train/dev/test, flite awb/rms for
+    test_unseen.
     """
     if not HAVE_ALL:
         pytest.skip("festival or flite is not installed (tools/install/install_system_deps.sh)")
@@ -107,21 +109,28 @@ def _synth_of(spk: str) -> str:
 def test_speakers_and_synthesizers_per_split(corpora):
     spks = {split: set(read_table(corpora / "noisy" / split / "spk2utt")) for split in SPLITS}
     for split in ("train", "dev", "test"):
-        assert {_synth_of(s) for s in spks[split]} <= {"espeak", "festival"}
+        assert {_synth_of(s) for s in spks[split]} <= {"espeak", "festival", "flite"}
+        assert not spks[split] & {"flite_awb", "flite_rms"}
     assert spks["test_unseen"] and spks["test_unseen"] <= {"flite_awb", "flite_rms"}
     assert not spks["test_unseen"] & (spks["train"] | spks["dev"] | spks["test"])
-    # train alternates espeak / festival: 3 + 3 of 6
+    # train shares espeak:2, festival:1, flite:1: 3 + 2 + 1 of 6 (each utterance to the one furthest behind)
     synths = [_synth_of(s) for s in read_table(corpora / "noisy" / "train" / "utt2spk").values()]
-    assert synths.count("espeak") == 3 and synths.count("festival") == 3
+    assert (synths.count("espeak"), synths.count("festival"), synths.count("flite")) == (3, 2, 1)
 
 
 def test_plan_shares_heldout_rule_and_unseen_split(tool):
     """Plan a big corpus (nothing rendered) and check the guarantees at any size."""
     sentences = tool.load_sentences(str(SENTENCES))
     counts = {"train": 3000, "dev": 50, "test": 40, "test_unseen": 30}
+    # a synthesizer may train and be tested unseen: its held-out voices leave its training pool
     choice = tool.SynthChoice({"espeak": 3.0, "festival": 1.0}, "festival", ("kal_diphone",))
-    with pytest.raises(ValueError, match="also in --train-synths"):
-        tool.plan_corpus(sentences, counts, seed=5, snr_db=None, out_dir="unused", synths=choice)
+    plan = tool.plan_corpus(sentences, counts, seed=5, snr_db=None, out_dir="unused", synths=choice)
+    assert {s.speaker.voice for split in ("train", "dev", "test") for s in plan[split]
+            if s.speaker.synth == "festival"} == {"ked_diphone", "cmu_us_slt_arctic_hts"}
+    assert {s.speaker.voice for s in plan["test_unseen"]} == {"kal_diphone"}
+    with pytest.raises(ValueError, match="every festival voice is held out for test_unseen"):
+        tool.plan_corpus(sentences, counts, seed=5, snr_db=None, out_dir="unused",
+                         synths=tool.SynthChoice({"espeak": 1.0, "festival": 1.0}, "festival"))
     choice = tool.SynthChoice({"espeak": 3.0, "festival": 1.0})
     plan = tool.plan_corpus(sentences, counts, seed=5, snr_db=None, out_dir="unused", synths=choice)
     for split in ("train", "dev", "test"):
@@ -274,6 +283,8 @@ class _Req:
     speaker: Any
     rate: float
     pitch: float
+    pitch_range: float = 1.0
+    word_gap: int = 0
 
 
 SHORT = "THE OLD MAN WALKED HOME"
@@ -313,7 +324,7 @@ def voice_renders(tool):
 def test_every_voice_reads_the_words_at_the_rate_and_pitch_asked(voice_renders):
     if not HAVE_ALL:
         pytest.skip("festival or flite is not installed")
-    assert len(voice_renders) == 1 + 3 + 4
+    assert len(voice_renders) == 1 + 3 + 5
     ref = voice_renders["enus_m1"]
     ref_ratio = _speech_seconds(ref["long"]) / _speech_seconds(ref["short"])  # espeak as the word-reading reference
     for spk, r in voice_renders.items():
@@ -432,7 +443,7 @@ def test_bad_input_gives_clear_errors(tool, tmp_path, capsys):
     with pytest.raises(SystemExit):
         tool.main(["--out", "x", *COUNTS, "--snr-db", "10", "--no-noise"])
     assert "not allowed with argument" in capsys.readouterr().err
-    for args, msg in ((["--unseen-synth", "festival"], "also in --train-synths"),
+    for args, msg in ((["--unseen-synth", "festival"], "every festival voice is held out for test_unseen"),
                       (["--unseen-voices", "awb,bob"], "unknown flite voice"),
                       (["--train-synths", "espeak,mbrola"], "unknown synthesizer 'mbrola'"),
                       (["--num-test-unseen", "-1"], "--num-test-unseen must be >= 0")):
@@ -450,3 +461,86 @@ def test_without_the_synth_extra_the_tool_says_which_in_one_line(tool, not_insta
         "make_synthetic_corpus.py: error: synthesizing speech needs scipy, which is not installed: "
         "pip install -e '.[synth]' (in the asrkit checkout)"]
     assert not (tmp_path / "data").exists()
+
+
+# --- the training voices: every voice the installed engines offer, except the held-out ones ----------------------
+
+def _installed_espeak_variants() -> set:
+    """The variant files of the installed espeak-ng (in the data folder it names), the reference for 'every variant'."""
+    out = subprocess.run(["espeak-ng", "--version"], capture_output=True, text=True, check=True).stdout
+    data = re.search(r"Data at: (.+)", out).group(1).strip()
+    return set(os.listdir(os.path.join(data, "voices", "!v")))
+
+
+def test_training_uses_every_installed_espeak_variant_but_the_held_out(tool):
+    syn = tool.synthesizers
+    installed = _installed_espeak_variants()
+    assert len(installed) > 50  # espeak-ng 1.51 has 101
+    assert set(syn.ESPEAK_TRAIN_VARIANTS) == installed - set(syn.ESPEAK_HELDOUT_VARIANTS)
+    assert not set(syn.ESPEAK_TRAIN_VARIANTS) & set(syn.ESPEAK_HELDOUT_VARIANTS)
+    speakers = syn.voices("espeak")
+    assert speakers[0].spk_id == "enus_m1"
+    ids = [s.spk_id for s in speakers]
+    assert len(set(ids)) == len(ids) == len(syn.ESPEAK_TRAIN_VOICES) * len(installed - set(syn.ESPEAK_HELDOUT_VARIANTS))
+    assert all(re.fullmatch(r"[a-z]+_[A-Za-z0-9]+", i) for i in ids), [i for i in ids if " " in i]
+
+
+@needs_all
+def test_training_uses_every_flite_voice_but_the_held_out_and_the_talking_clock(tool):
+    """flite -lv names its voices; awb_time only reads times of day (a limited-domain voice)."""
+    listed = subprocess.run(["flite", "-lv"], capture_output=True, text=True).stdout.split(":", 1)[1].split()
+    choice = tool.SynthChoice(dict(tool.DEFAULT_TRAIN_SYNTHS))
+    assert {s.voice for s in choice.train_pool("flite")} == set(listed) - {"awb", "rms", "awb_time"}
+    assert {s.voice for s in choice.unseen_pool()} == {"awb", "rms"}
+
+
+def test_no_held_out_voice_in_train_dev_or_test(tool):
+    """The default corpus: flite awb/rms only in test_unseen; espeak's held-out voices and variants only in test;
+    and test_unseen is the same whatever the training synthesizers are (comparable with earlier corpora)."""
+    syn = tool.synthesizers
+    sentences = tool.load_sentences(str(SENTENCES))
+    counts = {"train": 4000, "dev": 100, "test": 100, "test_unseen": 100}
+    plan = tool.plan_corpus(sentences, counts, seed=1, snr_db=25.0, out_dir="unused")
+    heldout_espeak = {s.spk_id for s in syn.espeak_heldout_speakers()}
+    for split in ("train", "dev", "test"):
+        assert not [s.utt_id for s in plan[split] if s.speaker.synth == "flite" and s.speaker.voice in ("awb", "rms")]
+    for split in ("train", "dev"):
+        assert not {s.speaker.spk_id for s in plan[split]} & heldout_espeak
+    assert {s.speaker.spk_id for s in plan["test_unseen"]} == {"flite_awb", "flite_rms"}
+    assert {s.speaker.synth for s in plan["train"]} == {"espeak", "festival", "flite"}
+    assert {s.speaker.voice for s in plan["train"] if s.speaker.synth == "flite"} == {"slt", "kal16", "kal"}
+    # espeak speakers in train: hundreds (5 voices x ~98 variants), most of them used at 4000 utterances
+    assert len({s.speaker.spk_id for s in plan["train"] if s.speaker.synth == "espeak"}) > 350
+    old = tool.plan_corpus(sentences, counts, seed=1, snr_db=25.0, out_dir="unused",
+                           synths=tool.SynthChoice({"espeak": 1.0, "festival": 1.0}))
+    assert plan["test_unseen"] == old["test_unseen"]
+
+
+def test_espeak_draws_its_whole_rate_and_pitch_scales_and_intonation_range(tool):
+    sentences = tool.load_sentences(str(SENTENCES))
+    plan = tool.plan_corpus(sentences, {"train": 3000, "dev": 0, "test": 0}, seed=2, snr_db=None, out_dir="x")
+    espeak = [s for s in plan["train"] if s.speaker.synth == "espeak"]
+    others = [s for s in plan["train"] if s.speaker.synth != "espeak"]
+    wpm, pitch = zip(*(tool.synthesizers.espeak_settings(s.rate, s.pitch) for s in espeak))
+    assert min(pitch) <= 3 and max(pitch) >= 96  # espeak-ng's 0-99 pitch scale, nearly all of it
+    assert min(wpm) <= 125 and max(wpm) >= 225
+    assert all(tool.RATE[0] <= s.rate <= tool.RATE[1] and tool.PITCH[0] <= s.pitch <= tool.PITCH[1] for s in others)
+    ranges = [s.pitch_range for s in espeak]
+    assert min(ranges) < 0.6 and max(ranges) > 1.9 and {s.word_gap for s in espeak} == {0, 1, 2, 3}
+
+
+def test_espeak_word_gap_and_pitch_range_reach_the_engine(tool):
+    syn = tool.synthesizers
+    programs = syn.find_programs(["espeak"])
+    spk = syn.voices("espeak")[0]
+    plain, gap, flat, wide = syn.synthesize([_Req("a", LONG, spk, 1.0, 1.0), _Req("b", LONG, spk, 1.0, 1.0, 1.0, 3),
+                                             _Req("c", LONG, spk, 1.0, 1.0, 0.5), _Req("d", LONG, spk, 1.0, 1.0, 2.0)],
+                                            programs)
+    # 15 gaps between 16 words, 30 ms each at the default speed
+    assert 0.3 < _speech_seconds(gap) - _speech_seconds(plain) < 0.9
+    # the intonation range: the spread of F0 (10th to 90th percentile) is wider at 200% than at 50%
+    def spread(audio):
+        f0 = AF.detect_pitch_frequency(torch.tensor(audio, dtype=torch.float32), 16000, freq_low=60, freq_high=300)
+        return float(np.percentile(f0.numpy(), 90) - np.percentile(f0.numpy(), 10))
+    assert abs(_speech_seconds(flat) - _speech_seconds(wide)) < 0.1 * _speech_seconds(plain)
+    assert spread(wide) > spread(flat)
