@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Mini recipe: synthesize English speech with several synthesizers (every English voice of espeak-ng, festival and
-# flite for training, but flite's awb and rms: held out as an unseen-voice test set), train a CTC Conformer, train a word n-gram LM on book
-# text, decode (greedy, and CTC prefix beam search with the LM fused, constrained to the LM's words) and score.
+# flite for training, but flite's awb and rms: held out as an unseen-voice test set), train a CTC Conformer,
+# train a word n-gram LM on book text, decode (greedy, and CTC prefix beam search with the LM fused, constrained
+# to the LM's words) and score.
 # This is what `make demo` runs (--size small, 11-15 minutes on a 2-core CPU from a fresh clone); --size medium
 # is the larger recipe (more speech, a 12-layer encoder; 45 minutes on a 2-core CPU); --size small-joint is the demo
 # with an attention decoder, also decoded by joint CTC/attention search. Figures: docs/results.md.
