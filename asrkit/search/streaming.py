@@ -131,13 +131,13 @@ class StreamingCtcSearch:
         self.beam, self.topk, self.min_logp, self.skip = beam, token_topk, token_min_logp, blank_skip_threshold
         self.scorers, self.weights, self.bonus = active_scorers(scorers or {}, weights or {})
         self.device, self.dtype = torch.device(device), dtype
-        why = "native=False"
+        self.native = False
         if native is not False:
             why = (f"the native search runs on the CPU, not {self.device}" if self.device.type != "cpu"
                    else native_loop.scorers_unavailable(self.scorers))
             if native and why is not None:
                 raise ValueError(f"native=True, but the native search cannot run: {why}")
-        self.native = why is None
+            self.native = why is None
 
     def new_state(self) -> StreamingCtcState:
         """A stream before its first frame (scorers at sentence start)."""

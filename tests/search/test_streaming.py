@@ -7,8 +7,9 @@ checked against it too.
 """
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, NamedTuple, Sequence
 
 import pytest
 import torch
@@ -21,7 +22,8 @@ from asrkit.search import LengthBonus, NBest, WordCount, ctc_prefix_beam_search,
 from asrkit.search.hotwords import spell_with_tokens
 from asrkit.search.hypotheses import Hypothesis
 from asrkit.search.lexicon import LexiconScorer
-from asrkit.search.streaming import StreamingCtcSearch, StreamingCtcState
+from asrkit.search.scorers import index_rows
+from asrkit.search.streaming import StreamingCtcSearch, StreamingCtcState, _cat_trees, _shapes
 from host_sync import no_host_sync
 from test_ctc_prefix import EXACT, BigramScorer, peaky_log_probs, random_log_probs
 from test_native_prefix import CHARS, LEXICON, PIECES, needs_library, spelled_log_probs
@@ -445,3 +447,74 @@ def test_streams_on_cuda_equal_the_cpu(word_lm, kind: str) -> None:
     (cpu_lists, cpu_partial, cpu_runs), (gpu_lists, gpu_partial, gpu_runs) = results
     assert_same_lists(gpu_lists, cpu_lists)
     assert [h.tokens for h in gpu_partial] == [h.tokens for h in cpu_partial] and gpu_runs == cpu_runs
+
+
+def test_the_options_default_as_the_offline_search() -> None:
+    offline_defaults = {k: p.default for k, p in inspect.signature(ctc_prefix_beam_search).parameters.items()}
+    search = StreamingCtcSearch()
+    assert (search.beam, search.topk, search.min_logp, search.skip) == tuple(
+        offline_defaults[k] for k in ("beam", "token_topk", "token_min_logp", "blank_skip_threshold"))
+    assert search.nbest == search.beam and search.scorers == {} and search.bonus == 0.0
+    assert (search.device, search.dtype) == (torch.device("cpu"), torch.float32)
+    state = search.new_state()
+    assert (state.frames, state.blank_frames, state.vocab) == (0, 0, None)
+
+
+def test_finish_gives_the_offline_nbest_tensors_with_empty_slots() -> None:
+    # Fewer live hypotheses than nbest (2 frames of 3 classes, beam 8): the empty slots are -inf with no
+    # tokens, exactly as the offline search fills them.
+    gen = torch.Generator().manual_seed(13)
+    lp = random_log_probs(3, 2, 3, gen)
+    lengths = torch.tensor([2, 1, 0])
+    kw = dict(beam=8, nbest=8, weights={"length_bonus": 0.5}, **EXACT)
+    want = ctc_prefix_beam_search(lp, lengths, native=False, **kw)
+    search = StreamingCtcSearch(native=False, dtype=torch.float64, **kw)
+    states = [search.new_state() for _ in range(3)]
+    search.advance(states, lp[:, :1], lengths.clamp(max=1))
+    search.advance(states, lp[:, 1:], (lengths - 1).clamp(min=0))
+    got = search.finish(states)
+    assert bool((want.scores == float("-inf")).any())
+    for name in ("tokens", "lengths", "token_frames"):
+        assert torch.equal(getattr(got, name), getattr(want, name)), name
+    for name in ("scores", "ctc_scores"):
+        assert torch.allclose(getattr(got, name), getattr(want, name), atol=1e-9), name
+    assert search.blank_run(states)[2] == 0 and states[2].frames == 0
+
+
+class Pair(NamedTuple):
+    a: torch.Tensor
+    b: object
+
+
+def test_scorer_states_of_every_container_stack_and_split_back() -> None:
+    # Scorer states are pytrees with rows on dim 0: stacking streams and splitting them again is the identity.
+    def state(n: int, seed: int):
+        g = torch.Generator().manual_seed(seed)
+        return {"x": Pair(torch.randn(n, 2, generator=g), [torch.randn(n, generator=g), None]),
+                "y": (torch.arange(n), torch.zeros(n, 3, 0))}
+
+    parts = [state(2, 0), state(3, 1)]
+    whole = _cat_trees(parts)
+    assert isinstance(whole["x"], Pair) and isinstance(whole["x"].b, list) and isinstance(whole["y"], tuple)
+    for part, rows in zip(parts, (torch.arange(0, 2), torch.arange(2, 5))):
+        back = index_rows(whole, rows)
+        assert torch.equal(back["x"].a, part["x"].a) and torch.equal(back["x"].b[0], part["x"].b[0])
+        assert back["x"].b[1] is None and torch.equal(back["y"][0], part["y"][0])
+    assert _shapes(parts[0]) == _shapes(parts[1]) == ((2,), (), (), (3, 0))
+    assert _shapes({"b": torch.zeros(1, 4), "a": torch.zeros(1, 5)}) == ((5,), (4,))
+    assert _shapes(torch.zeros(2, 7, 1)) != _shapes(torch.zeros(2, 6, 1))
+    with pytest.raises(TypeError, match="scorer state: cannot stack a str"):
+        _cat_trees(["a", "b"])
+
+
+def test_a_piece_without_frames_changes_nothing() -> None:
+    gen = torch.Generator().manual_seed(14)
+    lp = peaky_log_probs(2, 12, 6, gen)
+    search = StreamingCtcSearch(beam=4, native=False, dtype=torch.float64)
+    states = [search.new_state() for _ in range(2)]
+    search.advance(states, lp[:, :6], torch.tensor([6, 6]))
+    before = (search.finish(states).to_lists(), search.blank_run(states))
+    search.advance(states, lp[:, :0], torch.tensor([0, 0]))  # (B, 0, V)
+    search.advance(states, lp[:, 6:9], torch.tensor([0, 0]))  # frames given, none real
+    assert (search.finish(states).to_lists(), search.blank_run(states)) == before
+    assert [st.frames for st in states] == [6, 6]
