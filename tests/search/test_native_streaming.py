@@ -7,9 +7,9 @@ end-of-sentence scores a partial result leaves out.
 """
 from __future__ import annotations
 
+import ctypes
 import gc
-import random
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import pytest
 import torch
@@ -357,3 +357,39 @@ def test_turned_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert native_loop.scorers_unavailable({}) == "turned off by ASRKIT_NATIVE=0"
     with pytest.raises(ValueError, match="cannot run: turned off by ASRKIT_NATIVE=0"):
         native_loop.StreamState(2)
+
+
+def test_the_c_interface_refuses_what_python_would_not_pass() -> None:
+    # the C++ guards behind the Python checks: a null or repeated handle, a changed vocabulary, a short width
+    lib = native_build.load()
+    st = native_loop.StreamState(3)
+    assert not lib.asrkit_stream_create(ctypes.byref(native_loop._StreamDesc(beam=0)))
+    assert lib.asrkit_stream_free(None) == 3 and lib.asrkit_stream_frames(None) == -1
+    null = (ctypes.c_void_p * 1)(None)
+    assert lib.asrkit_stream_width(null, 1) == -1
+    assert lib.asrkit_stream_blank_run(null, 1, 0, torch.empty(1, dtype=torch.long).data_ptr()) == 3
+    lp = peaky_log_probs(2, 4, 5, seed=1, dtype=torch.float32)
+    frame = torch.arange(4).repeat(2, 1)
+    zero, four = torch.zeros(2), torch.full((2,), 4)
+
+    def advance(handles, vocab=5, is_double=0) -> int:
+        arr = (ctypes.c_void_p * len(handles))(*handles)
+        desc = native_loop._AdvanceDesc(
+            states=ctypes.cast(arr, ctypes.c_void_p), is_double=is_double, batch=len(handles), frames=4,
+            vocab=vocab, steps=4, n_cand=4, threads=1, select=0, min_logp=-1e9, lp=lp.data_ptr(),
+            frame=frame.data_ptr(), offset=zero.data_ptr(), lengths=four.data_ptr())
+        return lib.asrkit_stream_advance(ctypes.byref(desc))
+
+    assert advance([st.handle, st.handle]) == 5
+    assert advance([st.handle], is_double=1) == 3  # a float32 state in a float64 call
+    assert advance([st.handle]) == 0 and st.frames == 4
+    assert advance([st.handle], vocab=6) == 4
+    out = [torch.empty(3, dtype=torch.long) for _ in range(5)]
+    arr = (ctypes.c_void_p * 1)(st.handle)
+    width = lib.asrkit_stream_width(arr, 1)
+    assert width >= 1
+    desc = native_loop._NBestDesc(states=ctypes.cast(arr, ctypes.c_void_p), batch=1, nbest=1, final=1,
+                                  width=width - 1, total=out[0].data_ptr(), ctc=out[1].data_ptr(),
+                                  tokens=out[2].data_ptr(), token_frames=out[3].data_ptr(), lengths=out[4].data_ptr())
+    assert lib.asrkit_stream_nbest(ctypes.byref(desc)) == 1
+    st.close()
