@@ -5,10 +5,11 @@
 # to the LM's words) and score.
 # This is what `make demo` runs (--size small, 11-15 minutes on a 2-core CPU from a fresh clone); --size medium
 # is the larger recipe (more speech, a 12-layer encoder; 45 minutes on a 2-core CPU); --size small-joint is the demo
-# with an attention decoder, also decoded by joint CTC/attention search. Figures: docs/results.md.
+# with an attention decoder, also decoded by joint CTC/attention search; --size small-streaming is the demo trained to
+# stream as well (dynamic chunk training, causal convolution: conf/mini_streaming.yaml). Figures: docs/results.md.
 # Nothing is downloaded.
 #
-# Usage: recipes/mini/run.sh [--size small|medium|small-joint] [--stage N] [--stop-stage N] [--workdir DIR]
+# Usage: recipes/mini/run.sh [--size small|medium|small-joint|small-streaming] [--stage N] [--stop-stage N] [--workdir DIR]
 #                            [--config conf/X.yaml] [--exp exp/NAME] [--train-opts "--set key=value ..."]
 #                            [--nproc N] [--average K] [--lm-kind ngram|neural] [--lm-order 3]
 #                            [--lm-corpus FILE] [--lm-config conf/lm_lstm_small.yaml] [--lm-opts "--set key=value ..."]
@@ -19,8 +20,10 @@
 #   --size      small: 4800 training utterances (~5.5 h of speech), conf/mini_small.yaml (4-layer Conformer);
 #               medium: 6000 utterances, conf/mini_medium.yaml (12-layer Conformer); small-joint: the small data
 #               and conf/mini_small_joint.yaml (the small model + a 2-layer attention decoder, joint CTC/attention
-#               loss) with --joint-search true. Options after it still override its settings (--num-train,
-#               --config, --nproc, ...).
+#               loss) with --joint-search true; small-streaming: the small data and conf/mini_streaming.yaml (the
+#               small model with dynamic chunk training and a causal convolution, so it also decodes live in
+#               chunks: asrkit decode/transcribe --streaming), into exp/small_streaming. Options after it still
+#               override its settings (--num-train, --config, --nproc, ...).
 #   --nproc N   train with N processes (torchrun --standalone, gloo on CPU): on 2 cores, 2 processes of one
 #               thread each train about 1.45x faster than one (docs/levers.md)
 #   --jobs N    parallel processes of stage 0's synthesis and of stage 6's joint CTC/attention decodes (default 2)
@@ -59,7 +62,9 @@ case "$size" in
     num_train=6000; nproc=2; config="$root/conf/mini_medium.yaml"; exp=exp/medium ;;
   small-joint)
     num_train=4800; nproc=2; config="$root/conf/mini_small_joint.yaml"; exp=exp/small_joint; joint_search=true ;;
-  *) echo "$0: --size must be small, medium or small-joint, not '$size'" >&2; exit 1 ;;
+  small-streaming)
+    num_train=4800; nproc=2; config="$root/conf/mini_streaming.yaml"; exp=exp/small_streaming ;;
+  *) echo "$0: --size must be small, medium, small-joint or small-streaming, not '$size'" >&2; exit 1 ;;
 esac
 stage=0
 stop_stage=100

@@ -160,3 +160,25 @@ def test_mini_recipe_runs_every_stage(tmp_path):
     assert (tmp_path / "data/lm/text.txt").read_text().splitlines()[:2] == ["IT WAS A DARK NIGHT", "SHE SAID NO MORE"]
     used = load_decode_config(exp / "tune_dev" / "decode.yaml")
     assert used.lm == str(tmp_path / "exp" / "lm_neural") and used.lm_units == "word" and used.lexicon is None
+
+
+@pytest.mark.parametrize("size,config,exp", [("small", "mini_small.yaml", "exp/small"),
+                                             ("small-streaming", "mini_streaming.yaml", "exp/small_streaming")])
+def test_size_presets_pick_their_config(tmp_path, size, config, exp):
+    """Catches a --size preset that trains another config or into another experiment dir (stage 3 with a
+    stand-in asrkit on PATH that records its arguments), and an unknown size accepted."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "asrkit"
+    fake.write_text(f'#!/usr/bin/env bash\necho "$@" >> {tmp_path / "calls.txt"}\n')
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    cmd = ["bash", str(REPO / "recipes" / "mini" / "run.sh"), "--workdir", str(tmp_path / "work"), "--size", size,
+           "--stage", "3", "--stop-stage", "3", "--nproc", "1", "--average", "0"]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-3000:]
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    assert len(calls) == 1 and calls[0].startswith(f"train --config {REPO / 'conf' / config} ")
+    assert f" --out {exp} " in calls[0]
+    bad = subprocess.run(cmd[:5] + ["--size", "streaming"], env=env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "small, medium, small-joint or small-streaming, not 'streaming'" in bad.stderr
