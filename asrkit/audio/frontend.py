@@ -32,9 +32,11 @@ from torch import Tensor, nn
 from asrkit.audio.augment import SpecAugment, SpeedPerturb
 from asrkit.audio.cmvn import CMVNStats, GlobalCMVN
 from asrkit.audio.utterance_cmn import CausalCMN, build_utterance_cmn
-from asrkit.config import ConfigError, FrontendConfig, SpecAugmentConfig, SpeedPerturbConfig
+from asrkit.audio.vtlp import KALDI_VTLN_LOW, check_boundary, kaldi_vtln_options, warp_frequencies
+from asrkit.config import ConfigError, FrontendConfig, SpecAugmentConfig, SpeedPerturbConfig, VtlpConfig
 
-__all__ = ["LogMel", "KaldiFbank", "Frontend", "build_frontend", "mel_filterbank", "hz_to_mel", "mel_to_hz"]
+__all__ = ["LogMel", "KaldiFbank", "Frontend", "build_frontend", "mel_filterbank", "warped_mel_filterbank",
+           "hz_to_mel", "mel_to_hz"]
 
 
 def hz_to_mel(hz: Tensor) -> Tensor:
@@ -55,16 +57,34 @@ def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int, fmin: float, fmax:
     mel between ``fmin`` and ``fmax``. Peaks are 1 (no area normalisation).
     Computed in float64 and returned as float32.
     """
+    return _triangles(_mel_edges(sample_rate, n_mels, fmin, fmax), sample_rate, n_fft).float()
+
+
+def warped_mel_filterbank(sample_rate: int, n_fft: int, n_mels: int, fmin: float, fmax: float, alpha: Tensor,
+                          boundary_hz: float) -> Tensor:
+    """:func:`mel_filterbank` with its edge frequencies warped by VTLP (:func:`~asrkit.audio.vtlp.warp_frequencies`),
+    one filterbank per warp factor of ``alpha`` (B,): shape (B, n_mels, n_fft // 2 + 1), float32."""
+    edges = _mel_edges(sample_rate, n_mels, fmin, fmax)  # (M+2,)
+    warped = warp_frequencies(edges[None, :], alpha.double()[:, None], boundary_hz, sample_rate / 2)  # (B, M+2)
+    return _triangles(warped, sample_rate, n_fft).float()
+
+
+def _mel_edges(sample_rate: int, n_mels: int, fmin: float, fmax: float) -> Tensor:
+    """The ``n_mels + 2`` filter edges (Hz, float64), equally spaced in mel between ``fmin`` and ``fmax``."""
     if not 0.0 <= fmin < fmax <= sample_rate / 2:
         raise ConfigError(f"frontend: need 0 <= fmin < fmax <= sample_rate/2, got fmin={fmin}, fmax={fmax}, "
                           f"sample_rate={sample_rate}")
-    bin_hz = torch.linspace(0.0, sample_rate / 2, n_fft // 2 + 1, dtype=torch.float64)  # (K,)
     lo, hi = hz_to_mel(torch.tensor(fmin, dtype=torch.float64)), hz_to_mel(torch.tensor(fmax, dtype=torch.float64))
-    edges = mel_to_hz(torch.linspace(float(lo), float(hi), n_mels + 2, dtype=torch.float64))  # (M+2,)
-    width = edges[1:] - edges[:-1]  # (M+1,)
-    rise = (bin_hz[None, :] - edges[:-2, None]) / width[:-1, None]  # (M, K)
-    fall = (edges[2:, None] - bin_hz[None, :]) / width[1:, None]  # (M, K)
-    return torch.clamp(torch.minimum(rise, fall), min=0.0).float()
+    return mel_to_hz(torch.linspace(float(lo), float(hi), n_mels + 2, dtype=torch.float64))
+
+
+def _triangles(edges: Tensor, sample_rate: int, n_fft: int) -> Tensor:
+    """Triangular filters on edges (..., M+2) in Hz over the rfft bins: (..., M, K), float64."""
+    bin_hz = torch.linspace(0.0, sample_rate / 2, n_fft // 2 + 1, dtype=torch.float64)  # (K,)
+    width = edges[..., 1:] - edges[..., :-1]  # (..., M+1)
+    rise = (bin_hz - edges[..., :-2, None]) / width[..., :-1, None]  # (..., M, K)
+    fall = (edges[..., 2:, None] - bin_hz) / width[..., 1:, None]  # (..., M, K)
+    return torch.clamp(torch.minimum(rise, fall), min=0.0)
 
 
 def _frame_count(n: Tensor, win_length: int, hop_length: int) -> Tensor:
@@ -101,7 +121,7 @@ class LogMel(_Framed):
 
     WINDOWS = {"hann": torch.hann_window, "hamming": torch.hamming_window}
 
-    def __init__(self, cfg: FrontendConfig) -> None:
+    def __init__(self, cfg: FrontendConfig, vtlp: Optional[VtlpConfig] = None) -> None:
         super().__init__()
         if cfg.window not in self.WINDOWS:
             raise ConfigError(f"frontend.window '{cfg.window}' is not supported by kind 'logmel' "
@@ -115,13 +135,16 @@ class LogMel(_Framed):
         self.log_floor = cfg.log_floor
         self.output_dim = cfg.n_mels
         fmax = cfg.sample_rate / 2 if cfg.fmax is None else cfg.fmax
+        self.mel_args = (cfg.sample_rate, cfg.n_fft, cfg.n_mels, cfg.fmin, fmax)  # for VTLP's warped filterbanks
+        self.vtlp_boundary_hz = _vtlp_boundary(cfg, vtlp)
         # Derived from the config, so not persistent: checkpoints carry the config, not these tensors.
         self.register_buffer("window", self.WINDOWS[cfg.window](cfg.win_length, periodic=True), persistent=False)
         self.register_buffer("mel_fb", mel_filterbank(cfg.sample_rate, cfg.n_fft, cfg.n_mels, cfg.fmin, fmax).T,
                              persistent=False)  # (K, M)
 
-    def forward(self, wav: Tensor, wav_lens: Tensor) -> Tuple[Tensor, Tensor]:
-        """wav (B, T) float, wav_lens (B,) -> feats (B, F, n_mels), feat_lens (B,)."""
+    def forward(self, wav: Tensor, wav_lens: Tensor, warp: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        """wav (B, T) float, wav_lens (B,) -> feats (B, F, n_mels), feat_lens (B,). ``warp`` (B,): VTLP warp factors
+        (1: none), each utterance through its own filterbank (:func:`warped_mel_filterbank`)."""
         _check_input(wav, wav_lens)
         feat_lens = self.num_frames(wav_lens.long())
         # Plain int arithmetic on the size (not a tensor round trip), so that export (torch.export, jit.trace)
@@ -139,7 +162,11 @@ class LogMel(_Framed):
             spec = torch.stft(x, self.n_fft, self.hop_length, self.win_length, self.window,
                               center=False, return_complex=True)  # (B, K, F)
             power = spec.real.square() + spec.imag.square()
-            mel = torch.matmul(power.transpose(1, 2), self.mel_fb)  # (B, F, M)
+            if _warps(warp):
+                fb = warped_mel_filterbank(*self.mel_args, warp.cpu(), self.vtlp_boundary_hz).to(power.device)
+                mel = torch.bmm(power.transpose(1, 2), fb.transpose(1, 2))  # (B, F, K) @ (B, K, M)
+            else:
+                mel = torch.matmul(power.transpose(1, 2), self.mel_fb)  # (B, F, M)
             feats = torch.log(torch.clamp(mel, min=self.log_floor))
         return _zero_padding(feats[:, :n_frames], feat_lens), feat_lens
 
@@ -169,7 +196,7 @@ class KaldiFbank(_Framed):
     WINDOWS = {"povey": "povey", "hamming": "hamming", "hann": "hanning", "hanning": "hanning",
                "rectangular": "rectangular", "blackman": "blackman"}
 
-    def __init__(self, cfg: FrontendConfig) -> None:
+    def __init__(self, cfg: FrontendConfig, vtlp: Optional[VtlpConfig] = None) -> None:
         super().__init__()
         if cfg.window not in self.WINDOWS:
             raise ConfigError(f"frontend.window '{cfg.window}' is not supported by kind 'kaldi_fbank' "
@@ -193,29 +220,54 @@ class KaldiFbank(_Framed):
             sample_frequency=float(cfg.sample_rate), num_mel_bins=cfg.n_mels, low_freq=cfg.fmin,
             high_freq=0.0 if cfg.fmax is None else cfg.fmax, window_type=self.WINDOWS[cfg.window],
             snip_edges=True)
+        self.vtlp_boundary_hz = _vtlp_boundary(cfg, vtlp)
+        if vtlp is not None and vtlp.prob > 0:
+            # Kaldi's warp needs its cut-offs inside the filters' range: low above fmin, high below the top edge.
+            top = cfg.sample_rate / 2 if cfg.fmax is None else cfg.fmax
+            if self.vtlp_boundary_hz >= top or cfg.fmin >= KALDI_VTLN_LOW:
+                raise ConfigError(f"augment.vtlp with kind 'kaldi_fbank' needs boundary_hz below the highest filter "
+                                  f"edge {top:g} Hz and frontend.fmin below {KALDI_VTLN_LOW:g} Hz; got boundary_hz "
+                                  f"{self.vtlp_boundary_hz:g}, fmin {cfg.fmin:g}")
 
-    def forward(self, wav: Tensor, wav_lens: Tensor) -> Tuple[Tensor, Tensor]:
-        """wav (B, T) float in [-1, 1], wav_lens (B,) -> feats (B, F, n_mels), feat_lens (B,)."""
+    def forward(self, wav: Tensor, wav_lens: Tensor, warp: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        """wav (B, T) float in [-1, 1], wav_lens (B,) -> feats (B, F, n_mels), feat_lens (B,). ``warp`` (B,): VTLP warp
+        factors (1: none), through Kaldi's VTLN warp (:func:`~asrkit.audio.vtlp.kaldi_vtln_options`)."""
         _check_input(wav, wav_lens)
         feat_lens = self.num_frames(wav_lens.long())
         n_frames = int(self.num_frames(torch.tensor(wav.size(1))))
         feats = wav.new_zeros(wav.size(0), n_frames, self.output_dim, dtype=torch.float32)
         dither = self.dither if self.training else 0.0
+        alphas = warp.tolist() if _warps(warp) else [1.0] * wav.size(0)
         with torch.autocast(device_type=wav.device.type, enabled=False):
             # One host sync per batch for the lengths; the compliance API needs Python ints anyway.
-            for b, (n, f) in enumerate(zip(wav_lens.tolist(), feat_lens.tolist())):
+            for b, (n, f, alpha) in enumerate(zip(wav_lens.tolist(), feat_lens.tolist(), alphas)):
                 if f == 0:
                     continue  # shorter than one window: Kaldi emits no frames
                 x = wav[b, :n].float() * self.INT16_SCALE
-                feats[b, :f] = kaldi.fbank(x[None], dither=dither, **self.options)
+                vtln = kaldi_vtln_options(alpha, self.vtlp_boundary_hz) if alpha != 1.0 else {}
+                feats[b, :f] = kaldi.fbank(x[None], dither=dither, **self.options, **vtln)
         return feats, feat_lens
 
 
-def build_frontend(cfg: FrontendConfig) -> nn.Module:
-    """The feature extractor named by ``cfg.kind`` (``logmel`` or ``kaldi_fbank``; the config checks the kind)."""
+def _warps(warp: Optional[Tensor]) -> bool:
+    """Whether VTLP factors ``warp`` (B,) warp any utterance (one host sync per training batch)."""
+    return warp is not None and bool((warp != 1.0).any())
+
+
+def _vtlp_boundary(cfg: FrontendConfig, vtlp: Optional[VtlpConfig]) -> float:
+    """VTLP's F_hi for a frontend; checked against the Nyquist frequency when VTLP is on."""
+    vtlp = vtlp or VtlpConfig()
+    if vtlp.prob > 0:
+        check_boundary(vtlp.boundary_hz, cfg.sample_rate)
+    return vtlp.boundary_hz
+
+
+def build_frontend(cfg: FrontendConfig, vtlp: Optional[VtlpConfig] = None) -> nn.Module:
+    """The feature extractor named by ``cfg.kind`` (``logmel`` or ``kaldi_fbank``; the config checks the kind);
+    ``vtlp``: the warp that training batches' ``vtlp_alpha`` factors use (default: off, with the paper's F_hi)."""
     if cfg.sample_rate <= 0:
         raise ConfigError(f"frontend.sample_rate must be positive, got {cfg.sample_rate}")
-    return LogMel(cfg) if cfg.kind == "logmel" else KaldiFbank(cfg)
+    return LogMel(cfg, vtlp) if cfg.kind == "logmel" else KaldiFbank(cfg, vtlp)
 
 
 def _check_stats_frontend(stats: CMVNStats, frontend: FrontendConfig) -> None:
@@ -248,13 +300,13 @@ class Frontend(nn.Module):
 
     def __init__(self, frontend: FrontendConfig, specaug: Optional[SpecAugmentConfig] = None,
                  speed_perturb: Optional[SpeedPerturbConfig] = None,
-                 cmvn: Optional[CMVNStats | Tuple[Tensor, Tensor]] = None) -> None:
+                 cmvn: Optional[CMVNStats | Tuple[Tensor, Tensor]] = None, vtlp: Optional[VtlpConfig] = None) -> None:
         super().__init__()
         self.sample_rate = frontend.sample_rate
         specaug = specaug or SpecAugmentConfig()
         speed_perturb = speed_perturb or SpeedPerturbConfig()
         self.speed_perturb = SpeedPerturb(speed_perturb, frontend.sample_rate) if speed_perturb.enabled else None
-        self.extractor = build_frontend(frontend)
+        self.extractor = build_frontend(frontend, vtlp)
         self.output_dim: int = self.extractor.output_dim
         cmn = build_utterance_cmn(frontend)
         # the whole utterance's mean goes before global CMVN, the running mean after it (asrkit.audio.utterance_cmn)
@@ -279,11 +331,12 @@ class Frontend(nn.Module):
         """Frames produced for ``num_samples`` samples without speed perturbation (e.g. for batching)."""
         return self.extractor.num_frames(num_samples)
 
-    def forward(self, wav: Tensor, wav_lens: Tensor) -> Tuple[Tensor, Tensor]:
-        """wav (B, T) float in [-1, 1], wav_lens (B,) -> feats (B, F, output_dim), feat_lens (B,)."""
+    def forward(self, wav: Tensor, wav_lens: Tensor, warp: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        """wav (B, T) float in [-1, 1], wav_lens (B,) -> feats (B, F, output_dim), feat_lens (B,). ``warp`` (B,):
+        VTLP warp factors from the training loader (``batch["vtlp_alpha"]``), applied in training mode only."""
         if self.training and self.speed_perturb is not None:
             wav, wav_lens = self.speed_perturb(wav, wav_lens)
-        feats, feat_lens = self.extractor(wav, wav_lens)
+        feats, feat_lens = self.extractor(wav, wav_lens, warp if self.training else None)
         if not (self.training and self.specaug is not None):
             return self.normalize(feats, feat_lens)
         if self.causal_cmn is not None:  # its output's mean is 0: the masks' fill

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections import Counter
 from typing import Dict, List, Optional, Protocol, Sequence, Tuple, Union
 
 import torch
@@ -138,7 +139,10 @@ def collate(items: Sequence[Optional[Dict[str, object]]]) -> Dict[str, object]:
     ``tokens`` (B, Lmax) int64 padded with -1, ``token_lens`` (B,) int64,
     ``utts`` and ``texts`` (lists of B strings) and ``num_skipped`` (int).
     If every item was ``None`` the batch has B = 0 (tensors of shape (0, 0)
-    and (0,)); the trainer skips such a batch.
+    and (0,)); the trainer skips such a batch. Items from an
+    :class:`~asrkit.data.augmented.AugmentedDataset` add ``vtlp_alpha`` (B,)
+    float32 and ``augmented`` (how many utterances each kind was applied to,
+    with ``utts``: how many went through augmentation).
     """
     good = [it for it in items if it is not None]
     wav_lens = torch.tensor([it["wav"].shape[0] for it in good], dtype=torch.long)  # (B,)
@@ -148,6 +152,12 @@ def collate(items: Sequence[Optional[Dict[str, object]]]) -> Dict[str, object]:
     for b, it in enumerate(good):
         wav[b, : wav_lens[b]] = it["wav"]
         tokens[b, : token_lens[b]] = it["tokens"]
-    return {"wav": wav, "wav_lens": wav_lens, "tokens": tokens, "token_lens": token_lens,
-            "utts": [it["utt"] for it in good], "texts": [it["text"] for it in good],
-            "num_skipped": len(items) - len(good)}
+    batch = {"wav": wav, "wav_lens": wav_lens, "tokens": tokens, "token_lens": token_lens,
+             "utts": [it["utt"] for it in good], "texts": [it["text"] for it in good],
+             "num_skipped": len(items) - len(good)}
+    augmented = [it for it in good if "augmented" in it]
+    if augmented:
+        batch["vtlp_alpha"] = torch.tensor([float(it.get("vtlp_alpha", 1.0)) for it in good], dtype=torch.float32)
+        batch["augmented"] = dict(Counter(kind for it in augmented for kind in it["augmented"]),
+                                  utts=len(augmented))
+    return batch

@@ -126,7 +126,7 @@ def check_model_config(m: ModelConfig) -> None:
 
 def build_frontend_module(cfg: ExperimentConfig, cmvn_path: Optional[str]) -> Frontend:
     stats = CMVNStats.load(cmvn_path) if cmvn_path else None
-    return Frontend(cfg.frontend, cfg.specaug, cfg.speed_perturb, stats)
+    return Frontend(cfg.frontend, cfg.specaug, cfg.speed_perturb, stats, vtlp=cfg.augment.vtlp)
 
 
 def build_model(cfg: ExperimentConfig, vocab_size: int, cmvn_path: Optional[str] = None) -> AsrModel:

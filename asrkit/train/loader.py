@@ -10,6 +10,10 @@ from its own generator, reseeded every epoch (so creating an iterator never touc
 RNG, which the model's dropout and SpecAugment use, and a resumed run sees the same stream); each
 worker seeds python's and numpy's generators from its torch seed.
 
+Waveform augmentation (``augment:``, training only) runs in the workers on each item as it is read
+(:class:`~asrkit.data.augmented.AugmentedDataset`), its draws seeded by that same per-epoch generator's seed
+and the utterance id, so a resumed epoch gets the same audio.
+
 Tar shards (:mod:`asrkit.data.shards`, ``asrkit train --train-shards``) are the other training source:
 :class:`ShardLoader` streams them and offers the trainer the same ``batch_sampler``/``generator`` handles.
 """
@@ -23,7 +27,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from asrkit.config import ExperimentConfig
+from asrkit.audio.waveaug import WaveAugment, augment_enabled
+from asrkit.config import ConfigError, ExperimentConfig
+from asrkit.data.augmented import AugmentedDataset
 from asrkit.data.datadir import DataDirError, read_data_dir
 from asrkit.data.dataset import AsrDataset, TokenEncoder, collate
 from asrkit.data.sampler import BucketBatchSampler
@@ -94,6 +100,9 @@ def build_loader(data_dir: str, cfg: ExperimentConfig, tokenizer: TokenEncoder, 
                                  sortagrad_epochs=d.sortagrad_epochs)
     generator = torch.Generator()
     generator.manual_seed(cfg.train.seed)
+    if train and augment_enabled(cfg.augment):
+        augment = WaveAugment(cfg.augment, cfg.frontend.sample_rate, seed=cfg.train.seed)
+        data = AugmentedDataset(data, augment, generator, {u.utt: u.spk for u, _ in dataset.items if u.spk})
     return DataLoader(data, batch_sampler=sampler, collate_fn=collate, num_workers=d.num_workers,
                       worker_init_fn=seed_worker, generator=generator,
                       pin_memory=pin_memory)
@@ -148,6 +157,9 @@ def build_shard_loader(spec: str, cfg: ExperimentConfig, tokenizer: TokenEncoder
     d = cfg.data
     if d.shard_buffer < 1:
         raise DataDirError(f"data.shard_buffer must be at least 1, got {d.shard_buffer}")
+    if augment_enabled(cfg.augment):
+        raise ConfigError(f"augment: {spec}: waveform augmentation is applied to Kaldi data dirs; training from tar "
+                          "shards does not take it yet (set every augment.*.prob to 0, or train on a data dir)")
     if d.sortagrad_epochs:
         raise DataDirError(f"data.sortagrad_epochs: {spec}: tar shards are streamed through a bucketing buffer, "
                            "with no global length order to go shortest first; use a Kaldi data dir or set it to 0")

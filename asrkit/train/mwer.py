@@ -95,7 +95,8 @@ def mwer_forward(model: AsrModel, batch: Dict[str, torch.Tensor], tokenizer: Tok
     ``ctc_weight``: the joint search's CTC prefix score weight when the model has both a decoder and a CTC
     head (0: attention search).
     """
-    feats, feat_lens = model.frontend(batch["wav"], batch["wav_lens"])  # the training augmentation, drawn once
+    # the training augmentation, drawn once (VTLP's warp factors came with the batch)
+    feats, feat_lens = model.frontend(batch["wav"], batch["wav_lens"], batch.get("vtlp_alpha"))
     was_training = model.training
     model.eval()  # the N-best without dropout
     try:

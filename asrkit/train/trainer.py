@@ -50,6 +50,7 @@ from asrkit.train.task import AsrTask, TrainTask
 log = logging.getLogger("asrkit.train")
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 # What _save writes and _resume reads ("scaler" and "best" are read if present).
+AUGMENTED = "augmented_"  # epoch totals of waveform augmentation, by kind ("augmented_utts": utterances through it)
 RESUME_KEYS = ("model", "optimizer", "scheduler", "step", "epoch", "batches_done", "end_of_epoch", "totals",
                "nonfinite_in_row", "rng", "sampler")
 
@@ -204,6 +205,9 @@ class Trainer:
         t, world = self.cfg, self.ctx.world_size
         counts = [self.task.count(b) for b in group]
         self.totals["skipped_utts"] += sum(int(b.get("num_skipped", 0)) for b in group)  # unreadable audio
+        for b in group:  # waveform augmentation in the loader (augment:): what was applied, for train.log
+            for kind, n in b.get("augmented", {}).items():
+                self.totals[AUGMENTED + kind] = self.totals.get(AUGMENTED + kind, 0) + n
         total = all_reduce_sum([float(sum(counts))], self.ctx)[0]
         if total == 0:
             log.warning("epoch %d: %d batches with nothing readable skipped", self.epoch, len(group))
@@ -312,7 +316,8 @@ class Trainer:
         n = max(self.totals["count"], 1)
         return {"loss": self.totals["loss_sum"] / n, "seconds": time.time() - self._epoch_start,
                 "speed": self._speed(),
-                **{k: self.totals[k] for k in ("updates", "skipped_utts", "nonfinite", "overflows")}}
+                **{k: self.totals[k] for k in ("updates", "skipped_utts", "nonfinite", "overflows")},
+                "augmented": {k[len(AUGMENTED):]: int(v) for k, v in self.totals.items() if k.startswith(AUGMENTED)}}
 
     # ---------------------------------------------------------------- validation
     @torch.no_grad()
@@ -377,7 +382,7 @@ class Trainer:
                    f"{tr['seconds']:.1f}s, {tr['speed']:.1f} {self.task.amount}/s, {skipped}{tr['nonfinite']} "
                    f"non-finite updates skipped"
                    + (f", {tr['overflows']} fp16 overflows skipped (loss scale lowered)" if tr["overflows"] else "")
-                   + ")")
+                   + ")" + _augmented(tr["augmented"]))
             best = self._improves(metrics)
             if metrics:
                 msg += f", {_figures(metrics)}" + (" (best)" if best else "")
@@ -399,6 +404,14 @@ class Trainer:
         if self.best is not None:
             summary[f"best_{t.best_metric}"] = self.best
         return summary
+
+
+def _augmented(counts: Dict[str, int]) -> str:
+    """``{"utts": 8, "noise": 5, "reverb": 3}`` -> ``, augmented 8 utts (noise 5, reverb 3)`` (for the epoch line)."""
+    if not counts:
+        return ""
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if k != "utts")
+    return f", augmented {counts.get('utts', 0)} utts ({kinds or 'nothing applied'})"
 
 
 def _figures(values: Dict[str, float]) -> str:

@@ -17,7 +17,11 @@ from trainkit import REPO, cli_args
 # 8 utterances in batches of 2: 4 updates per epoch, 12 in all; a checkpoint every 3 updates and at
 # each epoch end. Dropout and SpecAugment stay on (the RNG state must be restored), and a loader
 # worker prefetches batches (the sampler position must be the consumed one, not the fetched one).
-SETTINGS = ["train.epochs=3", "train.save_every_steps=3", "data.num_workers=1", "train.keep_best=1"]
+# Waveform augmentation of every kind is on: its draws must follow the epoch and the utterance, not the process.
+SETTINGS = ["train.epochs=3", "train.save_every_steps=3", "data.num_workers=1", "train.keep_best=1",
+            "augment.reverb.prob=0.5", "augment.reverb.num_rooms=4", "augment.reverb.max_order=3",
+            "augment.noise.prob=0.7", "augment.noise.babble_utts=[1, 2]", "augment.band.prob=0.3",
+            "augment.gain.prob=0.5", "augment.vtlp.prob=0.5"]
 
 # Runs `asrkit train`, and SIGKILLs itself when update number KILL_AT is about to start.
 KILLER = """
@@ -36,7 +40,10 @@ sys.exit(main(sys.argv[2:]))
 
 
 def epoch_losses(exp) -> dict:
-    return dict(re.findall(r"(epoch \d+): train loss ([\d.]+)", (exp / "train.log").read_text()))
+    """epoch -> (train loss, what augmentation applied), from train.log's epoch lines."""
+    found = re.findall(r"(epoch \d+): train loss ([\d.]+) .*?, augmented (\d+ utts \([a-z0-9 ,]+\))",
+                       (exp / "train.log").read_text())
+    return {epoch: (loss, augmented) for epoch, loss, augmented in found}
 
 
 def test_kill_9_mid_epoch_then_resume_matches_an_uninterrupted_run(corpus, tmp_path):
@@ -62,6 +69,7 @@ def test_kill_9_mid_epoch_then_resume_matches_an_uninterrupted_run(corpus, tmp_p
         for key in ("loss", "lr", "grad_norm"):
             assert abs(g[key] - w[key]) <= 1e-6 * max(1.0, abs(w[key])), (g, w)
     assert epoch_losses(exp) == epoch_losses(ref)  # the interrupted epoch's totals were restored too
+    assert len(epoch_losses(ref)) == 3 and all("noise" in a for _, a in epoch_losses(ref).values())
     final, final_ref = load_checkpoint(exp / "epoch2.pt")["model"], load_checkpoint(ref / "epoch2.pt")["model"]
     for name in final_ref:
         torch.testing.assert_close(final[name], final_ref[name], rtol=1e-6, atol=1e-7)

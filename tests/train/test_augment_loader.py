@@ -1,0 +1,83 @@
+"""Waveform augmentation in the training loader: in the workers, seeded by the epoch and the utterance, counted in
+the batches (train.log's counts and resume: tests/train/test_resume.py); never in validation; refused for tar
+shards."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from asrkit.config import ConfigError
+from asrkit.data.augmented import AugmentedDataset
+from asrkit.data.table import write_table
+from asrkit.models.registry import build_model
+from asrkit.text.tokenizer import load_tokenizer
+from asrkit.train.loader import build_loader, build_shard_loader
+from trainkit import tiny_config
+
+AUGMENT = ["augment.noise.prob=1.0", "augment.noise.generated=[pink, babble]", "augment.noise.babble_utts=[1, 2]",
+           "augment.gain.prob=0.5", "augment.vtlp.prob=0.5", "augment.band.prob=0.3"]
+
+
+def _loader(corpus, extra=(), train=True):
+    cfg = tiny_config(list(AUGMENT) + list(extra))
+    tok = load_tokenizer(str(corpus["tokenizer"]))
+    model = build_model(cfg, tok.vocab_size)
+    return build_loader(str(corpus["train"]), cfg, tok, model, train=train)
+
+
+def _epoch(loader, seed):
+    loader.generator.manual_seed(seed)  # what the trainer does before every epoch
+    return {u: (w[:n].clone(), b.get("vtlp_alpha")[i].item() if "vtlp_alpha" in b else None)
+            for b in loader for i, (u, w, n) in enumerate(zip(b["utts"], b["wav"], b["wav_lens"]))}
+
+
+def test_the_workers_augment_as_the_main_process_does_and_each_epoch_anew(corpus):
+    main, worker = _loader(corpus), _loader(corpus, ["data.num_workers=1"])
+    assert isinstance(main.dataset, AugmentedDataset)
+    a, b = _epoch(main, 1000), _epoch(worker, 1000)
+    assert a.keys() == b.keys() and len(a) == 8
+    for utt in a:
+        assert torch.equal(a[utt][0], b[utt][0]) and a[utt][1] == b[utt][1]
+    c = _epoch(main, 1001)  # the next epoch: other draws for every utterance
+    assert all(not torch.equal(a[u][0], c[u][0]) for u in a)
+    again = _epoch(main, 1000)  # the epoch again (a resumed run): the same audio
+    assert all(torch.equal(again[u][0], a[u][0]) for u in a)
+
+
+def test_batches_carry_vtlp_factors_and_counts(corpus):
+    loader = _loader(corpus)
+    loader.generator.manual_seed(3)
+    total = {}
+    for batch in loader:
+        n = len(batch["utts"])
+        assert batch["vtlp_alpha"].shape == (n,) and batch["vtlp_alpha"].dtype == torch.float32
+        assert batch["augmented"]["utts"] == n and batch["augmented"]["noise"] == n
+        warped = int((batch["vtlp_alpha"] != 1.0).sum())
+        assert batch["augmented"].get("vtlp", 0) == warped
+        assert all(0.9 <= a <= 1.1 for a in batch["vtlp_alpha"].tolist())
+        for k, v in batch["augmented"].items():
+            total[k] = total.get(k, 0) + v
+    assert total["utts"] == 8 and 0 < total.get("gain", 0) < 8
+
+
+def test_validation_is_never_augmented(corpus):
+    loader = _loader(corpus, train=False)
+    assert not isinstance(loader.dataset, AugmentedDataset)
+    assert all("augmented" not in b and "vtlp_alpha" not in b for b in loader)
+
+
+def test_vtlp_per_speaker_reads_utt2spk(corpus):
+    train = corpus["train"]
+    utts = sorted(line.split()[0] for line in (train / "text").read_text().splitlines())
+    write_table(train / "utt2spk", {u: "spkA" for u in utts})
+    loader = _loader(corpus, ["augment.vtlp.prob=1.0", "augment.vtlp.per_speaker=true"])
+    alphas = {round(v[1], 12) for v in _epoch(loader, 1000).values()}
+    assert len(alphas) == 1  # one speaker: one factor
+
+
+def test_tar_shards_refuse_augmentation(corpus):
+    cfg = tiny_config(AUGMENT)
+    tok = load_tokenizer(str(corpus["tokenizer"]))
+    with pytest.raises(ConfigError, match=r"^augment: shards/\{0\.\.1\}\.tar: waveform augmentation is applied to "
+                                          r"Kaldi data dirs"):
+        build_shard_loader("shards/{0..1}.tar", cfg, tok, build_model(cfg, tok.vocab_size))
