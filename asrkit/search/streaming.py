@@ -14,9 +14,9 @@ piece's backpointers are traced once and appended to the rows the hypotheses des
 endpoint starts a new state.
 
 Feeding an utterance as one piece gives exactly the offline search's result (hypotheses, token frames and
-scores); feeding it in pieces gives the same search (:func:`asrkit.search.ctc_prefix.resume_search`): with the
-pruning off the same result, with the default pruning the same result but where a beam's ties and the per-step
-candidate sets of streams batched together fall differently (rare; tested). Scorer states are stacked along
+scores); feeding it in pieces gives the same search (:func:`asrkit.search.ctc_prefix.resume_search`; the
+pruning acts per frame), so the same result but where exact ties between hypotheses break another way (tested:
+exact search, and >= 99% of streams with the default pruning). Scorer states are stacked along
 their row dimension to batch streams; a scorer whose state has a per-stream size beyond the rows (the
 Transformer LM's key/value cache grows with the steps) batches only the streams whose sizes agree, one group
 after the other. Token frames count input frames since the state was created.
