@@ -16,6 +16,9 @@ EXTRAS = {
     "shards": ["webdataset>=1.0"],
     # train.plot_attention > 0: attention images
     "plot": ["matplotlib>=3.5"],
+    # transcribe --segmenter silero, decode.endpoint.vad: silero: the Silero VAD's ONNX model (MIT, shipped in
+    # the package: nothing is downloaded) run by onnxruntime
+    "vad": ["silero-vad>=5.1", "onnxruntime>=1.20"],
     # tools/make_synthetic_corpus.py (make demo, the tests): resampling the synthesizers' speech
     "synth": ["scipy>=1.8"],
     # augment.reverb without a rir_list: impulse responses of simulated rooms (the image-source method)

@@ -482,7 +482,7 @@ class EndpointConfig:
     trailing_silence: float = 1.0  # seconds of non-speech after speech (the usual end of a sentence)
     max_utterance: float = 20.0  # seconds: an utterance this long ends wherever it is
     vad: str = "none"  # none | silero (the learned VAD's speech probability per 32 ms: pip install '.[vad]')
-    vad_threshold: float = 0.5  # silero: a chunk whose speech probability is at least this is speech
+    vad_threshold: float = 0.5  # silero: a chunk whose speech probability is above this is speech
 
     def __post_init__(self) -> None:
         for key in ("silence_no_speech", "trailing_silence", "max_utterance"):

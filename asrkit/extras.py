@@ -9,6 +9,7 @@ extras (tests/test_packaging.py holds the two together).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from types import ModuleType
 
 # top-level module -> the extra of setup.py that installs it
@@ -20,6 +21,7 @@ EXTRA_OF = {
     "matplotlib": "plot",
     "scipy": "synth",
     "pyroomacoustics": "augment",
+    "silero_vad": "vad",
 }
 
 
@@ -38,5 +40,21 @@ def require(module: str, purpose: str) -> ModuleType:
     except ModuleNotFoundError as exc:
         if exc.name is None or exc.name.split(".")[0] != package:
             raise
-        raise MissingExtraError(f"{purpose} needs {package}, which is not installed: "
-                                f"pip install -e '.[{extra}]' (in the asrkit checkout)") from None
+        raise _missing(package, purpose) from None
+
+
+def locate(package: str, purpose: str) -> str:
+    """The directory of the installed ``package``, found without importing it (silero_vad's import sets torch's
+    thread count), or :class:`MissingExtraError` as :func:`require` raises it."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except ValueError:  # sys.modules holds None for it: importing it fails, as where it is not installed
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise _missing(package, purpose)
+    return list(spec.submodule_search_locations)[0]
+
+
+def _missing(package: str, purpose: str) -> MissingExtraError:
+    return MissingExtraError(f"{purpose} needs {package}, which is not installed: "
+                             f"pip install -e '.[{EXTRA_OF[package]}]' (in the asrkit checkout)")

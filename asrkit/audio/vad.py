@@ -27,6 +27,7 @@ per cent of its frames) gets a threshold inside the speech, and is cut at its qu
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -35,12 +36,14 @@ from typing import TYPE_CHECKING, List, Optional, Tuple, Union
 import numpy as np
 import soundfile as sf
 
+from asrkit.audio import silero
 from asrkit.audio.io import AudioError
 
 if TYPE_CHECKING:
     import torch
 
 _EPS = 1e-10  # power floor: digital silence is -100 dB, not -inf
+SEGMENT_MODES = ("vad", "energy", "silero", "fixed")  # plan_segments' modes ("vad": the old name of "energy")
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ class VadConfig:
     # window that owns it (ownership changes in the middle of the overlap)
     noise_window: float = 30.0  # seconds: a long recording's floor is tracked per block this long (0: global)
     block_hops: int = 1024  # hops read per block when streaming a file (10.24 s)
+    silero_threshold: float = 0.5  # mode "silero": a 32 ms chunk whose speech probability is above this is speech
 
     def __post_init__(self) -> None:
         checks = [
@@ -84,6 +88,7 @@ class VadConfig:
             (0 <= self.overlap < self.max_segment, f"need 0 <= overlap ({self.overlap}) < max_segment"),
             (self.block_hops >= 1, f"block_hops {self.block_hops} must be >= 1"),
             (self.noise_window >= 0, f"noise_window {self.noise_window} must be >= 0"),
+            (0 < self.silero_threshold < 1, f"silero_threshold {self.silero_threshold} not in (0, 1)"),
         ]
         for ok, message in checks:
             if not ok:
@@ -259,16 +264,20 @@ def _runs(mask: np.ndarray) -> List[Tuple[int, int]]:
 
 
 def speech_regions(energies: np.ndarray, hop_seconds: float, cfg: Optional[VadConfig] = None, *,
-                   duration: Optional[float] = None) -> List[Tuple[float, float]]:
+                   duration: Optional[float] = None,
+                   threshold: Union[None, float, np.ndarray] = None) -> List[Tuple[float, float]]:
     """Speech regions ``(start, end)`` in seconds, merged across pauses < ``min_silence``, bursts <
     ``min_speech`` dropped, padded by ``padding`` (meeting in the middle of shorter gaps); not length-bounded.
 
     Frame ``i`` spans ``[i * hop_seconds, i * hop_seconds + cfg.frame)``; a region runs from the start of its
     first frame above the threshold to the end of its last. ``duration`` clips the end (default: frames * hop).
+    ``energies`` may be any per-frame speech score with its ``threshold`` (Silero's probabilities); None: the
+    energy threshold (:func:`energy_threshold`).
     """
     cfg = cfg or VadConfig()
     duration = len(energies) * hop_seconds if duration is None else duration
-    runs = _runs(energies > energy_threshold(energies, cfg, hop_seconds))
+    threshold = energy_threshold(energies, cfg, hop_seconds) if threshold is None else threshold
+    runs = _runs(energies > threshold)
     merged: List[List[float]] = []
     for first, last in runs:
         start, end = first * hop_seconds, min(duration, (last - 1) * hop_seconds + cfg.frame)
@@ -373,14 +382,16 @@ def _bound(start: float, end: float, energies: np.ndarray, hop_seconds: float, t
 
 
 def speech_segments(energies: np.ndarray, hop_seconds: float, cfg: Optional[VadConfig] = None, *,
-                    duration: Optional[float] = None) -> List[Window]:
+                    duration: Optional[float] = None,
+                    threshold: Union[None, float, np.ndarray] = None) -> List[Window]:
     """Speech segments of at most ``cfg.max_segment`` seconds as :class:`Window` s (see :func:`speech_regions`
-    for the regions; a longer region is cut at its quietest pause, or covered by fixed windows where it has
-    none). Windows are in time order; a voice-activity segment has ``keep_* == start/end``."""
+    for the regions, the scores and ``threshold``; a longer region is cut at its quietest pause, or covered by
+    fixed windows where it has none). Windows are in time order; a voice-activity segment has
+    ``keep_* == start/end``."""
     cfg = cfg or VadConfig()
-    threshold = energy_threshold(energies, cfg, hop_seconds)
+    threshold = energy_threshold(energies, cfg, hop_seconds) if threshold is None else threshold
     out: List[Window] = []
-    for start, end in speech_regions(energies, hop_seconds, cfg, duration=duration):
+    for start, end in speech_regions(energies, hop_seconds, cfg, duration=duration, threshold=threshold):
         out.extend(_bound(start, end, energies, hop_seconds, threshold, cfg))
     return out
 
@@ -389,13 +400,16 @@ def plan_segments(source: Source, sample_rate: Optional[int] = None, cfg: Option
                   mode: str = "vad") -> List[Window]:
     """The windows to decode for a file path or a waveform (T,)/(C, T) at ``sample_rate``.
 
-    ``mode="vad"``: :func:`speech_segments`; ``mode="fixed"``: :func:`fixed_windows` of ``cfg.max_segment``
-    seconds overlapping by ``cfg.overlap``. Either way, empty or silence-only audio (no frame above the
-    threshold) gives ``[]``. Times are seconds from the start of the input. A file is read in blocks,
-    never whole; each window can then be read with ``load_audio(path, sr, start=w.start, end=w.end)``.
+    ``mode="energy"`` (or its old name ``"vad"``): :func:`speech_segments` of the frame energies;
+    ``mode="silero"``: :func:`speech_segments` of the Silero VAD's speech probabilities per 32 ms
+    (:mod:`asrkit.audio.silero`, the ``vad`` extra) above ``cfg.silero_threshold``, with the same merging,
+    padding and bounding; ``mode="fixed"``: :func:`fixed_windows` of ``cfg.max_segment`` seconds overlapping
+    by ``cfg.overlap``. Either way, empty or silence-only audio (no frame above the threshold) gives ``[]``.
+    Times are seconds from the start of the input. A file is read in blocks, never whole; each window can
+    then be read with ``load_audio(path, sr, start=w.start, end=w.end)``.
     """
-    if mode not in ("vad", "fixed"):
-        raise ValueError(f"plan_segments: mode must be 'vad' or 'fixed', got {mode!r}")
+    if mode not in SEGMENT_MODES:
+        raise ValueError(f"plan_segments: mode must be one of {', '.join(SEGMENT_MODES)}, got {mode!r}")
     cfg = cfg or VadConfig()
     if isinstance(source, (str, os.PathLike)):
         sample_rate, frames = audio_file_info(source)
@@ -405,6 +419,13 @@ def plan_segments(source: Source, sample_rate: Optional[int] = None, cfg: Option
         frames = int(source.shape[-1])
     if frames == 0:
         return []
+    if mode == "silero":
+        probs = silero.speech_probabilities(source, sample_rate)
+        if not (probs > cfg.silero_threshold).any():
+            return []
+        geometry = dataclasses.replace(cfg, frame=silero.HOP_SECONDS, hop=silero.HOP_SECONDS)  # 32 ms chunks
+        return speech_segments(probs, silero.HOP_SECONDS, geometry, duration=frames / sample_rate,
+                               threshold=cfg.silero_threshold)
     energies = frame_energies(source, sample_rate, cfg)
     duration = frames / sample_rate
     hop_seconds = frame_geometry(sample_rate, cfg)[1] / sample_rate

@@ -11,6 +11,8 @@ stdout, flushed, or one whole file per input in --output-dir), so a stopped run 
 progress bar counts seconds of audio. A missing or unreadable input is named on stderr when its turn comes
 and the rest are transcribed; the exit status is 1 when any input failed. At the end: inputs, audio, wall
 time, real-time factor and where the time went.
+--streaming decodes each input as a live stream instead (fed --chunk-ms at a time, split into utterances by
+endpoints, not by --segmenter): the same outputs; --partials adds the partial results to --format jsonl.
 """
 from __future__ import annotations
 
@@ -51,9 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="audio per batch, counting padding (default 120)")
     p.add_argument("--num-workers", type=int, default=min(2, max(0, (os.cpu_count() or 1) - 1)),
                    help="loader processes reading audio and computing features (0: in the main process)")
-    p.add_argument("--segmenter", choices=SEGMENTERS, default="vad",
-                   help="vad: split at pauses (default); fixed: overlapping windows stitched at the seams; "
-                        "none: each input as one utterance")
+    p.add_argument("--segmenter", choices=SEGMENTERS, default="energy",
+                   help="energy: split at pauses found by frame energy (default; vad is its old name); silero: at "
+                        "pauses found by the Silero VAD (pip install -e '.[vad]'); fixed: overlapping windows "
+                        "stitched at the seams; none: each input as one utterance")
     p.add_argument("--format", choices=FORMATS, default="text", help="output format (default text)")
     p.add_argument("--output-dir", help="write one file per input there (default: everything to stdout)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -34,7 +34,7 @@ RULES = ("max_utterance", "silence_no_speech", "trailing_silence")
 
 
 class TrailingNonSpeech:
-    """Seconds of non-speech since the last chunk whose speech probability reached ``threshold``."""
+    """Seconds of non-speech since the last chunk whose speech probability was above ``threshold``."""
 
     def __init__(self, threshold: float) -> None:
         self.threshold = threshold
@@ -42,7 +42,7 @@ class TrailingNonSpeech:
 
     def update(self, probs: np.ndarray, hop_seconds: float) -> None:
         """The next chunks' speech probabilities (N,), each covering ``hop_seconds``."""
-        speech = np.flatnonzero(np.asarray(probs) >= self.threshold)
+        speech = np.flatnonzero(np.asarray(probs) > self.threshold)
         if len(speech):
             self.seconds = (len(probs) - 1 - int(speech[-1])) * hop_seconds
         else:

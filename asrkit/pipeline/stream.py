@@ -18,11 +18,14 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from asrkit.audio import silero
 from asrkit.audio.io import AudioError, audio_info, load_audio, load_audio_bytes, resample
 from asrkit.audio.vad import VadConfig, Window, energy_threshold, frame_energies, frame_geometry, plan_segments
 from asrkit.pipeline.inputs import AudioInput
 
-SEGMENTERS = ("vad", "fixed", "none")
+# energy and silero split at pauses (asrkit.audio.vad.plan_segments; "vad" is energy's old name), fixed into
+# overlapping windows, none not at all
+SEGMENTERS = ("energy", "silero", "fixed", "none", "vad")
 
 
 @dataclass
@@ -64,6 +67,8 @@ class SegmentDataset(IterableDataset):
                  segmenter: str = "vad", vad: Optional[VadConfig] = None):
         if segmenter not in SEGMENTERS:
             raise ValueError(f"segmenter must be one of {', '.join(SEGMENTERS)}, got '{segmenter}'")
+        if segmenter == "silero":  # here, before the loader's workers: one error naming the extra, not one per input
+            silero.check_installed("--segmenter silero")
         self.inputs, self.sample_rate, self.featurizer = list(inputs), sample_rate, featurizer
         self.segmenter, self.vad = segmenter, vad or VadConfig()
 

@@ -90,8 +90,8 @@ def test_trailing_non_speech_counts_from_the_last_speech_chunk():
     t = TrailingNonSpeech(threshold=0.5)
     t.update(np.array([0.1, 0.2]), 0.032)
     assert t.seconds == pytest.approx(0.064)
-    t.update(np.array([0.4, 0.5, 0.49]), 0.032)  # 0.5 is speech: the count restarts after it
-    assert t.seconds == pytest.approx(0.032)
+    t.update(np.array([0.4, 0.51, 0.5, 0.49]), 0.032)  # above 0.5 is speech: the count restarts after it
+    assert t.seconds == pytest.approx(0.064)
     t.update(np.zeros(0), 0.032)
     assert t.seconds == pytest.approx(0.032)
     t.update(np.array([0.7]), 0.032)
