@@ -13,8 +13,9 @@ The first that holds is named (``"max_utterance"``, ``"silence_no_speech"``, ``"
 a rule off. Lengths are seconds, compared in whole frames: a rule of ``s`` seconds fires after
 ``ceil(s / frame_shift)`` frames (float noise aside: 1.2 s at 40 ms frames is 30 frames).
 
-With ``vad: silero`` the learned VAD (:mod:`asrkit.audio.silero`) gives a second opinion: the caller feeds its
-speech probabilities (:meth:`Endpointer.vad_update`) and the trailing non-speech is the shorter of the two,
+With ``vad: silero`` the learned VAD (:mod:`asrkit.audio.silero`) gives a second opinion: the caller gives the
+endpointer the stream's audio (:meth:`Endpointer.accept_audio`, which runs the VAD, or the VAD's speech
+probabilities with :meth:`Endpointer.vad_update`) and the trailing non-speech is the shorter of the two,
 so a silence rule fires only when the model emits blanks *and* the VAD hears no speech (a slow speaker's long
 vowel, or a hesitation that the model reads as blank, does not end the utterance). Whether the utterance holds
 speech is the CTC's call (a token on the best path), as in sherpa-onnx.
@@ -26,6 +27,7 @@ from typing import Optional
 
 import numpy as np
 
+from asrkit.audio import silero
 from asrkit.config import EndpointConfig
 
 __all__ = ["Endpointer", "TrailingNonSpeech", "RULES"]
@@ -54,14 +56,21 @@ class TrailingNonSpeech:
 
 class Endpointer:
     """One stream's endpoint rules (see the module docstring); ``frame_shift_seconds``: the frames the search
-    counts (encoder frames, e.g. 0.04 s)."""
+    counts (encoder frames, e.g. 0.04 s); ``sample_rate``: the audio's, for :meth:`accept_audio`."""
 
-    def __init__(self, cfg: EndpointConfig, frame_shift_seconds: float) -> None:
+    def __init__(self, cfg: EndpointConfig, frame_shift_seconds: float, sample_rate: int = silero.SAMPLE_RATE
+                 ) -> None:
         if frame_shift_seconds <= 0:
             raise ValueError(f"Endpointer: frame_shift_seconds must be > 0, got {frame_shift_seconds}")
         self.cfg, self.frame_shift = cfg, frame_shift_seconds
         self._frames = {rule: self._to_frames(getattr(cfg, rule)) for rule in RULES}
         self._vad = TrailingNonSpeech(cfg.vad_threshold) if cfg.vad != "none" else None
+        self._silero: Optional[silero.SileroStream] = None
+        if cfg.vad == "silero":
+            if sample_rate != silero.SAMPLE_RATE:
+                raise ValueError(f"decode.endpoint.vad: silero reads {silero.SAMPLE_RATE} Hz audio, but the "
+                                 f"stream's is {sample_rate} Hz")
+            self._silero = silero.SileroStream("decode.endpoint.vad: silero")
 
     def _to_frames(self, seconds: float) -> Optional[int]:
         """Frames a rule of ``seconds`` needs (None: the rule is off); rounded up, less float noise."""
@@ -77,6 +86,11 @@ class Endpointer:
         if self._vad is None:
             raise ValueError("Endpointer.vad_update: decode.endpoint.vad is none (set it to silero)")
         self._vad.update(probs, hop_seconds)
+
+    def accept_audio(self, samples: np.ndarray) -> None:
+        """The stream's next samples (S,): the VAD's input when ``decode.endpoint.vad`` is silero (else ignored)."""
+        if self._silero is not None:
+            self.vad_update(self._silero.accept(samples), silero.HOP_SECONDS)
 
     def update(self, blank_run_frames: int, speech_frames_in_utt: int, utt_frames: int) -> Optional[str]:
         """After a chunk: the trailing blank frames of the best path, the utterance's frames before them that

@@ -2,10 +2,13 @@
 non-speech as a second opinion; decode.endpoint keys."""
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 
 from asrkit.config import ConfigError, DecodeConfig, EndpointConfig, load_decode_config
+from asrkit.extras import MissingExtraError
 from asrkit.pipeline.endpoint import Endpointer, TrailingNonSpeech
 
 SHIFT = 0.04  # encoder frames of 40 ms (x4 subsampling of 10 ms features)
@@ -86,6 +89,23 @@ def test_vad_needs_the_option_and_is_off_by_default():
     assert ep.update(25, 1, 26) == "trailing_silence"
 
 
+@pytest.mark.skipif(importlib.util.find_spec("silero_vad") is None or importlib.util.find_spec("onnxruntime") is None,
+                    reason="the vad extra (silero-vad, onnxruntime) is not installed: pip install -e '.[vad]'")
+def test_accept_audio_runs_the_vad_on_the_stream():
+    ep = Endpointer(EndpointConfig(vad="silero"), SHIFT)
+    ep.accept_audio(np.zeros(16000 + 100, np.float32))  # 31 whole chunks of silence, 100 samples kept
+    assert ep.vad_silence_seconds == pytest.approx(31 * 0.032)
+    Endpointer(EndpointConfig(), SHIFT).accept_audio(np.zeros(10, np.float32))  # no VAD: nothing to do
+    with pytest.raises(ValueError, match="silero reads 16000 Hz audio, but the stream's is 8000 Hz"):
+        Endpointer(EndpointConfig(vad="silero"), SHIFT, sample_rate=8000)
+
+
+def test_without_the_extra_a_vad_endpointer_names_it(not_installed):
+    not_installed("silero_vad")
+    with pytest.raises(MissingExtraError, match=r"decode.endpoint.vad: silero needs silero_vad.*\[vad\]"):
+        Endpointer(EndpointConfig(vad="silero"), SHIFT)
+
+
 def test_trailing_non_speech_counts_from_the_last_speech_chunk():
     t = TrailingNonSpeech(threshold=0.5)
     t.update(np.array([0.1, 0.2]), 0.032)
@@ -93,7 +113,7 @@ def test_trailing_non_speech_counts_from_the_last_speech_chunk():
     t.update(np.array([0.4, 0.51, 0.5, 0.49]), 0.032)  # above 0.5 is speech: the count restarts after it
     assert t.seconds == pytest.approx(0.064)
     t.update(np.zeros(0), 0.032)
-    assert t.seconds == pytest.approx(0.032)
+    assert t.seconds == pytest.approx(0.064)
     t.update(np.array([0.7]), 0.032)
     assert t.seconds == 0.0
 
