@@ -19,11 +19,12 @@ from torch import Tensor
 
 from asrkit.audio.channel import apply_gain, band_limit
 from asrkit.audio.io import AudioError
-from asrkit.audio.noise import NoiseSource, OtherUtterances, mix_at_snr
-from asrkit.audio.reverb import RirSource, reverberate
+from asrkit.audio.noise import NoiseSource, OtherUtterances, list_noise_files, mix_at_snr
+from asrkit.audio.reverb import RirSource, read_rir_list, reverberate
 from asrkit.config import AugmentConfig, ConfigError
+from asrkit.extras import require
 
-__all__ = ["KINDS", "Augmented", "WaveAugment", "augment_enabled", "draw_rng"]
+__all__ = ["KINDS", "Augmented", "WaveAugment", "augment_enabled", "check_sources", "draw_rng"]
 
 log = logging.getLogger("asrkit.audio")
 KINDS = ("reverb", "noise", "band", "gain", "vtlp")  # the order of application; the names counted in train.log
@@ -32,6 +33,18 @@ KINDS = ("reverb", "noise", "band", "gain", "vtlp")  # the order of application;
 def augment_enabled(cfg: AugmentConfig) -> bool:
     """Whether any kind of ``cfg`` has a probability above 0."""
     return any(getattr(cfg, kind).prob > 0 for kind in KINDS)
+
+
+def check_sources(cfg: AugmentConfig) -> None:
+    """What the kinds in use read, checked before a run writes anything: the noise directories, the impulse-response
+    list and its files, or pyroomacoustics for simulated rooms (each error one line naming the key and file)."""
+    if cfg.noise.prob > 0:
+        list_noise_files(cfg.noise.dirs)
+    if cfg.reverb.prob > 0:
+        if cfg.reverb.rir_list is not None:
+            read_rir_list(cfg.reverb.rir_list)
+        else:
+            require("pyroomacoustics", "augment.reverb (simulated rooms)")
 
 
 def draw_rng(seed: int, key: str, kind: str) -> np.random.Generator:

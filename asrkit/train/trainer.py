@@ -35,6 +35,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+from asrkit.audio.waveaug import check_sources
 from asrkit.config import ConfigError, ExperimentConfig, TrainConfig
 from asrkit.rundir_lock import RunDirBusy, RunDirLock
 from asrkit.extras import require
@@ -467,6 +468,8 @@ def train(cfg: ExperimentConfig, exp_dir: str, train_dir: str, valid_dir: Option
           resume: str = "auto") -> Dict[str, float]:
     """Prepare ``exp_dir`` (see :func:`prepare_experiment`), train an ASR model on the Kaldi data dirs, return
     the last epoch's summary (see :func:`run_experiment`)."""
+    check_sources(cfg.augment)  # the files waveform augmentation reads, before the experiment dir is written
+
     def prepare(write: bool) -> ExperimentConfig:
         return prepare_experiment(cfg, exp_dir, tokenizer, cmvn, resume, write=write)[0]
 

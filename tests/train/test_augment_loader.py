@@ -6,13 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from asrkit.cli.train import main as train_main
 from asrkit.config import ConfigError
 from asrkit.data.augmented import AugmentedDataset
 from asrkit.data.table import write_table
 from asrkit.models.registry import build_model
 from asrkit.text.tokenizer import load_tokenizer
 from asrkit.train.loader import build_loader, build_shard_loader
-from trainkit import tiny_config
+from trainkit import cli_args, tiny_config
 
 AUGMENT = ["augment.noise.prob=1.0", "augment.noise.generated=[pink, babble]", "augment.noise.babble_utts=[1, 2]",
            "augment.gain.prob=0.5", "augment.vtlp.prob=0.5", "augment.band.prob=0.3"]
@@ -81,3 +82,17 @@ def test_tar_shards_refuse_augmentation(corpus):
     with pytest.raises(ConfigError, match=r"^augment: shards/\{0\.\.1\}\.tar: waveform augmentation is applied to "
                                           r"Kaldi data dirs"):
         build_shard_loader("shards/{0..1}.tar", cfg, tok, build_model(cfg, tok.vocab_size))
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("augment.noise.dirs=[{root}/musan/noise]", "augment.noise.dirs: {root}/musan/noise: no such directory"),
+    ("augment.reverb.rir_list={root}/rir_list", "augment.reverb.rir_list: {root}/rir_list: No such file or directory"),
+])
+def test_a_missing_noise_dir_or_rir_list_stops_train_before_it_writes(corpus, tmp_path, capsys, setting, message):
+    root, exp = str(corpus["root"]), tmp_path / "exp"
+    kind = setting.split(".")[1]
+    args = cli_args(corpus, exp, [f"augment.{kind}.prob=0.5", setting.format(root=root)])
+    assert train_main(args) != 0
+    err = capsys.readouterr().err.strip()
+    assert err == f"asrkit train: {message.format(root=root)}"
+    assert not exp.exists()
