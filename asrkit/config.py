@@ -469,19 +469,21 @@ class ExperimentConfig:
     cmvn: Optional[str] = None  # global CMVN stats JSON (asrkit compute-cmvn); relative to the experiment dir
 
 
-ENDPOINT_VADS = ("none", "silero")  # what decode.endpoint.vad may name
+ENDPOINT_VADS = ("none", "energy", "silero")  # what decode.endpoint.vad may name
 
 
 @dataclass(frozen=True)
 class EndpointConfig:
     """When a live stream's utterance ends (``decode.endpoint``; asrkit.pipeline.endpoint): rules on the trailing
     non-speech of the utterance, i.e. the trailing blank frames of the CTC best path (and, with ``vad``, the
-    learned VAD's trailing non-speech: both must hear none). Each rule fires when its length is reached; 0 turns
+    VAD's trailing non-speech: both must hear none). Each rule fires when its length is reached; 0 turns
     a rule off. The defaults are the usual ones (sherpa-onnx: 2.4 s / 1.2 s / 20 s; WeNet's runtime: 1.0 s)."""
     silence_no_speech: float = 2.4  # seconds of non-speech with no speech in the utterance yet
     trailing_silence: float = 1.0  # seconds of non-speech after speech (the usual end of a sentence)
     max_utterance: float = 20.0  # seconds: an utterance this long ends wherever it is
-    vad: str = "none"  # none | silero (the learned VAD's speech probability per 32 ms: pip install '.[vad]')
+    # none | energy (asrkit.audio.vad.EnergyStream, per 10 ms) | silero (the learned VAD's speech probability per
+    # 32 ms: pip install -e '.[vad]')
+    vad: str = "none"
     vad_threshold: float = 0.5  # silero: a chunk whose speech probability is above this is speech
 
     def __post_init__(self) -> None:

@@ -257,6 +257,34 @@ def energy_threshold(energies: np.ndarray, cfg: Optional[VadConfig] = None,
     return out
 
 
+class EnergyStream:
+    """The energy VAD of a live stream: speech per hop (10 ms) as its samples arrive, by the offline rule
+    (:func:`energy_threshold`) over the energies of the last ``cfg.noise_window`` seconds heard so far (all of
+    them when it is 0), never the future. A frame is decided once all its samples are in; the samples after the
+    last decided frame's hop are kept for the next call. Fed the whole audio at once with ``noise_window`` 0,
+    it equals the offline rule on the frames that lie inside the audio."""
+
+    def __init__(self, sample_rate: int, cfg: Optional[VadConfig] = None) -> None:
+        self.cfg = cfg or VadConfig()
+        self.frame_len, self.hop = frame_geometry(sample_rate, self.cfg)
+        self.hop_seconds = self.hop / sample_rate
+        self._keep = int(round(self.cfg.noise_window / self.hop_seconds)) if self.cfg.noise_window else None
+        self._carry = np.zeros(0, dtype=np.float32)
+        self._history = np.zeros(0, dtype=np.float32)  # dB energies the threshold is taken from
+
+    def accept(self, samples: Union[np.ndarray, "torch.Tensor"]) -> np.ndarray:
+        """The next samples (S,) -> whether each frame now complete is speech, (N,) bool."""
+        buf = np.concatenate([self._carry, _to_numpy(samples)])
+        n = 0 if len(buf) < self.frame_len else (len(buf) - self.frame_len) // self.hop + 1
+        energies = _block_energies(buf, self.frame_len, self.hop, n).astype(np.float32)
+        self._carry = buf[n * self.hop:]
+        if n == 0:
+            return np.zeros(0, dtype=bool)
+        history = np.concatenate([self._history, energies])
+        self._history = history if self._keep is None else history[-self._keep:]
+        return energies > energy_threshold(self._history, self.cfg)
+
+
 def _runs(mask: np.ndarray) -> List[Tuple[int, int]]:
     """``[first, last)`` frame ranges where ``mask`` is True."""
     edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))

@@ -13,21 +13,26 @@ The first that holds is named (``"max_utterance"``, ``"silence_no_speech"``, ``"
 a rule off. Lengths are seconds, compared in whole frames: a rule of ``s`` seconds fires after
 ``ceil(s / frame_shift)`` frames (float noise aside: 1.2 s at 40 ms frames is 30 frames).
 
-With ``vad: silero`` the learned VAD (:mod:`asrkit.audio.silero`) gives a second opinion: the caller gives the
-endpointer the stream's audio (:meth:`Endpointer.accept_audio`, which runs the VAD, or the VAD's speech
-probabilities with :meth:`Endpointer.vad_update`) and the trailing non-speech is the shorter of the two,
-so a silence rule fires only when the model emits blanks *and* the VAD hears no speech (a slow speaker's long
-vowel, or a hesitation that the model reads as blank, does not end the utterance). Whether the utterance holds
-speech is the CTC's call (a token on the best path), as in sherpa-onnx.
+With ``vad: energy`` or ``vad: silero`` a voice-activity detector gives a second opinion: the caller gives
+the endpointer the stream's audio (:meth:`Endpointer.accept_audio`, which runs the VAD: the causal energy VAD
+:class:`asrkit.audio.vad.EnergyStream` per 10 ms, or the Silero model of :mod:`asrkit.audio.silero` per
+32 ms), or Silero's probabilities from a stream of its own (:meth:`Endpointer.vad_update`), and the trailing
+non-speech is the shorter of the two. So a silence rule fires only when the model emits blanks *and* the VAD
+hears no speech (a slow speaker's long vowel, or a hesitation that the model reads as blank, does not end the
+utterance). Whether the utterance holds speech is the CTC's call (a token on the best path), as in
+sherpa-onnx. A VAD that is configured but never fed is an error, not a rule that can never fire.
 """
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
+import torch
 
 from asrkit.audio import silero
+from asrkit.audio.io import resample
+from asrkit.audio.vad import EnergyStream
 from asrkit.config import EndpointConfig
 
 __all__ = ["Endpointer", "TrailingNonSpeech", "RULES"]
@@ -36,19 +41,18 @@ RULES = ("max_utterance", "silence_no_speech", "trailing_silence")
 
 
 class TrailingNonSpeech:
-    """Seconds of non-speech since the last chunk whose speech probability was above ``threshold``."""
+    """Seconds of non-speech since the last VAD frame that was speech."""
 
-    def __init__(self, threshold: float) -> None:
-        self.threshold = threshold
+    def __init__(self) -> None:
         self.seconds = 0.0
 
-    def update(self, probs: np.ndarray, hop_seconds: float) -> None:
-        """The next chunks' speech probabilities (N,), each covering ``hop_seconds``."""
-        speech = np.flatnonzero(np.asarray(probs) > self.threshold)
-        if len(speech):
-            self.seconds = (len(probs) - 1 - int(speech[-1])) * hop_seconds
+    def update(self, speech: np.ndarray, hop_seconds: float) -> None:
+        """Whether each of the next VAD frames (N,) is speech, each covering ``hop_seconds``."""
+        found = np.flatnonzero(speech)
+        if len(found):
+            self.seconds = (len(speech) - 1 - int(found[-1])) * hop_seconds
         else:
-            self.seconds += len(probs) * hop_seconds
+            self.seconds += len(speech) * hop_seconds
 
     def reset(self) -> None:
         self.seconds = 0.0
@@ -62,15 +66,14 @@ class Endpointer:
                  ) -> None:
         if frame_shift_seconds <= 0:
             raise ValueError(f"Endpointer: frame_shift_seconds must be > 0, got {frame_shift_seconds}")
-        self.cfg, self.frame_shift = cfg, frame_shift_seconds
+        self.cfg, self.frame_shift, self.sample_rate = cfg, frame_shift_seconds, sample_rate
         self._frames = {rule: self._to_frames(getattr(cfg, rule)) for rule in RULES}
-        self._vad = TrailingNonSpeech(cfg.vad_threshold) if cfg.vad != "none" else None
-        self._silero: Optional[silero.SileroStream] = None
-        if cfg.vad == "silero":
-            if sample_rate != silero.SAMPLE_RATE:
-                raise ValueError(f"decode.endpoint.vad: silero reads {silero.SAMPLE_RATE} Hz audio, but the "
-                                 f"stream's is {sample_rate} Hz")
-            self._silero = silero.SileroStream("decode.endpoint.vad: silero")
+        self._vad = TrailingNonSpeech() if cfg.vad != "none" else None
+        self._vad_fed = False
+        self._energy = EnergyStream(sample_rate) if cfg.vad == "energy" else None
+        self._silero: Optional[silero.SileroStream] = None  # made when audio first comes (a caller may feed
+        if cfg.vad == "silero":                              # probabilities of its own instead)
+            silero.check_installed("decode.endpoint.vad: silero")  # the missing extra named now
 
     def _to_frames(self, seconds: float) -> Optional[int]:
         """Frames a rule of ``seconds`` needs (None: the rule is off); rounded up, less float noise."""
@@ -81,16 +84,27 @@ class Endpointer:
         """The VAD's trailing non-speech in this utterance (None without a VAD)."""
         return None if self._vad is None else self._vad.seconds
 
-    def vad_update(self, probs: np.ndarray, hop_seconds: float) -> None:
-        """The VAD's speech probabilities (N,) of the audio that arrived, ``hop_seconds`` each (silero: 0.032)."""
-        if self._vad is None:
-            raise ValueError("Endpointer.vad_update: decode.endpoint.vad is none (set it to silero)")
-        self._vad.update(probs, hop_seconds)
+    def accept_audio(self, samples: Union[np.ndarray, torch.Tensor]) -> None:
+        """The stream's next samples (S,) at ``sample_rate``: the VAD's input (ignored with ``vad: none``)."""
+        if self._energy is not None:
+            self._feed(self._energy.accept(samples), self._energy.hop_seconds)
+        elif self.cfg.vad == "silero":
+            if self._silero is None:
+                self._silero = silero.SileroStream("decode.endpoint.vad: silero")
+            x = resample(torch.as_tensor(samples).float(), self.sample_rate, silero.SAMPLE_RATE)
+            self.vad_update(self._silero.accept(x), silero.HOP_SECONDS)
 
-    def accept_audio(self, samples: np.ndarray) -> None:
-        """The stream's next samples (S,): the VAD's input when ``decode.endpoint.vad`` is silero (else ignored)."""
-        if self._silero is not None:
-            self.vad_update(self._silero.accept(samples), silero.HOP_SECONDS)
+    def vad_update(self, probs: np.ndarray, hop_seconds: float) -> None:
+        """Silero's speech probabilities (N,) of the audio that arrived, ``hop_seconds`` each (0.032); a chunk
+        above ``decode.endpoint.vad_threshold`` is speech."""
+        if self.cfg.vad != "silero":
+            raise ValueError(f"Endpointer.vad_update takes the Silero VAD's probabilities, but decode.endpoint.vad "
+                             f"is {self.cfg.vad}")
+        self._feed(np.asarray(probs) > self.cfg.vad_threshold, hop_seconds)
+
+    def _feed(self, speech: np.ndarray, hop_seconds: float) -> None:
+        self._vad_fed = True
+        self._vad.update(speech, hop_seconds)
 
     def update(self, blank_run_frames: int, speech_frames_in_utt: int, utt_frames: int) -> Optional[str]:
         """After a chunk: the trailing blank frames of the best path, the utterance's frames before them that
@@ -103,12 +117,16 @@ class Endpointer:
             return "max_utterance"
         silence = blank_run_frames
         if self._vad is not None:  # both must hear no speech
+            if not self._vad_fed:
+                raise ValueError(f"decode.endpoint.vad is {self.cfg.vad}, but no audio reached the endpointer's "
+                                 f"VAD: give it the stream's samples (Endpointer.accept_audio)")
             silence = min(silence, int(self._vad.seconds / self.frame_shift + 1e-6))
         rule = "trailing_silence" if speech_frames_in_utt > 0 else "silence_no_speech"
         limit = self._frames[rule]
         return rule if limit is not None and silence >= limit else None
 
     def reset(self) -> None:
-        """A new utterance (after an endpoint): the VAD's count starts again."""
+        """A new utterance (after an endpoint): the VAD's count of trailing non-speech starts again (the VAD
+        itself goes on: its state and noise level belong to the audio, not to the utterance)."""
         if self._vad is not None:
             self._vad.reset()

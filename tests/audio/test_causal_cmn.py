@@ -30,7 +30,7 @@ def test_matches_frame_by_frame_reference_and_keeps_padding_zero(prior_frames):
     feats = torch.randn(4, 9, 5) * 3 + 2
     lens = torch.tensor([9, 4, 1, 0])
     out, out_lens = CausalCMN(prior_frames)(feats, lens)
-    assert torch.equal(out_lens, lens)
+    assert torch.equal(out_lens, lens) and out.dtype == torch.float32  # summed in float64, returned as given
     for b, n in enumerate(lens.tolist()):
         ref = _reference(feats[b].double().numpy(), n, prior_frames)
         np.testing.assert_allclose(out[b, :n].double().numpy(), ref[:n], atol=1e-5)
@@ -44,6 +44,7 @@ def test_steps_over_chunks_equal_the_whole_utterance_and_a_reset_restarts_from_t
     x = torch.randn(1, 40, 6) * 2 + 1
     whole, _ = cmn(x, torch.tensor([40]))
     state = cmn.initial_state(6)
+    assert state.total.dtype == torch.float64 and state.frames == 0
     pieces = []
     for a, b in [(0, 1), (1, 1), (1, 17), (17, 18), (18, 40)]:  # an empty chunk too
         y, state = cmn.step(x[0, a:b], state)

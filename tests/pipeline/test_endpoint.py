@@ -12,6 +12,9 @@ from asrkit.extras import MissingExtraError
 from asrkit.pipeline.endpoint import Endpointer, TrailingNonSpeech
 
 SHIFT = 0.04  # encoder frames of 40 ms (x4 subsampling of 10 ms features)
+needs_extra = pytest.mark.skipif(
+    importlib.util.find_spec("silero_vad") is None or importlib.util.find_spec("onnxruntime") is None,
+    reason="the vad extra (silero-vad, onnxruntime) is not installed: pip install -e '.[vad]' (make install does)")
 
 
 def test_defaults_are_the_usual_rules():
@@ -70,6 +73,7 @@ def test_bad_inputs_are_refused():
         ep.update(5, 0, 4)
 
 
+@needs_extra
 def test_vad_speech_holds_back_the_silence_rules():
     ep = Endpointer(EndpointConfig(vad="silero"), SHIFT)
     ep.vad_update(np.array([0.9] * 10 + [0.1] * 15), 0.032)  # 0.48 s of VAD non-speech at the end
@@ -84,20 +88,45 @@ def test_vad_speech_holds_back_the_silence_rules():
 
 def test_vad_needs_the_option_and_is_off_by_default():
     ep = Endpointer(EndpointConfig(), SHIFT)
-    with pytest.raises(ValueError, match="decode.endpoint.vad is none"):
+    with pytest.raises(ValueError, match="takes the Silero VAD's probabilities, but decode.endpoint.vad is none"):
         ep.vad_update(np.array([0.1]), 0.032)
     assert ep.update(25, 1, 26) == "trailing_silence"
+    with pytest.raises(ValueError, match="decode.endpoint.vad is energy"):
+        Endpointer(EndpointConfig(vad="energy"), SHIFT).vad_update(np.array([0.1]), 0.032)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("silero_vad") is None or importlib.util.find_spec("onnxruntime") is None,
-                    reason="the vad extra (silero-vad, onnxruntime) is not installed: pip install -e '.[vad]'")
+def test_a_vad_that_is_never_fed_is_an_error_not_a_rule_that_never_fires():
+    ep = Endpointer(EndpointConfig(vad="energy"), SHIFT)
+    with pytest.raises(ValueError, match=r"decode.endpoint.vad is energy, but no audio reached the endpointer's "
+                                         r"VAD: give it the stream's samples \(Endpointer.accept_audio\)"):
+        ep.update(30, 0, 30)
+    assert ep.update(0, 0, 500) == "max_utterance"  # the length rule needs no VAD
+
+
+def test_energy_vad_follows_the_stream():
+    rng = np.random.default_rng(0)
+    t = np.arange(16000) / 16000
+    tone = (0.2 * np.sin(2 * np.pi * 200 * t) + 3e-4 * rng.standard_normal(16000)).astype(np.float32)
+    quiet = (3e-4 * rng.standard_normal(16000)).astype(np.float32)
+    ep = Endpointer(EndpointConfig(vad="energy"), SHIFT)
+    ep.accept_audio(tone)
+    assert ep.vad_silence_seconds == 0.0
+    ep.accept_audio(quiet)  # 1 s of room tone after it: the frames that reach into the tone are speech
+    assert ep.vad_silence_seconds == pytest.approx(0.97, abs=0.02)
+    assert ep.update(50, 10, 60) is None  # 2 s of blanks, but the VAD heard the tone 0.97 s ago
+    ep.accept_audio(quiet[:800])
+    assert ep.update(50, 10, 60) == "trailing_silence"
+
+
+@needs_extra
 def test_accept_audio_runs_the_vad_on_the_stream():
     ep = Endpointer(EndpointConfig(vad="silero"), SHIFT)
     ep.accept_audio(np.zeros(16000 + 100, np.float32))  # 31 whole chunks of silence, 100 samples kept
     assert ep.vad_silence_seconds == pytest.approx(31 * 0.032)
     Endpointer(EndpointConfig(), SHIFT).accept_audio(np.zeros(10, np.float32))  # no VAD: nothing to do
-    with pytest.raises(ValueError, match="silero reads 16000 Hz audio, but the stream's is 8000 Hz"):
-        Endpointer(EndpointConfig(vad="silero"), SHIFT, sample_rate=8000)
+    ep8k = Endpointer(EndpointConfig(vad="silero"), SHIFT, sample_rate=8000)
+    ep8k.accept_audio(np.zeros(8000, np.float32))  # resampled to 16 kHz for the model
+    assert ep8k.vad_silence_seconds == pytest.approx(31 * 0.032)
 
 
 def test_without_the_extra_a_vad_endpointer_names_it(not_installed):
@@ -107,15 +136,22 @@ def test_without_the_extra_a_vad_endpointer_names_it(not_installed):
 
 
 def test_trailing_non_speech_counts_from_the_last_speech_chunk():
-    t = TrailingNonSpeech(threshold=0.5)
-    t.update(np.array([0.1, 0.2]), 0.032)
+    t = TrailingNonSpeech()
+    t.update(np.array([False, False]), 0.032)
     assert t.seconds == pytest.approx(0.064)
-    t.update(np.array([0.4, 0.51, 0.5, 0.49]), 0.032)  # above 0.5 is speech: the count restarts after it
+    t.update(np.array([False, True, False, False]), 0.032)  # the count restarts after the speech frame
     assert t.seconds == pytest.approx(0.064)
-    t.update(np.zeros(0), 0.032)
+    t.update(np.zeros(0, bool), 0.032)
     assert t.seconds == pytest.approx(0.064)
-    t.update(np.array([0.7]), 0.032)
+    t.update(np.array([True]), 0.032)
     assert t.seconds == 0.0
+
+
+@needs_extra
+def test_silero_probabilities_above_the_threshold_are_speech():
+    ep = Endpointer(EndpointConfig(vad="silero", vad_threshold=0.5), SHIFT)
+    ep.vad_update(np.array([0.4, 0.51, 0.5, 0.49]), 0.032)
+    assert ep.vad_silence_seconds == pytest.approx(0.064)
 
 
 def test_config_keys_and_checks(tmp_path):
@@ -126,7 +162,8 @@ def test_config_keys_and_checks(tmp_path):
     assert DecodeConfig().endpoint == EndpointConfig()
     with pytest.raises(ConfigError, match="decode.endpoint.trailing_silence must be >= 0, got -1"):
         EndpointConfig(trailing_silence=-1)
-    with pytest.raises(ConfigError, match=r"decode.endpoint.vad 'webrtc' is unknown \(choose from: none, silero\)"):
+    with pytest.raises(ConfigError, match=r"decode.endpoint.vad 'webrtc' is unknown \(choose from: none, energy, "
+                                          r"silero\)"):
         EndpointConfig(vad="webrtc")
     with pytest.raises(ConfigError, match=r"decode.endpoint.vad_threshold must be in \(0, 1\), got 1.0"):
         EndpointConfig(vad_threshold=1.0)
