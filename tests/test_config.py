@@ -333,3 +333,34 @@ def test_frontend_window_and_dither_default_by_kind(tmp_path):
     assert to_dict(load_config(p))["frontend"]["window"] == "povey"
     with pytest.raises(ConfigError, match=r"^frontend.kind 'mfcc' is unknown \(choose from: logmel, kaldi_fbank\)$"):
         FrontendConfig(kind="mfcc")
+
+
+def test_frontend_utterance_cmn_takes_true_false_or_causal_and_a_prior_weight():
+    from asrkit.config import FrontendConfig
+
+    assert FrontendConfig().utterance_cmn is False and FrontendConfig().utterance_cmn_prior_frames == 100.0
+    assert FrontendConfig(utterance_cmn="causal", utterance_cmn_prior_frames=0).utterance_cmn_prior_frames == 0
+    for bad in ("Causal", 1, None):
+        with pytest.raises(ConfigError, match=rf"^frontend.utterance_cmn must be true, false or causal, got {bad!r}$"):
+            FrontendConfig(utterance_cmn=bad)
+    with pytest.raises(ConfigError, match=r"^frontend.utterance_cmn_prior_frames must be >= 0, got -0.5$"):
+        FrontendConfig(utterance_cmn="causal", utterance_cmn_prior_frames=-0.5)
+
+
+def test_decode_endpoint_rules_are_checked():
+    from asrkit.config import EndpointConfig
+
+    cfg = EndpointConfig()
+    assert (cfg.silence_no_speech, cfg.trailing_silence, cfg.max_utterance) == (2.4, 1.0, 20.0)
+    assert (cfg.vad, cfg.vad_threshold) == ("none", 0.5)
+    assert EndpointConfig(silence_no_speech=0, trailing_silence=0, max_utterance=0, vad="energy").vad == "energy"
+    for key in ("silence_no_speech", "trailing_silence", "max_utterance"):
+        with pytest.raises(ConfigError, match=rf"^decode.endpoint.{key} must be >= 0, got -0.1$"):
+            EndpointConfig(**{key: -0.1})
+    with pytest.raises(ConfigError, match=r"^decode.endpoint.vad 'x' is unknown \(choose from: none, energy, silero\)$"):
+        EndpointConfig(vad="x")
+    for bad in (0.0, 1.0):
+        with pytest.raises(ConfigError, match=rf"^decode.endpoint.vad_threshold must be in \(0, 1\), got {bad}$"):
+            EndpointConfig(vad_threshold=bad)
+    assert EndpointConfig(vad_threshold=0.01).vad_threshold == 0.01
+    assert load_decode_config(None, ["endpoint.vad=silero"]).endpoint.vad == "silero"
