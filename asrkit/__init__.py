@@ -34,6 +34,12 @@ def load_model(model: str | os.PathLike, device: str = "cpu", checkpoint: str | 
     >>> model.transcribe("a.wav", mode="ctc_prefix", hotwords=["ZANZIBAR", ("ANNA KARENINA", 2.0)])  # doctest: +SKIP
     >>> for r in model.transcribe(["a.wav", waveform, "long.flac"]):    # doctest: +SKIP
     ...     print(r.text, [(w.text, w.start, w.end, w.confidence) for w in r.words])
+
+    Live audio: :meth:`~asrkit.pipeline.Transcriber.stream` (one stream) and
+    :meth:`~asrkit.pipeline.Transcriber.streaming_recognizer` (many, batched; :mod:`asrkit.pipeline.streaming`):
+
+    >>> s = model.stream(chunk_ms=640)                                  # doctest: +SKIP
+    >>> s.accept_waveform(samples); s.partial; s.pop_finals(); s.finish().text  # doctest: +SKIP
     """
     from asrkit.config import load_decode_config
     from asrkit.pipeline import Transcriber

@@ -2,6 +2,7 @@
 
 With --nj N the data dir is split into N shards decoded by N local processes and merged in utterance order;
 under torchrun each rank decodes one shard. Finished shards are kept: a rerun decodes only the missing ones.
+With --streaming each utterance is decoded as a live stream (fed --chunk-ms at a time), into the same outputs.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, List, Optional
 
-from asrkit.cli.decode_options import add_decode_options, decode_config_from_args
+from asrkit.cli.decode_options import add_decode_options, add_streaming_options, decode_config_from_args
 from asrkit.cli.device import DeviceError, add_device_option, resolve_device
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="utterances longer than S seconds (default 60) are split at pauses and decoded in segments, "
                         "as 'asrkit transcribe' splits recordings, then joined; shorter ones are decoded whole")
     add_decode_options(p)
+    add_streaming_options(p)
     args = p.parse_args(argv)
     try:
         device = resolve_device(args.device)
@@ -45,6 +47,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         p.error("--batch-size must be >= 1")
     if args.nj < 1:
         p.error(f"--nj must be >= 1, got {args.nj}")
+    if args.chunk_ms is not None and not args.streaming:
+        p.error("--chunk-ms applies to --streaming")
+    if args.streaming and (args.nj > 1 or args.max_utt_seconds is not None):
+        p.error("--streaming decodes in one process and splits long utterances at endpoints: leave out --nj and "
+                "--max-utt-seconds")
     if args.max_utt_seconds is not None and not args.max_utt_seconds > 0:
         p.error(f"--max-utt-seconds must be > 0, got {args.max_utt_seconds}")
     for path, what in ((args.model, "--model"), (args.data, "--data")):
@@ -53,6 +60,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     from asrkit.pipeline.sharded import torchrun_world
 
     rank, world, _ = torchrun_world()
+    if world > 1 and args.streaming:
+        p.error("--streaming decodes in one process: run it without torchrun")
     if world > 1 and args.nj not in (1, world):
         p.error(f"under torchrun every rank decodes one shard: --nj {args.nj} differs from WORLD_SIZE {world} "
                 f"(leave --nj out)")
@@ -88,7 +97,11 @@ def _decode(args: argparse.Namespace, transcriber: Optional[Transcriber], decode
 
     max_seconds = args.max_utt_seconds or MAX_UTTERANCE_SECONDS
     try:
-        if transcriber is not None:
+        if transcriber is not None and args.streaming:
+            from asrkit.pipeline.streaming_files import decode_data_dir_streaming
+
+            counts = decode_data_dir_streaming(transcriber, args.data, args.out, args.batch_size)
+        elif transcriber is not None:
             counts = decode_data_dir(transcriber, args.data, args.out, args.batch_size, max_seconds)
         else:
             job = DecodeJob(args.model, decode, args.checkpoint, device, args.batch_size, max_seconds)

@@ -21,9 +21,20 @@ def add_decode_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--hotword-weight", type=float, metavar="W", help="bonus per hotword token (default 1.5)")
 
 
+def add_streaming_options(p: argparse.ArgumentParser) -> None:
+    s = p.add_argument_group("streaming", "decode each input as a live stream (chunk by chunk, endpoints ending "
+                                          "utterances): greedy, ctc_prefix and rescore (two-pass) modes")
+    s.add_argument("--streaming", action="store_true", help="feed the audio chunk by chunk, as if it arrived live")
+    s.add_argument("--chunk-ms", type=int, metavar="MS",
+                   help="milliseconds of audio per chunk, a multiple of the encoder frame (default: the model's "
+                        "training chunk, else 640); decode.chunk_ms")
+
+
 def decode_config_from_args(args: argparse.Namespace) -> DecodeConfig:
-    """The DecodeConfig the arguments describe; raises ConfigError naming a bad key. The shortcut options win over
-    ``--set`` and keep the values argparse gave them: ``--lm null`` is a file named null, not YAML's "no LM"."""
+    """The DecodeConfig the arguments describe; raises ConfigError naming a bad key. The shortcut options (and
+    ``--chunk-ms`` where the command has it) win over ``--set`` and keep the values argparse gave them: ``--lm null``
+    is a file named null, not YAML's "no LM"."""
     cfg = load_decode_config(args.decode_config, args.overrides)
-    given = {key: getattr(args, key) for key in ("mode", "beam", "lm", "lm_weight", "hotwords", "hotword_weight")}
+    keys = ("mode", "beam", "lm", "lm_weight", "hotwords", "hotword_weight", "chunk_ms")
+    given = {key: getattr(args, key, None) for key in keys}
     return replace(cfg, **{key: value for key, value in given.items() if value is not None})

@@ -20,15 +20,18 @@ import argparse
 import logging
 import os
 import sys
-from typing import Iterator, List, Optional
+from typing import TYPE_CHECKING, Iterator, List, Optional
 
 from asrkit.atomic import check_writable_dir
-from asrkit.cli.decode_options import add_decode_options, decode_config_from_args
+from asrkit.cli.decode_options import add_decode_options, add_streaming_options, decode_config_from_args
 from asrkit.cli.device import DeviceError, add_device_option, resolve_device
-from asrkit.pipeline.formats import FORMATS, write_results
+from asrkit.pipeline.formats import FORMATS, format_partial, write_results
 from asrkit.pipeline.inputs import expand_arguments, read_scp
 from asrkit.pipeline.results import Result
 from asrkit.pipeline.stream import SEGMENTERS
+
+if TYPE_CHECKING:
+    from asrkit.pipeline.streaming import Partial
 
 EXPORTED_SUFFIXES = (".onnx", ".pt", ".ts", ".torchscript")
 
@@ -61,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", help="write one file per input there (default: everything to stdout)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_decode_options(p)
+    add_streaming_options(p)
+    p.add_argument("--partials", action="store_true",
+                   help="with --streaming --format jsonl to stdout: also a {name, partial, start} line whenever an "
+                        "input's partial text changes, before its result")
     return p
 
 
@@ -79,6 +86,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.inputs and not args.scp:
         p.error("give an INPUT or --scp FILE")
     exported = os.path.isfile(args.model) and args.model.endswith(EXPORTED_SUFFIXES)
+    if args.chunk_ms is not None and not args.streaming:
+        p.error("--chunk-ms applies to --streaming")
+    if args.partials and not (args.streaming and args.format == "jsonl" and args.output_dir is None):
+        p.error("--partials needs --streaming and --format jsonl, written to stdout (no --output-dir)")
+    if args.streaming and exported:
+        p.error("--streaming needs an experiment dir: an exported model has no chunk-step graph yet")
     if not exported and not os.path.isdir(args.model):
         p.error(f"--model {args.model}: not an experiment dir nor an exported model ({', '.join(EXPORTED_SUFFIXES)})")
     if exported and args.checkpoint:
@@ -120,7 +133,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     def results() -> Iterator[Result]:
         """Each Result as it is finished, its failure named on stderr then."""
         nonlocal failed
-        for r in transcriber.transcribe_iter(inputs, num_workers=args.num_workers, progress=not args.no_progress):
+        if args.streaming:
+            from asrkit.pipeline.streaming_files import transcribe_streaming
+
+            def partial(name: str, part: Partial) -> None:
+                sys.stdout.write(format_partial(name, part.text, part.start))
+                sys.stdout.flush()
+
+            found = transcribe_streaming(transcriber, inputs, num_workers=args.num_workers,
+                                         on_partial=partial if args.partials else None)
+        else:
+            found = transcriber.transcribe_iter(inputs, num_workers=args.num_workers, progress=not args.no_progress)
+        for r in found:
             if not r.ok:
                 failed += 1
                 print(f"asrkit transcribe: {r.error}", file=sys.stderr)

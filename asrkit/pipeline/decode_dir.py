@@ -62,13 +62,18 @@ def decode_data_dir(transcriber: Transcriber, data_dir: str, out_dir: str, batch
             if wav.numel() > max_samples:
                 _decode_long(transcriber, name, wav, nbest, failed)
         _decode_batch(transcriber, [name for name, _ in short], [wav for _, wav in short], nbest, failed)
-    lines = [json.dumps({"utt": name, "rank": rank, "text": alt.text, "score": alt.score,
-                         "ctc_score": alt.ctc_score}, ensure_ascii=False) + "\n"
-             for name in sorted(nbest) for rank, alt in enumerate(nbest[name], 1)]
     write_outputs(out_dir, {u: alts[0].text for u, alts in nbest.items()}, failed,
-                  lines if transcriber.decode_cfg.nbest > 1 else [])
+                  nbest_lines(nbest) if transcriber.decode_cfg.nbest > 1 else [])
     log.info("decoded %d utterances into %s (%d failed)", len(nbest), os.path.join(out_dir, "text"), len(failed))
     return {"decoded": len(nbest), "failed": len(failed)}
+
+
+def nbest_lines(nbest: Dict[str, List[Alternative]]) -> List[str]:
+    """``nbest.jsonl``'s lines: one JSON object per hypothesis (utt, rank, text, score, ctc_score), in
+    utterance order."""
+    return [json.dumps({"utt": name, "rank": rank, "text": alt.text, "score": alt.score,
+                        "ctc_score": alt.ctc_score}, ensure_ascii=False) + "\n"
+            for name in sorted(nbest) for rank, alt in enumerate(nbest[name], 1)]
 
 
 def write_outputs(out_dir: str, text: Dict[str, str], failed: Dict[str, str], nbest_lines: Sequence[str]) -> None:

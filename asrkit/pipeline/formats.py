@@ -7,7 +7,8 @@ One function per format turns one :class:`~asrkit.pipeline.results.Result` into 
 * ``jsonl``: one JSON object per input: ``name``, ``text``, ``duration``, ``words``
   (``word``, ``start``, ``end``, ``confidence``), ``segments`` (``start``, ``end``, ``text``),
   ``nbest`` (``text``, ``score``, ``ctc_score``; a score that is not finite is ``null``) and ``error``
-  (``null`` on success). Times are seconds rounded to milliseconds.
+  (``null`` on success). Times are seconds rounded to milliseconds. ``transcribe --streaming --partials`` puts
+  ``{"name", "partial", "start"}`` lines (:func:`format_partial`) before an input's object.
 * ``ctm``: ``<id> 1 <start> <dur> <word> <confidence>`` per word (NIST CTM with a confidence column), times
   rounded to 0.01 s; ``<id>`` is the name with whitespace replaced by ``_`` so there are always 6 columns.
 * ``srt`` / ``vtt``: subtitle cues built from the words (see :func:`subtitle_cues`); SRT times
@@ -85,6 +86,13 @@ def result_to_dict(result: Result) -> Dict[str, object]:
 def format_jsonl(result: Result) -> str:
     """One JSON object and a newline; non-ASCII text is kept as is (the file is UTF-8)."""
     return json.dumps(result_to_dict(result), ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def format_partial(name: str, text: str, start: float) -> str:
+    """A live stream's partial result as a JSONL line, ``{"name", "partial", "start"}``: the text of the utterance
+    begun at ``start`` seconds, so far (``transcribe --streaming --partials``; a reader tells it from a result by
+    its ``partial`` key)."""
+    return json.dumps({"name": name, "partial": text, "start": _seconds(start)}, ensure_ascii=False) + "\n"
 
 
 def _ctm_times(word: Word, duration: float) -> Tuple[float, float]:

@@ -6,7 +6,7 @@ import logging
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, is_dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, overload
 
 import numpy as np
@@ -32,6 +32,7 @@ from asrkit.text.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
     from asrkit.pipeline.export import ExportedModel
+    from asrkit.pipeline.streaming import Stream, StreamingRecognizer
 
 log = logging.getLogger("asrkit.pipeline")
 
@@ -245,6 +246,31 @@ class Transcriber:
         """Read an audio file as a mono waveform at the model's rate (a file name, never a command);
         raises AudioError."""
         return load_audio(path, self.sample_rate, name=path, pipe=False)
+
+    # -- live streams -----------------------------------------------------------------------------------------
+    def streaming_recognizer(self, **options: Any) -> "StreamingRecognizer":
+        """A recognizer that advances many live streams as one batch (:mod:`asrkit.pipeline.streaming`);
+        ``options``: DecodeConfig keys for its streams (``chunk_ms=320``, ``mode="ctc_prefix"``), checked as
+        :meth:`transcribe` checks them."""
+        from asrkit.config import TransformerEncoderConfig
+        from asrkit.pipeline.streaming import STREAM_KEYS, StreamingRecognizer
+
+        if self.model is None:
+            raise ValueError("streaming needs an experiment dir: an exported model has no chunk-step graph with "
+                             "encoder caches yet")
+        enc = self.cfg.model.encoder if self.cfg is not None else None
+        trained = enc.streaming if isinstance(enc, TransformerEncoderConfig) else None
+        # the streams' own keys never rebuild the search (an LM is loaded once, not per stream)
+        searcher = self._call_searcher({k: v for k, v in options.items() if k not in STREAM_KEYS})
+        stream_options = {k: to_dict(v) if is_dataclass(v) else v for k, v in options.items() if k in STREAM_KEYS}
+        cfg = from_dict(DecodeConfig, {**to_dict(searcher.cfg), **stream_options})
+        return StreamingRecognizer(self.model, self.tokenizer, searcher, self.device, self.acoustic.featurizer,
+                                   trained, cfg)
+
+    def stream(self, name: str = "stream", **options: Any) -> "Stream":
+        """One live stream that decodes as its audio arrives: ``s.accept_waveform(samples)``, ``s.partial``,
+        ``s.pop_finals()``, ``s.finish() -> Result``; ``options`` as for :meth:`streaming_recognizer`."""
+        return self.streaming_recognizer(**options).create_stream(name, auto_decode=True)
 
     # -- inputs of any length ---------------------------------------------------------------------------------
     @overload

@@ -71,7 +71,8 @@ def test_label_synchronous_modes_cannot_stream(mode):
 def test_second_pass_is_offline_rescoring_over_each_utterance():
     torch.manual_seed(0)
     tokens = torch.tensor([[[1, 2, -1], [2, -1, -1]], [[3, -1, -1], [1, 1, 2]]])
-    nbest = NBest(tokens=tokens, lengths=torch.tensor([[2, 1], [1, 3]]), scores=torch.tensor([[-1.0, -2.0], [-3.0, -3.5]]),
+    nbest = NBest(tokens=tokens, lengths=torch.tensor([[2, 1], [1, 3]]),
+                  scores=torch.tensor([[-1.0, -2.0], [-3.0, -3.5]]),
                   ctc_scores=torch.tensor([[-1.5, -2.0], [-3.0, -4.0]]), token_frames=tokens.clamp(min=0))
     encs = [torch.randn(5, 4), torch.randn(3, 4)]
 
