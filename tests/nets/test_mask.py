@@ -43,3 +43,12 @@ def test_lengths_and_causal_masks():
     torch.testing.assert_close(lengths_to_mask(lens, 6), ref)
     torch.testing.assert_close(lengths_to_mask(lens), ref[:, :5])
     torch.testing.assert_close(causal_mask(4), torch.tensor([[s <= t for s in range(4)] for t in range(4)]))
+
+
+def test_masks_are_made_on_the_requested_device():
+    """Catches a mask built on the CPU for inputs on another device (a host-device copy per batch, or an error
+    on a GPU). The meta device stands in for a GPU: tensors there have a device and no data."""
+    meta = torch.device("meta")
+    assert chunk_mask(6, 2, 1, device=meta).device == meta and chunk_mask(6, 0, device=meta).device == meta
+    assert causal_mask(3, meta).device == meta
+    assert lengths_to_mask(torch.tensor([2, 3], device=meta), 4).device == meta

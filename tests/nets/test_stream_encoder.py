@@ -96,9 +96,11 @@ def test_streams_at_different_positions_batch_like_each_alone(kind, left):
             torch.testing.assert_close(getattr(got, name), getattr(want, name), atol=1e-5, rtol=1e-5)
     fresh = enc.init_stream(1, torch.device("cpu"), c, left)
     assert fresh.input_frames_needed() == 4 * c + 3
-    with pytest.raises(ValueError, match="input_frames_needed"):
+    with pytest.raises(ValueError, match=r"^streams holding 0 and 3 leftover feature frames cannot be stacked: their "
+                                         r"next chunks need different input \(11 and 8 frames\); stack streams "
+                                         r"whose input_frames_needed\(\) agree$"):
         EncoderCache.stack([fresh, ca])
-    with pytest.raises(ValueError, match="chunk_frames"):
+    with pytest.raises(ValueError, match="^streams with different chunk_frames / left_chunks cannot be stacked$"):
         EncoderCache.stack([ca, enc.init_stream(1, torch.device("cpu"), c + 1, left)])
 
 
@@ -111,11 +113,11 @@ def test_caches_stay_bounded_over_a_long_stream():
         _, cache = enc.forward_chunk(torch.randn(1, cache.input_frames_needed(), 20), cache)
         assert cache.keys.size(3) == cache.values.size(3) == cache.key_valid.size(1) == min(3 * (i + 1), 6)
         assert cache.feats.size(1) == 3 and cache.conv.shape == (1, 2, 16, 4)
-    assert int(cache.offset[0]) == 120
+    assert int(cache.offset[0]) == 120 and cache.left_frames() == 6
     unlimited = enc.init_stream(1, torch.device("cpu"), 3, -1)
     for _ in range(5):
         _, unlimited = enc.forward_chunk(torch.randn(1, unlimited.input_frames_needed(), 20), unlimited)
-    assert unlimited.keys.size(3) == 15
+    assert unlimited.keys.size(3) == 15 and unlimited.left_frames() == -1
 
 
 def test_partial_input_waits_and_the_right_context_is_the_subsampling_overlap():
