@@ -91,7 +91,8 @@ def stream_inputs(recognizer: StreamingRecognizer, inputs: Sequence[AudioInput],
                 done[item.index] = Result(inputs[item.index].name, "", duration=item.duration, error=item.error)
         else:
             stream = recognizer.create_stream(inputs[item.index].name)
-            live[item.index] = _Live(stream, item.data)
+            # out of a loader worker's shared memory (as transcribe does): its descriptor stays open while it lives
+            live[item.index] = _Live(stream, item.data.clone() if num_workers else item.data)
         while len(live) >= max_streams:
             tick()
         yield from finished()

@@ -215,8 +215,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"model {args.model}; data {args.data} ({len(utts)} utterances, "
           f"{sum(w.numel() for w in wavs.values()) / model.sample_rate:.0f} s); {args.threads} thread(s) for one "
           f"stream, {args.stream_threads} for the concurrent streams; {os.cpu_count()} CPUs\n")
-    print("| search | full context WER % | " + " | ".join(f"{c} ms WER % (x full)" for c in args.chunks) + " |")
-    print("| --- | ---: | " + " | ".join("---:" for _ in args.chunks) + " |")
+    if not args.no_wer:
+        print("| search | full context WER % | " + " | ".join(f"{c} ms WER % (x full)" for c in args.chunks) + " |")
+        print("| --- | ---: | " + " | ".join("---:" for _ in args.chunks) + " |")
     for name, decode in [] if args.no_wer else searches:
         full = _wer(refs, _offline(model, wavs, decode))
         cells = []
