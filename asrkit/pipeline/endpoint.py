@@ -67,7 +67,9 @@ class Endpointer:
         if frame_shift_seconds <= 0:
             raise ValueError(f"Endpointer: frame_shift_seconds must be > 0, got {frame_shift_seconds}")
         self.cfg, self.frame_shift, self.sample_rate = cfg, frame_shift_seconds, sample_rate
-        self._frames = {rule: self._to_frames(getattr(cfg, rule)) for rule in RULES}
+        seconds = {"max_utterance": cfg.max_utterance, "silence_no_speech": cfg.silence_no_speech,
+                   "trailing_silence": cfg.trailing_silence}
+        self._frames = {rule: self._to_frames(seconds[rule]) for rule in RULES}
         self._vad = TrailingNonSpeech() if cfg.vad != "none" else None
         self._vad_fed = False
         self._energy = EnergyStream(sample_rate) if cfg.vad == "energy" else None
