@@ -16,6 +16,7 @@
 #                            [--decode-config conf/decode_ctc_prefix_wordlm.yaml] [--num-train N]
 #                            [--units char|bpe] [--vocab-size N] [--decode-beam N] [--joint-search true|false]
 #                            [--joint-lm-weights "0.3 0.6 1.0"] [--joint-decode-config conf/decode_joint_wordlm.yaml]
+#                            [--streaming-chunks "640 320"]
 #                            [--jobs 2]
 #   --size      small: 4800 training utterances (~5.5 h of speech), conf/mini_small.yaml (4-layer Conformer);
 #               medium: 6000 utterances, conf/mini_medium.yaml (12-layer Conformer); small-joint: the small data
@@ -39,6 +40,9 @@
 #               without an LM (conf/decode_joint.yaml) and with it (--joint-decode-config, default
 #               conf/decode_joint_wordlm.yaml; conf/decode_joint.yaml with --lm-kind neural): rows decode_<set>_joint
 #               and decode_<set>_joint_lm. Needs a model with an attention decoder (--size small-joint).
+#   --streaming-chunks "640 320": stage 6 also decodes each test set as live streams (asrkit decode --streaming) with
+#               these chunk sizes in ms, greedy and with the LM: rows decode_<set>_stream<ms>[_lm]. --size
+#               small-streaming sets "640 320"; a model without dynamic chunk training streams badly.
 #   --lm-kind   ngram: word n-gram (KenLM lmplz, tools/install/install_kenlm.sh) and a lexicon of its words;
 #               neural: the character LSTM LM of --lm-config on the same text
 #   stage 0: synthesize data/{train,dev,test,test_unseen}   stage 4: LM text (book text + train transcripts) and LM
@@ -51,6 +55,7 @@ root="$(cd "$here/../.." && pwd)"
 
 size=small
 joint_search=false
+streaming_chunks=""
 for ((i = 1; i < $#; i++)); do  # the preset must be known before the other options override its settings
   if [ "${!i}" = --size ]; then j=$((i + 1)); size="${!j}"; fi
 done
@@ -63,7 +68,8 @@ case "$size" in
   small-joint)
     num_train=4800; nproc=2; config="$root/conf/mini_small_joint.yaml"; exp=exp/small_joint; joint_search=true ;;
   small-streaming)
-    num_train=4800; nproc=2; config="$root/conf/mini_streaming.yaml"; exp=exp/small_streaming ;;
+    num_train=4800; nproc=2; config="$root/conf/mini_streaming.yaml"; exp=exp/small_streaming
+    streaming_chunks="640 320" ;;
   *) echo "$0: --size must be small, medium, small-joint or small-streaming, not '$size'" >&2; exit 1 ;;
 esac
 stage=0
@@ -124,6 +130,7 @@ test_sets=(test)
 [ "$num_test_unseen" -gt 0 ] && test_sets+=(test_unseen)
 decode_suffixes=("" _lm)   # stage 6's outputs per test set: $exp/decode_<set><suffix>
 [ "$joint_search" = true ] && decode_suffixes+=(_joint _joint_lm)
+for ms in $streaming_chunks; do decode_suffixes+=("_stream$ms" "_stream${ms}_lm"); done
 
 if run_stage 0; then
   log 0 "synthesizing speech into data/ (train $num_train, dev $num_dev, test $num_test," \
@@ -214,6 +221,12 @@ if run_stage 6; then
       asrkit decode --model "$exp" --data "data/$set" --out "$exp/decode_${set}_joint_lm" --nj "$jobs" \
         --decode-config "$exp/tune_dev_joint/decode.yaml"
     fi
+    for ms in $streaming_chunks; do
+      log 6 "decoding data/$set as live streams of $ms ms chunks: greedy CTC, and with the LM"
+      asrkit decode --model "$exp" --data "data/$set" --out "$exp/decode_${set}_stream$ms" --streaming --chunk-ms "$ms"
+      asrkit decode --model "$exp" --data "data/$set" --out "$exp/decode_${set}_stream${ms}_lm" \
+        --decode-config "$exp/tune_dev/decode.yaml" "${beam_opts[@]}" --streaming --chunk-ms "$ms"
+    done
   done
 fi
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -182,3 +183,28 @@ def test_size_presets_pick_their_config(tmp_path, size, config, exp):
     assert f" --out {exp} " in calls[0]
     bad = subprocess.run(cmd[:5] + ["--size", "streaming"], env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "small, medium, small-joint or small-streaming, not 'streaming'" in bad.stderr
+
+
+def test_small_streaming_decodes_the_test_sets_as_live_streams_too(tmp_path):
+    """Stage 6 of --size small-streaming (a stand-in asrkit records the calls): besides greedy and LM decoding,
+    each test set is decoded with --streaming at 640 and 320 ms chunks, greedy and with the tuned LM config, into
+    the decode_<set>_stream<ms>[_lm] dirs stage 7 scores; --streaming-chunks "" (or another size) has none."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "asrkit"
+    fake.write_text(f'#!/usr/bin/env bash\necho "$@" >> {tmp_path / "calls.txt"}\n')
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    cmd = ["bash", str(REPO / "recipes" / "mini" / "run.sh"), "--workdir", str(tmp_path / "work"), "--size",
+           "small-streaming", "--stage", "6", "--stop-stage", "6", "--num-test-unseen", "0"]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-3000:]
+    streamed = [c for c in (tmp_path / "calls.txt").read_text().splitlines() if "--streaming" in c]
+    assert [c.split(" --out ")[1].split()[0] for c in streamed] == [
+        f"exp/small_streaming/decode_test_{d}" for d in ("stream640", "stream640_lm", "stream320", "stream320_lm")]
+    chunks = [re.search(r"decode_test_stream(\d+)", c)[1] for c in streamed]
+    assert all(c.endswith(f"--streaming --chunk-ms {ms}") for c, ms in zip(streamed, chunks))
+    assert "--decode-config exp/small_streaming/tune_dev/decode.yaml --set beam=1000" in streamed[1]
+    (tmp_path / "calls.txt").unlink()
+    plain = subprocess.run(cmd + ["--streaming-chunks", ""], env=env, capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 0 and "--streaming" not in (tmp_path / "calls.txt").read_text()
