@@ -12,7 +12,7 @@ Fetches URL into DEST_DIR/NAME (NAME: the last part of the URL) through DEST_DIR
   SHA-256) from the TABLE line(s) for NAME and/or --md5/--sha256/--size; a mismatch is deleted and
   fetched again, up to --retries attempts, then the tool fails naming the file, the URL and the
   expected and actual values;
-- with --unpack DIR a verified tar archive (any compression) is unpacked into DIR;
+- with --unpack DIR a verified tar archive (any compression) or zip archive is unpacked into DIR;
 - only then is the marker written (--marker; default DIR/.NAME.complete with --unpack, else
   DEST_DIR/NAME.complete). While the marker exists the tool does nothing, so reruns are free.
 A file with no known checksum is still checked for its size, and the tool says so on stderr (and
@@ -34,6 +34,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO, Dict, List, Optional
@@ -234,9 +235,28 @@ def _check_member(member: tarfile.TarInfo, into: Path) -> None:
             raise tarfile.TarError(f"{member.name}: links outside {into}")
 
 
+def _unzip(archive: Path, into: Path, progress: bool) -> None:
+    """Extract a zip archive into ``into``, refusing (before writing anything) a member that would leave it."""
+    root = into.resolve()
+    with zipfile.ZipFile(archive) as z:
+        members = z.infolist()
+        for m in members:
+            target = (root / m.filename).resolve()
+            if root not in (target, *target.parents):
+                raise zipfile.BadZipFile(f"{m.filename}: would be written outside {into}")
+        for m in tqdm(members, unit="file", mininterval=1, desc=f"unpacking {archive.name}", disable=not progress):
+            z.extract(m, into)
+
+
 def unpack(archive: Path, into: str | os.PathLike, progress: bool = True) -> None:
-    """Extract a tar archive (any compression) into ``into``; members may not leave it."""
+    """Extract a tar archive (any compression) or a zip archive into ``into``; members may not leave it."""
     Path(into).mkdir(parents=True, exist_ok=True)
+    if zipfile.is_zipfile(archive):  # OpenSLR 28's rirs_noises.zip
+        try:
+            _unzip(archive, Path(into), progress)
+        except (zipfile.BadZipFile, OSError) as exc:
+            raise DownloadError(f"{archive}: cannot unpack into {into}: {exc}") from exc
+        return
     try:
         with open(archive, "rb") as raw, tqdm(total=archive.stat().st_size, unit="B", unit_scale=True, mininterval=1,
                                              desc=f"unpacking {archive.name}", disable=not progress) as bar:
@@ -284,7 +304,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--md5", help="expected MD5 (overrides the table)")
     ap.add_argument("--sha256", help="expected SHA-256 (overrides the table)")
     ap.add_argument("--size", type=int, help="expected size in bytes (overrides the table)")
-    ap.add_argument("--unpack", metavar="DIR", help="unpack the verified tar archive into DIR")
+    ap.add_argument("--unpack", metavar="DIR", help="unpack the verified tar or zip archive into DIR")
     ap.add_argument("--marker", help="file written once all is done; its presence skips everything")
     ap.add_argument("--remove-archive", action="store_true", help="delete the archive after unpacking it")
     ap.add_argument("--retries", type=int, default=3, help="attempts before giving up (default 3)")

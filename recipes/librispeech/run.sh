@@ -8,6 +8,8 @@
 #            [--lm none|ngram|neural|official] [--download true] [--hours 100|460|960] [--mirror URL]
 #            [--bpe-size 5000] [--train-opts "--set train.epochs=50 ..."] [--nj 8]
 #            [--ngpu N | --nproc N] [--nnodes M --rdzv-endpoint HOST:PORT [--rdzv-id ID]] [--workdir DIR]
+#            [--augment true [--augment-dir DIR] [--reverb-prob 0.5] [--noise-prob 0.5]
+#             [--rir-sets "simulated_rirs/smallroom ..."] [--noise-sets "noise music"]]
 #   --workdir DIR: where data/ and exp/ go (default: this folder); --corpus-dir, --config, --lm-config and
 #     --lm-text given as relative paths are read from this folder.
 #   --ngpu N (alias --nproc N): stage 3 trains with N processes under `torchrun --standalone --nproc_per_node N`
@@ -26,6 +28,14 @@
 #            --lm-resources (OpenSLR 11: 800M-word LM text, 3-/4-gram ARPA, lexicon, vocabulary) into --lm-dir
 #            (default <corpus-dir>/lm); resumable, each file checked against local/checksums.txt before it is
 #            unpacked (tools/download.py), complete parts skipped; --mirror URL for another OpenSLR mirror.
+#            With --augment true also MUSAN (OpenSLR 17) and RIRS_NOISES (OpenSLR 28) into --augment-dir (default
+#            <corpus-dir>/augment), checked against local/checksums.txt the same way.
+#   --augment true: multi-condition training with real noises and impulse responses. Stage 0 (with or without
+#            --download true) writes data/augment/: rir_list, the --rir-sets' impulse responses (folders of
+#            RIRS_NOISES holding a rir_list; default the simulated small, medium and large rooms), and train_opts, the
+#            --noise-sets folders of MUSAN (default noise and music) (local/prepare_augment.py); stage 3 trains with
+#            augment.reverb.rir_list and augment.noise.dirs from them at --reverb-prob and --noise-prob, the noise
+#            sources MUSAN's folders plus babble of other training utterances.
 #   stage 1: data dirs + utt2dur + validation
 #   stage 2: BPE tokenizer + global CMVN ; stage 3: train ; stage 4: average the best checkpoints
 #   stage 5: language model on --lm-text (default: the training transcripts; --lm-text librispeech: the 800M-word
@@ -74,6 +84,12 @@ nproc=
 nnodes=1            # > 1: multi-node torchrun with --rdzv-endpoint (run on every node)
 rdzv_endpoint=      # HOST:PORT of the first node, e.g. node01:29500
 rdzv_id=asrkit      # the same on every node of one job
+augment=false       # true: MUSAN noise and RIRS_NOISES reverberation in training (stage 0 fetches/lists, stage 3 uses)
+augment_dir=        # where musan/ and RIRS_NOISES/ are or go (default: <corpus-dir>/augment)
+rir_sets="simulated_rirs/smallroom simulated_rirs/mediumroom simulated_rirs/largeroom"  # RIRS_NOISES/<set>/rir_list
+noise_sets="noise music"   # musan/<set>: one noise source each
+reverb_prob=0.5     # augment.reverb.prob with --augment true
+noise_prob=0.5      # augment.noise.prob with --augment true
 . "$root/tools/parse_options.sh"
 
 [ -n "$corpus_dir" ] || { echo "$0: --corpus-dir is required (the folder holding LibriSpeech/)" >&2; exit 1; }
@@ -83,6 +99,11 @@ if [ "$nnodes" -gt 1 ] && [ -z "$rdzv_endpoint" ]; then
 fi
 corpus_dir="$(realpath -m "$corpus_dir")"
 lm_dir="$(realpath -m "${lm_dir:-$corpus_dir/lm}")"
+augment_dir="$(realpath -m "${augment_dir:-$corpus_dir/augment}")"
+case "$augment" in
+  true|false) ;;
+  *) echo "$0: --augment must be true or false, got '$augment'" >&2; exit 1 ;;
+esac
 if [ -z "$train_sets" ]; then
   case "$hours" in
     100) train_sets="train-clean-100" ;;
@@ -120,6 +141,24 @@ if run_stage 0 && [ "$download" = true ]; then
     log 0 "downloading the LM resource $f (OpenSLR 11) into $lm_dir"
     "$here/local/download_and_untar.sh" "${dl_opts[@]}" "$lm_dir" "$f"
   done
+  if [ "$augment" = true ]; then
+    log 0 "downloading musan (OpenSLR 17) into $augment_dir"
+    "$here/local/download_and_untar.sh" "${dl_opts[@]}" "$augment_dir" musan
+    log 0 "downloading rirs_noises (OpenSLR 28) into $augment_dir"
+    "$here/local/download_and_untar.sh" "${dl_opts[@]}" "$augment_dir" rirs_noises
+  fi
+fi
+
+if run_stage 0 && [ "$augment" = true ]; then
+  key="$(fingerprint "$augment_dir/musan/.complete" "$augment_dir/RIRS_NOISES/.complete" "$rir_sets" "$noise_sets" \
+         "$here/local/prepare_augment.py")"
+  if is_done data/augment lists "$key"; then log 0 "data/augment is complete (data/augment/.done/lists); skipped"
+  else
+    log 0 "listing the impulse responses ($rir_sets) and noise folders (musan: $noise_sets) into data/augment"
+    python "$here/local/prepare_augment.py" --rir-sets "${rir_sets// /,}" --noise-sets "${noise_sets// /,}" \
+      "$augment_dir" data/augment
+    mark_done data/augment lists "$key"
+  fi
 fi
 
 if run_stage 1; then
@@ -172,14 +211,22 @@ if run_stage 3; then
   elif [ "$ngpu" -gt 1 ]; then
     launcher=(torchrun --standalone --nproc_per_node "$ngpu" -m asrkit)
   fi
+  aug_opts=()
+  if [ "$augment" = true ]; then
+    [ -f data/augment/train_opts ] || {
+      echo "$0: data/augment/train_opts: no augmentation lists: run stage 0 with --augment true" >&2; exit 1; }
+    while read -r kv; do [ -z "$kv" ] || aug_opts+=(--set "$kv"); done < data/augment/train_opts
+    aug_opts+=(--set "augment.reverb.prob=$reverb_prob" --set "augment.noise.prob=$noise_prob"
+               --set "augment.noise.generated=[babble]")
+  fi
   key="$(fingerprint "$config" "$train_opts" data/lang/tokenizer.json data/lang/cmvn.json data/train \
-         "$(dir_of "$valid_set")")"
+         "$(dir_of "$valid_set")" ${aug_opts[@]:+"${aug_opts[@]}" data/augment/rir_list})"
   if is_done "$exp" train "$key"; then log 3 "$exp is trained ($exp/.done/train); skipped"
   else
     log 3 "training $config into $exp with ${launcher[*]} (resumes if interrupted)"
     # shellcheck disable=SC2086
     $train_cmd "${launcher[@]}" train --config "$config" --train-data data/train --valid-data "$(dir_of "$valid_set")" \
-      --out "$exp" --tokenizer data/lang/tokenizer.json --cmvn data/lang/cmvn.json $train_opts
+      --out "$exp" --tokenizer data/lang/tokenizer.json --cmvn data/lang/cmvn.json "${aug_opts[@]}" $train_opts
     mark_done "$exp" train "$key"
   fi
 fi

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
+import shutil
 import subprocess
+import sys
 import tarfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -303,3 +306,195 @@ def test_run_sh_stage_0_fetches_parts_of_hours_and_lm_resources(server, tmp_path
     assert (corpus / "lm" / "librispeech-vocab.txt.complete").is_file()
     assert "no published checksum is known for librispeech-vocab.txt" in res.stderr
     assert server.requests == [("/11/librispeech-vocab.txt", None)]
+
+
+# ------------------------------------------------------------------ MUSAN and RIRS_NOISES (multi-condition training)
+PREPARE = SCRIPT.parent / "prepare_augment.py"
+SMALL_ROOMS = ["Room001/Room001-00001.wav", "Room001/Room001-00002.wav", "Room002/Room002-00001.wav"]
+
+
+def _wav_bytes(seconds: float = 0.05) -> bytes:
+    import numpy as np
+    import soundfile as sf
+    buf = io.BytesIO()
+    sf.write(buf, np.random.default_rng(0).standard_normal(int(16000 * seconds)) * 0.1, 16000, format="WAV")
+    return buf.getvalue()
+
+
+def make_musan_tarball() -> bytes:
+    """musan/{noise,music,speech}/<source>/<file>.wav and a README, as OpenSLR 17 unpacks."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in {"musan/README": b"MUSAN\n", "musan/noise/free-sound/noise-free-sound-0000.wav": _wav_bytes(),
+                           "musan/noise/sound-bible/noise-sound-bible-0000.wav": _wav_bytes(),
+                           "musan/music/fma/music-fma-0000.wav": _wav_bytes(),
+                           "musan/speech/librivox/speech-librivox-0000.wav": _wav_bytes()}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def make_rirs_zip() -> bytes:
+    """RIRS_NOISES/simulated_rirs/<room>/{rir_list, RoomNNN/*.wav} and real_rirs_isotropic_noises, as OpenSLR 28's
+    zip; rir_list paths are relative to the folder holding RIRS_NOISES (Kaldi's convention)."""
+    import zipfile
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for room in ("smallroom", "mediumroom", "largeroom"):
+            base = f"RIRS_NOISES/simulated_rirs/{room}"
+            lines = []
+            for rel in SMALL_ROOMS:
+                z.writestr(f"{base}/{rel}", _wav_bytes(0.02))
+                rid = rel.split("/")[1][:-4]
+                lines.append(f"--rir-id {room}-{rid} --room-id {room}-{rel.split('/')[0]} {base}/{rel}\n")
+            z.writestr(f"{base}/rir_list", "".join(lines))
+        z.writestr("RIRS_NOISES/real_rirs_isotropic_noises/air_1.wav", _wav_bytes(0.02))
+        z.writestr("RIRS_NOISES/real_rirs_isotropic_noises/rir_list",
+                   "--rir-id air_1 --room-id air --rt-60 0.4 RIRS_NOISES/real_rirs_isotropic_noises/air_1.wav\n")
+    return buf.getvalue()
+
+
+def test_download_and_untar_fetches_musan_and_rirs_noises(server, tmp_path):
+    """OpenSLR 17's tarball and 28's zip: fetched, checked, unpacked into DIR/musan and DIR/RIRS_NOISES, marked."""
+    musan, rirs = make_musan_tarball(), make_rirs_zip()
+    server.files["/17/musan.tar.gz"] = musan
+    server.files["/28/rirs_noises.zip"] = rirs
+    table = tmp_path / "checksums.txt"
+    table.write_text(f"musan.tar.gz md5 {hashlib.md5(musan).hexdigest()} {len(musan)}\n"
+                     f"rirs_noises.zip sha256 {hashlib.sha256(rirs).hexdigest()} {len(rirs)}\n")
+    aug = tmp_path / "augment"
+    for name in ("musan", "rirs_noises"):
+        res = run_script(server, aug, table, name)
+        assert res.returncode == 0, res.stderr
+    assert (aug / "musan" / ".complete").is_file() and (aug / "RIRS_NOISES" / ".complete").is_file()
+    assert (aug / "musan" / "noise" / "free-sound" / "noise-free-sound-0000.wav").read_bytes() == _wav_bytes()
+    assert (aug / "RIRS_NOISES" / "simulated_rirs" / "smallroom" / "rir_list").is_file()
+    assert [p for p, _ in server.requests] == ["/17/musan.tar.gz", "/28/rirs_noises.zip"]
+    assert run_script(server, aug, table, "rirs_noises").returncode == 0  # complete: nothing fetched again
+    assert len(server.requests) == 2
+
+
+def test_zip_unpack_refuses_members_outside_the_folder(tmp_path):
+    import zipfile
+    evil = tmp_path / "evil.zip"
+    with zipfile.ZipFile(evil, "w") as z:
+        z.writestr("RIRS_NOISES/ok.txt", "fine")
+        z.writestr("../escaped.txt", "bad")
+    with pytest.raises(dl.DownloadError, match=r"cannot unpack .*\.\./escaped\.txt: would be written outside"):
+        dl.unpack(evil, tmp_path / "out", progress=False)
+    assert not (tmp_path / "escaped.txt").exists()
+
+
+def test_recipe_checksum_table_has_the_augmentation_archives():
+    """MD5s as OpenSLR publishes them (resources 17 and 28) and the archives' sizes."""
+    table = dl.read_checksum_table(SCRIPT.parent / "checksums.txt")
+    assert table["musan.tar.gz"].md5 == "0c472d4fc0c5141eca47ad1ffeb2a7df" and table["musan.tar.gz"].size
+    assert table["rirs_noises.zip"].md5 == "e6f48e257286e05de56413b4779d8ffb" and table["rirs_noises.zip"].size
+
+
+def unpacked_augment(root: Path) -> Path:
+    """AUGMENT_DIR as stage 0 leaves it: the archives unpacked and marked complete."""
+    import zipfile
+    with tarfile.open(fileobj=io.BytesIO(make_musan_tarball())) as tar:
+        tar.extractall(root, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(root)
+    with zipfile.ZipFile(io.BytesIO(make_rirs_zip())) as z:
+        z.extractall(root)
+    (root / "musan" / ".complete").write_text("")
+    (root / "RIRS_NOISES" / ".complete").write_text("")
+    return root
+
+
+def test_prepare_augment_writes_what_the_augment_config_reads(tmp_path):
+    from asrkit.audio.noise import list_noise_files
+    from asrkit.audio.reverb import read_rir_list
+    from asrkit.config import NoiseConfig, ReverbConfig
+
+    aug = unpacked_augment(tmp_path / "augment")
+    out = tmp_path / "lists"
+    res = subprocess.run([sys.executable, str(PREPARE), str(aug), str(out)], capture_output=True, text=True,
+                         cwd=tmp_path / "augment" / "musan")  # paths written absolute: the cwd does not matter
+    assert res.returncode == 0, res.stderr
+    # the RIR list: every simulated room's rir_list line, its path absolute; read by asrkit's reader from elsewhere
+    lines = (out / "rir_list").read_text().splitlines()
+    assert len(lines) == 9 and lines[0] == (f"--rir-id smallroom-Room001-00001 --room-id smallroom-Room001 "
+                                           f"{aug}/RIRS_NOISES/simulated_rirs/smallroom/Room001/Room001-00001.wav")
+    assert read_rir_list(str(out / "rir_list")) == [line.split()[-1] for line in lines]
+    ReverbConfig(prob=0.5, rir_list=str(out / "rir_list"))
+    # the noise folders: musan/noise and musan/music (speech is for babble, which asrkit mixes from utterances)
+    sets = dict(line.split("=", 1) for line in (out / "train_opts").read_text().splitlines())
+    assert sets["augment.reverb.rir_list"] == str(out / "rir_list")
+    dirs = json.loads(sets["augment.noise.dirs"])
+    assert dirs == [str(aug / "musan" / "noise"), str(aug / "musan" / "music")]
+    assert [len(f) for f in list_noise_files(dirs)] == [2, 1]
+    NoiseConfig(prob=0.5, dirs=tuple(dirs))
+    # other sets: the real RIRs (their extra --rt-60 option kept), MUSAN speech
+    res = subprocess.run([sys.executable, str(PREPARE), "--rir-sets", "real_rirs_isotropic_noises",
+                          "--noise-sets", "speech", str(aug), str(out)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert (out / "rir_list").read_text() == (f"--rir-id air_1 --room-id air --rt-60 0.4 "
+                                             f"{aug}/RIRS_NOISES/real_rirs_isotropic_noises/air_1.wav\n")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rir-sets", "simulated_rirs/tinyroom"], "RIRS_NOISES/simulated_rirs/tinyroom/rir_list: no such file"),
+    (["--noise-sets", "noise,nothing"], "musan/nothing: no such directory"),
+])
+def test_prepare_augment_errors_name_what_is_missing(tmp_path, args, message):
+    aug = unpacked_augment(tmp_path / "augment")
+    res = subprocess.run([sys.executable, str(PREPARE), *args, str(aug), str(tmp_path / "lists")],
+                         capture_output=True, text=True)
+    assert res.returncode == 1 and message in res.stderr and res.stderr.count("\n") == 1, res.stderr
+
+
+def test_prepare_augment_names_a_listed_file_that_is_missing(tmp_path):
+    aug = unpacked_augment(tmp_path / "augment")
+    (aug / "RIRS_NOISES" / "simulated_rirs" / "mediumroom" / "Room002" / "Room002-00001.wav").unlink()
+    res = subprocess.run([sys.executable, str(PREPARE), str(aug), str(tmp_path / "lists")],
+                         capture_output=True, text=True)
+    assert res.returncode == 1
+    assert (f"{aug}/RIRS_NOISES/simulated_rirs/mediumroom/rir_list:3: "
+            f"{aug}/RIRS_NOISES/simulated_rirs/mediumroom/Room002/Room002-00001.wav: no such file") in res.stderr
+    assert not (tmp_path / "lists" / "rir_list").exists()
+
+
+def test_run_sh_augment_fetches_lists_and_trains_with_them(server, tmp_path):
+    """--augment true: stage 0 fetches MUSAN and RIRS_NOISES (here already complete: their real checksums cannot
+    match test archives) and writes data/augment/; stage 3 hands the lists and probabilities to asrkit train
+    (recorded by a $ASRKIT_TRAIN_CMD that runs nothing)."""
+    corpus, work = tmp_path / "corpus", tmp_path / "work"
+    aug = unpacked_augment(corpus / "augment")
+    (corpus / "LibriSpeech" / "dev-clean").mkdir(parents=True)
+    (corpus / "LibriSpeech" / "dev-clean" / ".complete").write_text("")
+    common = ["bash", str(SCRIPT.parents[1] / "run.sh"), "--corpus-dir", str(corpus), "--workdir", str(work),
+              "--augment", "true", "--noise-prob", "0.4", "--train-sets", "dev-clean", "--eval-sets", "dev-clean"]
+    res = subprocess.run([*common, "--stage", "0", "--stop-stage", "0", "--download", "true",
+                          "--lm-resources", "", "--mirror", server.url],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "downloading musan (OpenSLR 17)" in res.stdout and "downloading rirs_noises (OpenSLR 28)" in res.stdout
+    assert "musan.tar.gz already complete" in res.stderr and "rirs_noises.zip already complete" in res.stderr
+    assert server.requests == []
+    assert (work / "data" / "augment" / "rir_list").read_text().count("\n") == 9
+    res = subprocess.run([*common, "--stage", "0", "--stop-stage", "0"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "data/augment is complete" in res.stdout, res.stdout + res.stderr
+    record = tmp_path / "train_args"
+    recorder = tmp_path / "record.sh"
+    recorder.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {record}\n')
+    recorder.chmod(0o755)
+    env = dict(os.environ, ASRKIT_TRAIN_CMD=str(recorder))
+    res = subprocess.run([*common, "--stage", "3", "--stop-stage", "3"], capture_output=True, text=True, timeout=60,
+                         env=env)
+    assert res.returncode == 0, res.stderr
+    args = record.read_text().splitlines()
+    sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+    assert f"augment.reverb.rir_list={work}/data/augment/rir_list" in sets
+    assert f'augment.noise.dirs=["{aug}/musan/noise", "{aug}/musan/music"]' in sets
+    assert {"augment.reverb.prob=0.5", "augment.noise.prob=0.4", "augment.noise.generated=[babble]"} <= set(sets)
+    # without the lists, stage 3 says which stage writes them
+    shutil.rmtree(work / "data" / "augment")
+    shutil.rmtree(work / "exp")
+    res = subprocess.run([*common, "--stage", "3", "--stop-stage", "3"], capture_output=True, text=True, timeout=60,
+                         env=env)
+    assert res.returncode == 1
+    assert "data/augment/train_opts: no augmentation lists: run stage 0 with --augment true" in res.stderr

@@ -6,7 +6,10 @@
 # DIR/LibriSpeech/NAME and DIR/LibriSpeech/NAME/.complete written;
 # or a file of the LM resources (OpenSLR resource 11: librispeech-lm-norm.txt.gz, 3-gram.arpa.gz,
 # 4-gram.arpa.gz, librispeech-lexicon.txt, librispeech-vocab.txt, ...): kept as DIR/NAME, with
-# DIR/NAME.complete once verified.
+# DIR/NAME.complete once verified;
+# or musan (OpenSLR 17: musan.tar.gz unpacked into DIR/musan) or rirs_noises (OpenSLR 28: rirs_noises.zip
+# unpacked into DIR/RIRS_NOISES), the noises and impulse responses of multi-condition training, with
+# DIR/musan/.complete and DIR/RIRS_NOISES/.complete.
 # All the work is tools/download.py's: resumed with HTTP Range requests, checked against
 # --checksums (default local/checksums.txt) before anything is unpacked, a mismatch deleted and
 # fetched again up to --retries times, and nothing done again once the marker exists.
@@ -31,6 +34,14 @@ case "$name" in
     [ "$remove_archive" = true ] && unpack+=(--remove-archive)
     "$python" "$root/tools/download.py" --checksums "$checksums" --retries "$retries" "${unpack[@]}" \
       "$mirror/12/$name.tar.gz" "$dir" ;;
+  musan|rirs_noises)
+    case "$name" in
+      musan) url="$mirror/17/musan.tar.gz"; unpacked=musan ;;
+      *) url="$mirror/28/rirs_noises.zip"; unpacked=RIRS_NOISES ;;
+    esac
+    unpack=(--unpack "$dir" --marker "$dir/$unpacked/.complete")
+    [ "$remove_archive" = true ] && unpack+=(--remove-archive)
+    "$python" "$root/tools/download.py" --checksums "$checksums" --retries "$retries" "${unpack[@]}" "$url" "$dir" ;;
   *)
     "$python" "$root/tools/download.py" --checksums "$checksums" --retries "$retries" \
       "$mirror/11/$name" "$dir" ;;
