@@ -175,9 +175,12 @@ def espeak(text: str, voice: str, rate: int, pitch: int, utt_id: str, binary: st
     """Run espeak-ng (``rate`` in words per minute, ``pitch`` 0-99, the intonation range in percent of the
     voice's, ``word_gap`` in 10 ms units); return (waveform float64 (T,), sample rate)."""
     # Lower case: espeak reads all-caps words as abbreviations ("IT" -> "I T", "AM" -> "a.m.").
-    # The range goes as SSML (-m), its only way in; the text is letters, apostrophes and spaces (valid XML).
-    ssml = f'<speak><prosody range="{range_percent}%">{text.lower()}</prosody></speak>'
-    cmd = [binary, "-m", "-v", voice, "-s", str(rate), "-p", str(pitch), "-g", str(word_gap), "--stdout", "--", ssml]
+    # A range goes as SSML (-m), its only way in (the text is letters, apostrophes and spaces: valid XML); at
+    # 100% the text goes plain, as before ranges were drawn (SSML mode alone changes the audio slightly).
+    said = text.lower() if range_percent == 100 else \
+        f'<speak><prosody range="{range_percent}%">{text.lower()}</prosody></speak>'
+    cmd = [binary, *(["-m"] if range_percent != 100 else []), "-v", voice, "-s", str(rate), "-p", str(pitch),
+           "-g", str(word_gap), "--stdout", "--", said]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if proc.returncode != 0 or not proc.stdout:
         raise RuntimeError(f"utterance {utt_id}: espeak-ng failed (exit {proc.returncode}): "
