@@ -11,7 +11,8 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # asrkit with the extras named after the dash (setup.py), reinstalled only when the package metadata changes:
-# .installed-dev is everything (make install, make test), .installed-synth the core and the demo's corpus synthesis.
+# .installed-dev is everything (make install, make test), .installed-synth,augment the core, the demo's corpus
+# synthesis and its simulated rooms (data/test_reverb_noise).
 $(VENV)/.installed-%: setup.py | $(PY)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[$*]'
@@ -44,7 +45,7 @@ mutation: install
 
 # DEMO_OPTS: more recipes/mini/run.sh options, e.g. DEMO_OPTS="--size small-joint" (docs/results.md).
 DEMO_OPTS ?=
-demo: $(VENV)/.installed-synth system-deps kenlm native
+demo: $(VENV)/.installed-synth,augment system-deps kenlm native
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash recipes/mini/run.sh $(DEMO_OPTS)
 
 clean-demo:

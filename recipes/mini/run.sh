@@ -17,7 +17,7 @@
 #                            [--units char|bpe] [--vocab-size N] [--decode-beam N] [--joint-search true|false]
 #                            [--joint-lm-weights "0.3 0.6 1.0"] [--joint-decode-config conf/decode_joint_wordlm.yaml]
 #                            [--streaming-chunks "640 320"]
-#                            [--jobs 2]
+#                            [--jobs 2] [--test-reverb-noise true|false] [--reverb-noise-snr 5,20]
 #   --size      small: 4800 training utterances (~5.5 h of speech), conf/mini_small.yaml (4-layer Conformer);
 #               medium: 6000 utterances, conf/mini_medium.yaml (12-layer Conformer); small-joint: the small data
 #               and conf/mini_small_joint.yaml (the small model + a 2-layer attention decoder, joint CTC/attention
@@ -43,11 +43,16 @@
 #   --streaming-chunks "640 320": stage 6 also decodes each test set as live streams (asrkit decode --streaming) with
 #               these chunk sizes in ms, greedy and with the LM: rows decode_<set>_stream<ms>[_lm]. --size
 #               small-streaming sets "640 320"; a model without dynamic chunk training streams badly.
+#   --test-reverb-noise true (default): stage 0 also makes data/test_reverb_noise, the test utterances through
+#               simulated rooms and noises that training never draws (tools/make_reverb_noise_set.py: the held-out
+#               room and noise sets are stated there) at SNRs drawn from --reverb-noise-snr (dB); stages 6-7 decode
+#               and score it beside test and test_unseen
 #   --lm-kind   ngram: word n-gram (KenLM lmplz, tools/install/install_kenlm.sh) and a lexicon of its words;
 #               neural: the character LSTM LM of --lm-config on the same text
 #   stage 0: synthesize data/{train,dev,test,test_unseen}   stage 4: LM text (book text + train transcripts) and LM
-#   stage 1: validate the data dirs                         stage 5: LM weight and length bonus chosen on data/dev
-#   stage 2: tokenizer + global CMVN stats                  stage 6: decode test and test_unseen: greedy, with LM
+#            (+ data/test_reverb_noise from data/test)      stage 5: LM weight and length bonus chosen on data/dev
+#   stage 1: validate the data dirs                         stage 6: decode test, test_unseen, test_reverb_noise:
+#   stage 2: tokenizer + global CMVN stats                           greedy, with LM
 #   stage 3: train (+ checkpoint averaging)                 stage 7: score; one table
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -78,6 +83,8 @@ workdir="$here"
 num_dev=100
 num_test=100
 num_test_unseen=100   # data/test_unseen: flite voices no training split has (0: none)
+test_reverb_noise=true   # data/test_reverb_noise: data/test through held-out rooms and noises
+reverb_noise_snr=5,20    # its SNR range in dB
 snr_db=25
 seed=1
 jobs=2
@@ -119,6 +126,10 @@ case "$joint_search" in
   true|false) ;;
   *) echo "$0: --joint-search must be true or false, not '$joint_search'" >&2; exit 1 ;;
 esac
+case "$test_reverb_noise" in
+  true|false) ;;
+  *) echo "$0: --test-reverb-noise must be true or false, not '$test_reverb_noise'" >&2; exit 1 ;;
+esac
 
 # One BLAS thread per process: with the data-loader worker on the other core this is the fastest setting
 # on 2 cores, and it does not collapse when something else is running (2 threads then run 4x slower).
@@ -128,6 +139,7 @@ log() { echo "$(date '+%Y-%m-%d %H:%M:%S') [stage $1] ${*:2}"; }
 run_stage() { [ "$stage" -le "$1" ] && [ "$stop_stage" -ge "$1" ]; }
 test_sets=(test)
 [ "$num_test_unseen" -gt 0 ] && test_sets+=(test_unseen)
+[ "$test_reverb_noise" = true ] && test_sets+=(test_reverb_noise)
 decode_suffixes=("" _lm)   # stage 6's outputs per test set: $exp/decode_<set><suffix>
 [ "$joint_search" = true ] && decode_suffixes+=(_joint _joint_lm)
 for ms in $streaming_chunks; do decode_suffixes+=("_stream$ms" "_stream${ms}_lm"); done
@@ -137,6 +149,11 @@ if run_stage 0; then
     "test_unseen $num_test_unseen utterances)"
   python "$root/tools/make_synthetic_corpus.py" --out data --num-train "$num_train" --num-dev "$num_dev" \
     --num-test "$num_test" --num-test-unseen "$num_test_unseen" --seed "$seed" --snr-db "$snr_db" --jobs "$jobs"
+  if [ "$test_reverb_noise" = true ]; then
+    log 0 "data/test through held-out rooms and noises at $reverb_noise_snr dB SNR into data/test_reverb_noise"
+    python "$root/tools/make_reverb_noise_set.py" --src data/test --out data/test_reverb_noise --seed "$seed" \
+      --snr "$reverb_noise_snr"
+  fi
 fi
 
 if run_stage 1; then

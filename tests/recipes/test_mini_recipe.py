@@ -49,7 +49,10 @@ def test_mini_recipe_runs_every_stage(tmp_path):
     exp = tmp_path / "exp" / "small"
     demo_model = yaml.safe_load((exp / "config.yaml").read_text())["model"]  # the demo's InterCTC at layer 2 of 3
     assert demo_model["encoder"]["interctc_layers"] == [2] and demo_model["interctc_weight"] == 0.3
-    for split in ("test", "test_unseen"):
+    # test_reverb_noise: the test sentences (same ids) through held-out rooms and noises, decoded beside the others
+    assert read_table(tmp_path / "data/test_reverb_noise/text") == read_table(tmp_path / "data/test/text")
+    assert len(read_table(tmp_path / "data/test_reverb_noise/conditions")) == 2
+    for split in ("test", "test_unseen", "test_reverb_noise"):
         refs = read_table(tmp_path / "data" / split / "text")
         for d in (f"decode_{split}", f"decode_{split}_lm"):
             assert f"{d}: %WER" in run.stdout
@@ -57,7 +60,7 @@ def test_mini_recipe_runs_every_stage(tmp_path):
     # The LM text: book text + train transcripts, never a dev/test sentence; the lexicon is its vocabulary.
     lm_text = set((tmp_path / "data/lm/text.txt").read_text().splitlines())
     assert set(read_table(tmp_path / "data/train/text").values()) <= lm_text and len(lm_text) > 20000
-    for split in ("dev", "test", "test_unseen"):
+    for split in ("dev", "test", "test_unseen", "test_reverb_noise"):
         assert not set(read_table(tmp_path / "data" / split / "text").values()) & lm_text
     words = (tmp_path / "data/lm/words.txt").read_text().splitlines()
     assert words == sorted({w for line in lm_text for w in line.split()})
