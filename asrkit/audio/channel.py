@@ -17,7 +17,7 @@ def band_limit(wav: Tensor, sample_rate: int, rate: int, low_hz: float) -> Tenso
     if rate < sample_rate:
         # ceil(ceil(T * rate / sr) * sr / rate) >= T samples come back: cut to T
         out = resample(resample(wav, sample_rate, rate), rate, sample_rate)[: wav.numel()]
-    if low_hz > 0:
+    if low_hz:  # the config refuses a negative one
         out = AF.highpass_biquad(out, sample_rate, low_hz)
     return out.contiguous()
 

@@ -34,17 +34,17 @@ OtherUtterances = Callable[[int, np.random.Generator], List[Tensor]]  # (how man
 
 def _power(x: Tensor) -> float:
     """Mean square of ``x``, in float64."""
-    return float(x.double().square().mean()) if x.numel() else 0.0
+    return float(x.double().square().mean())
 
 
 def coloured_noise(kind: str, n: int, rng: np.random.Generator) -> Tensor:
-    """``n`` samples (float32) of ``kind`` noise (white, pink or brown: see :data:`SLOPES`) at unit power."""
+    """``n`` samples (float32) of ``kind`` noise (white, pink or brown: see :data:`SLOPES`) at unit power (pink or
+    brown noise of one sample is 0: all of it would be DC, which is removed)."""
     white = rng.standard_normal(n)
     slope = SLOPES[kind]
-    if slope and n > 1:
+    if slope:
         spectrum = np.fft.rfft(white)
-        bins = np.arange(spectrum.size, dtype=np.float64)
-        spectrum[1:] /= bins[1:] ** (slope / 2)  # amplitude falls as f**(-k/2): power as f**(-k)
+        spectrum[1:] /= np.arange(1, spectrum.size) ** (slope / 2)  # amplitude falls as f**(-k/2): power as f**(-k)
         spectrum[0] = 0.0  # no DC offset (brown noise would otherwise drift)
         white = np.fft.irfft(spectrum, n)
     x = torch.from_numpy(white.astype(np.float32))
@@ -74,13 +74,13 @@ def mix_at_snr(speech: Tensor, noise: Tensor, snr_db: float) -> Optional[Tensor]
 def babble(utterances: Sequence[Tensor], n: int, rng: np.random.Generator) -> Tensor:
     """``n`` samples of babble: each of ``utterances`` fitted to ``n``, at unit power, rolled by a drawn offset; summed.
     Silent utterances add nothing."""
-    out = torch.zeros(n, dtype=torch.float64)
+    out = torch.zeros(n)
     for u in utterances:
-        x = fit_length(u.double(), n)
+        x = fit_length(u.float(), n)
         p = _power(x)
         if p > 0:
             out += torch.roll(x / math.sqrt(p), int(rng.integers(n)))
-    return out.float()
+    return out
 
 
 def list_noise_files(dirs: Sequence[str]) -> List[List[str]]:

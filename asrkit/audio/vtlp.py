@@ -26,16 +26,16 @@ KALDI_VTLN_LOW = 100.0  # Hz: Kaldi's --vtln-low, below which its warp bends to 
 
 
 def check_boundary(boundary_hz: float, sample_rate: int) -> None:
-    """``boundary_hz`` must lie below the Nyquist frequency (else nothing is left to bend back)."""
-    if not 0.0 < boundary_hz < sample_rate / 2:
-        raise ConfigError(f"augment.vtlp.boundary_hz must lie in (0, {sample_rate / 2:g}) Hz, the Nyquist frequency "
-                          f"of frontend.sample_rate {sample_rate}; got {boundary_hz:g}")
+    """``boundary_hz`` (positive: the config checks) must lie below the Nyquist frequency, else nothing is left to
+    bend back."""
+    if boundary_hz >= sample_rate / 2:
+        raise ConfigError(f"augment.vtlp.boundary_hz must lie below {sample_rate / 2:g} Hz, the Nyquist frequency of "
+                          f"frontend.sample_rate {sample_rate}; got {boundary_hz:g}")
 
 
 def warp_frequencies(freqs: Tensor, alpha: Tensor, boundary_hz: float, nyquist: float) -> Tensor:
     """``freqs`` (..., N) in Hz, within ``[0, nyquist]``, warped by ``alpha`` (..., 1) (broadcast): see the module
     docstring. Monotonic; 0 and ``nyquist`` are fixed points."""
-    alpha = alpha.to(freqs.dtype)
     low = boundary_hz * torch.clamp(alpha, max=1.0)  # the bend, in output frequency
     knee = low / alpha  # the bend, in input frequency
     upper = nyquist - (nyquist - low) / (nyquist - knee) * (nyquist - freqs)

@@ -6,6 +6,7 @@ import pytest
 import soundfile as sf
 import torch
 
+from asrkit.audio import noise as noise_module
 from asrkit.audio.io import AudioError
 from asrkit.audio.noise import (NoiseSource, babble, coloured_noise, fit_length, list_noise_files, mix_at_snr,
                                 read_noise)
@@ -28,6 +29,8 @@ def test_the_measured_snr_of_mixed_noise_is_the_drawn_one(kind, snr):
     noise = coloured_noise(kind, 8000, rng) * 0.01
     mixed = mix_at_snr(speech, noise, snr)
     assert mixed.shape == speech.shape and mixed.dtype == torch.float32
+    added = mixed.double() - speech.double()  # the noise itself, scaled (not subtracted or reshaped)
+    assert torch.allclose(added / added.norm(), noise.double() / noise.double().norm(), atol=1e-4)
     assert abs(_snr(speech.numpy(), mixed.numpy()) - snr) < 0.5
     assert abs(_snr(speech.numpy(), mixed.numpy()) - snr) < 0.01  # float32 rounding only
 
@@ -55,17 +58,25 @@ def test_coloured_noise_has_unit_power_and_its_spectral_slope(kind, slope):
 
 
 def test_coloured_noise_is_drawn_from_the_generator():
-    a = coloured_noise("pink", 500, np.random.default_rng(5))
-    assert torch.equal(a, coloured_noise("pink", 500, np.random.default_rng(5)))
-    assert not torch.equal(a, coloured_noise("pink", 500, np.random.default_rng(6)))
-    assert coloured_noise("brown", 1, np.random.default_rng(0)).numel() == 1
+    a = coloured_noise("pink", 501, np.random.default_rng(5))
+    assert a.numel() == 501  # an odd length too
+    assert torch.equal(a, coloured_noise("pink", 501, np.random.default_rng(5)))
+    assert not torch.equal(a, coloured_noise("pink", 501, np.random.default_rng(6)))
+    white = np.random.default_rng(5).standard_normal(64)
+    ref = torch.from_numpy((white / np.sqrt(np.mean(white.astype(np.float32).astype(np.float64) ** 2)))
+                           .astype(np.float32))
+    assert torch.allclose(coloured_noise("white", 64, np.random.default_rng(5)), ref, atol=1e-6)  # unshaped
+    for kind in ("pink", "brown"):
+        x = coloured_noise(kind, 64, np.random.default_rng(1))
+        assert abs(float(x.double().mean())) < 1e-6  # no DC
+        assert torch.equal(coloured_noise(kind, 1, np.random.default_rng(0)), torch.zeros(1))  # all DC: removed
 
 
 def test_fit_length_repeats_and_cuts():
     assert fit_length(torch.tensor([1.0, 2.0, 3.0]), 7).tolist() == [1, 2, 3, 1, 2, 3, 1]
     assert fit_length(torch.tensor([1.0, 2.0, 3.0]), 2).tolist() == [1, 2]
     assert fit_length(torch.tensor([1.0, 2.0, 3.0]), 3).tolist() == [1, 2, 3]
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(ValueError, match="^cannot fit an empty signal to a length$"):
         fit_length(torch.zeros(0), 3)
 
 
@@ -91,9 +102,11 @@ def test_noise_files_are_listed_per_directory_recursively(tmp_path):
     _wav(musan / "noise" / "a.wav", [0.1] * 10)
     _wav(musan / "music" / "x" / "c.flac", [0.1] * 10)
     (musan / "music" / "README").write_text("not audio")
+    _wav(tmp_path / "elsewhere" / "d.ogg", [0.1] * 10)
+    (musan / "music" / "linked").symlink_to(tmp_path / "elsewhere")  # a folder linked in is followed
     found = list_noise_files([str(musan / "noise"), str(musan / "music")])
     assert found == [[str(musan / "noise" / "a.wav"), str(musan / "noise" / "free-sound" / "b.wav")],
-                     [str(musan / "music" / "x" / "c.flac")]]
+                     [str(musan / "music" / "linked" / "d.ogg"), str(musan / "music" / "x" / "c.flac")]]
 
 
 def test_a_missing_or_empty_noise_dir_is_one_line_naming_it(tmp_path):
@@ -123,9 +136,29 @@ def test_read_noise_repeats_a_short_file_and_resamples(tmp_path):
         [0.1, 0.2, 0.3, 0.1, 0.2, 0.3, 0.1, 0.2])
     slow = _wav(tmp_path / "8k.wav", np.sin(np.arange(4000) * 0.1) * 0.3, rate=8000)
     assert read_noise(slow, 5000, RATE, np.random.default_rng(1)).numel() == 5000
-    (tmp_path / "bad.wav").write_bytes(b"RIFF junk")
-    with pytest.raises(AudioError, match="bad.wav"):
-        read_noise(str(tmp_path / "bad.wav"), 10, RATE, np.random.default_rng(0))
+
+
+def test_read_noise_errors_name_the_noise_file(tmp_path):
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(b"RIFF junk")
+    with pytest.raises(AudioError, match=f"^utt noise: {bad}: "):
+        read_noise(str(bad), 10, RATE, np.random.default_rng(0))
+    nan = _wav(tmp_path / "nan.wav", [0.1, float("nan"), 0.2])  # a readable header, samples that are not
+    with pytest.raises(AudioError, match=f"^utt noise: {nan}: audio contains NaN or infinite samples$"):
+        read_noise(nan, 10, RATE, np.random.default_rng(0))
+
+
+def test_read_noise_reads_only_its_segment_and_never_runs_a_command(tmp_path, monkeypatch):
+    path = _wav(tmp_path / "long.wav", np.full(16000, 0.1))
+    calls = []
+    real = noise_module.load_audio
+    monkeypatch.setattr(noise_module, "load_audio", lambda *a, **k: calls.append(k) or real(*a, **k))
+    assert read_noise(path, 800, RATE, np.random.default_rng(0)).numel() == 800
+    assert calls[0]["end"] - calls[0]["start"] == pytest.approx(800 / RATE)  # a minute of music is not all read
+    marker = tmp_path / "ran"
+    with pytest.raises(AudioError, match=r"\|: file not found$"):
+        read_noise(f"touch {marker} |", 10, RATE, np.random.default_rng(0))
+    assert not marker.exists()
 
 
 def test_noise_source_draws_every_source(tmp_path):

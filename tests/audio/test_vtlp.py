@@ -120,8 +120,11 @@ def test_the_frontend_warps_in_training_only():
 
 
 def test_the_boundary_must_lie_below_nyquist():
-    check_boundary(4800.0, 16000)
-    with pytest.raises(ConfigError, match=r"^augment.vtlp.boundary_hz must lie in \(0, 4000\) Hz, the Nyquist "
+    check_boundary(7999.9, 16000)
+    with pytest.raises(ConfigError, match=r"^augment.vtlp.boundary_hz must lie below 8000 Hz, the Nyquist "
+                                          r"frequency of frontend.sample_rate 16000; got 8000$"):
+        check_boundary(8000.0, 16000)
+    with pytest.raises(ConfigError, match=r"^augment.vtlp.boundary_hz must lie below 4000 Hz, the Nyquist "
                                           r"frequency of frontend.sample_rate 8000; got 4800$"):
         Frontend(FrontendConfig(sample_rate=8000, n_fft=256, win_length=200, hop_length=80),
                  vtlp=VtlpConfig(prob=0.5))

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from asrkit.audio.channel import apply_gain, band_limit
-from asrkit.audio.waveaug import KINDS, WaveAugment, augment_enabled, draw_rng
+from asrkit.audio.waveaug import KINDS, WaveAugment, augment_enabled, check_sources, draw_rng
 from asrkit.config import (AugmentConfig, BandConfig, ConfigError, GainConfig, NoiseConfig, ReverbConfig,
                            VtlpConfig)
 
@@ -62,18 +62,23 @@ def test_each_kind_draws_on_its_own():
 
 
 def test_probabilities_are_realised_per_kind():
-    cfg = AugmentConfig(band=BandConfig(prob=0.3), gain=GainConfig(prob=0.7), vtlp=VtlpConfig(prob=0.5))
+    cfg = AugmentConfig(reverb=ReverbConfig(prob=0.4, num_rooms=1, max_order=1),
+                        noise=NoiseConfig(prob=0.6, generated=("white",)), band=BandConfig(prob=0.3),
+                        gain=GainConfig(prob=0.7), vtlp=VtlpConfig(prob=0.5))
     aug = WaveAugment(cfg, RATE, seed=1)
-    wav = torch.zeros(400)
+    wav = _speech(n=400)
     counts = {k: 0 for k in KINDS}
     for i in range(400):
         for kind in aug(wav, f"utt{i}", 3).applied:
             counts[kind] += 1
-    assert counts["reverb"] == counts["noise"] == 0
+    assert abs(counts["reverb"] / 400 - 0.4) < 0.07
+    assert abs(counts["noise"] / 400 - 0.6) < 0.07
     assert abs(counts["band"] / 400 - 0.3) < 0.07
     assert abs(counts["gain"] / 400 - 0.7) < 0.07
     assert abs(counts["vtlp"] / 400 - 0.5) < 0.07
-    none = WaveAugment(AugmentConfig(), RATE, seed=1)(_speech(), "u", 3)
+    off = WaveAugment(AugmentConfig(), RATE, seed=1)
+    assert off.rirs is None and off.noises is None  # nothing simulated or listed for kinds that are off
+    none = off(_speech(), "u", 3)
     assert none.applied == () and none.vtlp_alpha == 1.0 and torch.equal(none.wav, _speech())
 
 
@@ -105,6 +110,8 @@ def test_vtlp_per_speaker_gives_a_speakers_utterances_one_factor():
     a1, a2 = aug(wav, "a-1", 4, speaker="a").vtlp_alpha, aug(wav, "a-2", 4, speaker="a").vtlp_alpha
     b1 = aug(wav, "b-1", 4, speaker="b").vtlp_alpha
     assert a1 == a2 != b1 and 0.9 <= a1 <= 1.1 and 0.9 <= b1 <= 1.1
+    rng = draw_rng(4, "speaker a", "vtlp")  # the draw is pinned: a speaker's key, then decide, then the factor
+    assert rng.random() < 1.0 and a1 == rng.uniform(0.9, 1.1)
     assert aug(wav, "a-1", 5, speaker="a").vtlp_alpha != a1  # another epoch, another draw
     # without a speaker (no utt2spk), per utterance
     assert aug(wav, "a-1", 4).vtlp_alpha != aug(wav, "a-2", 4).vtlp_alpha
@@ -127,6 +134,28 @@ def test_an_unreadable_noise_file_skips_noise_for_that_utterance(tmp_path, caplo
         out = WaveAugment(cfg, RATE, seed=1)(_speech(), "u9", 1)
     assert out.applied == ("gain",)
     assert "utt u9: no noise:" in caplog.text and "bad.wav" in caplog.text
+
+
+def test_an_unreadable_impulse_response_skips_reverberation(tmp_path, caplog, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.wav").write_bytes(b"RIFF not audio")
+    (tmp_path / "rirs").write_text("bad.wav\n")
+    cfg = AugmentConfig(reverb=ReverbConfig(prob=1.0, rir_list="rirs"), gain=GainConfig(prob=1.0))
+    with caplog.at_level(logging.WARNING, logger="asrkit.audio"):
+        out = WaveAugment(cfg, RATE, seed=1)(_speech(), "u7", 1)
+    assert out.applied == ("gain",)
+    assert "utt u7: no reverberation:" in caplog.text and "bad.wav" in caplog.text
+
+
+def test_check_sources_reads_what_the_kinds_in_use_read(tmp_path):
+    missing = str(tmp_path / "missing")
+    check_sources(AugmentConfig(noise=NoiseConfig(prob=0.0, dirs=(missing,)),
+                                reverb=ReverbConfig(prob=0.0, rir_list=missing)))  # off: not read
+    check_sources(AugmentConfig(reverb=ReverbConfig(prob=0.5)))  # simulated rooms: pyroomacoustics is there
+    with pytest.raises(ConfigError, match=r"^augment.noise.dirs: .*missing: no such directory$"):
+        check_sources(AugmentConfig(noise=NoiseConfig(prob=0.5, dirs=(missing,))))
+    with pytest.raises(ConfigError, match=r"^augment.reverb.rir_list: .*missing: No such file"):
+        check_sources(AugmentConfig(reverb=ReverbConfig(prob=0.5, rir_list=missing)))
 
 
 def test_silent_audio_gets_no_noise():
