@@ -56,7 +56,6 @@ class StreamingCtcState:
         self.rows = rows  # (1, ...) the beam; scorer states of beam rows (None on the native loop)
         self.tokens = torch.empty((1, beam, 0), dtype=torch.long, device=device)  # (1, K, L), -1 pads
         self.token_frames = torch.empty_like(self.tokens)  # (1, K, L)
-        self.lengths = torch.zeros((1, beam), dtype=torch.long, device=device)  # (1, K)
         self.offset = torch.zeros(1, dtype=torch.float64, device=device)  # skipped blank frames' log P
 
     def close(self) -> None:
@@ -101,10 +100,10 @@ def _trailing_blanks(lp: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return torch.where(last >= 0, lengths - 1 - last, -1)
 
 
-def _pad_cat(parts: Sequence[torch.Tensor], value: int) -> torch.Tensor:
-    """(1, K, L_b) tensors -> (B, K, max L_b), padded at the end with ``value``."""
+def _pad_cat(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """(1, K, L_b) tensors -> (B, K, max L_b), padded with -1 (no token)."""
     width = max(p.shape[2] for p in parts)
-    return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[2]), value=value) for p in parts])
+    return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[2]), value=-1) for p in parts])
 
 
 class StreamingCtcSearch:
@@ -204,11 +203,11 @@ class StreamingCtcSearch:
         steps, roots = trace_rows(chunk.parents, finals)  # (T', B, K), (B, K)
         paths = chunk.emitted.gather(2, steps).permute(1, 2, 0)  # (B, K, T')
         base = torch.tensor([st.frames for st in states], device=self.device)[:, None]
-        frames = torch.where(chunk.frame >= 0, chunk.frame + base, -1)[:, None, :].expand_as(paths)
+        frames = (chunk.frame + base)[:, None, :].expand_as(paths)  # padding steps (frame -1) emit nothing
         old = roots[:, :, None]
-        tokens = _pad_cat([st.tokens for st in states], -1)
-        old_frames = _pad_cat([st.token_frames for st in states], -1)
-        tokens, token_frames, counts = pack_emissions(
+        tokens = _pad_cat([st.tokens for st in states])
+        old_frames = _pad_cat([st.token_frames for st in states])
+        tokens, token_frames, _ = pack_emissions(
             torch.cat([tokens.gather(1, old.expand_as(tokens)), paths], 2),
             torch.cat([old_frames.gather(1, old.expand_as(old_frames)), frames], 2))
         rows = chunk.rows
@@ -216,31 +215,32 @@ class StreamingCtcSearch:
             own = torch.arange(b * beam, (b + 1) * beam, device=self.device)
             st.rows = BeamRows(rows.st[b:b + 1], rows.ints[b:b + 1],
                                {name: index_rows(tree, own) for name, tree in rows.states.items()})
-            st.tokens, st.token_frames, st.lengths = tokens[b:b + 1], token_frames[b:b + 1], counts[b:b + 1]
+            st.tokens, st.token_frames = tokens[b:b + 1], token_frames[b:b + 1]
             st.offset = st.offset + chunk.offset[b].double()
 
-    def _totals(self, states: Sequence[StreamingCtcState], final: bool) -> Tuple[torch.Tensor, torch.Tensor]:
-        """(B, K) total and CTC scores of every hypothesis, with the end-of-sentence scores when ``final``."""
+    def _totals(self, states: Sequence[StreamingCtcState]) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(B, K) running total and CTC scores of every hypothesis (no end-of-sentence scores)."""
         st = torch.cat([s.rows.st for s in states])[:, :, :self.beam]  # (B, 4, K)
         ctc = st[:, 2] + torch.cat([s.offset for s in states]).to(self.dtype)[:, None]
-        total = ctc + st[:, 3]
-        if final and self.scorers:
-            ends = torch.zeros_like(total)
-            for group in self._groups(states):
-                rows = self._stack([states[b] for b in group])
-                end = sum(self.weights[name] * sc.final_score(rows.states[name]).to(self.dtype)
-                          for name, sc in self.scorers.items())
-                ends[group] = end.view(len(group), self.beam)
-            total = total + ends
-        return total, ctc
+        return ctc + st[:, 3], ctc
+
+    def _ends(self, states: Sequence[StreamingCtcState]) -> torch.Tensor:
+        """(B, K) the weighted end-of-sentence scores of every hypothesis."""
+        ends = torch.zeros((len(states), self.beam), dtype=self.dtype, device=self.device)
+        for group in self._groups(states):
+            rows = self._stack([states[b] for b in group])
+            for name, sc in self.scorers.items():
+                end = sc.final_score(rows.states[name]).to(self.dtype).view(len(group), self.beam)
+                ends[group] += self.weights[name] * end
+        return ends
 
     def _select(self, states: Sequence[StreamingCtcState], order: torch.Tensor, total: torch.Tensor,
                 ctc: torch.Tensor) -> NBest:
         """The hypotheses ``order`` (B, N) of each stream, best first, as an :class:`NBest`."""
         dead = total == NEG_INF
         at = order[:, :, None]
-        tokens = _pad_cat([s.tokens for s in states], -1)
-        frames = _pad_cat([s.token_frames for s in states], -1)
+        tokens = _pad_cat([s.tokens for s in states])
+        frames = _pad_cat([s.token_frames for s in states])
         tokens = tokens.gather(1, at.expand(-1, -1, tokens.shape[2])).masked_fill(dead[:, :, None], -1)
         frames = frames.gather(1, at.expand(-1, -1, frames.shape[2]))
         tokens, frames, lengths = pack_emissions(tokens, frames)
@@ -255,7 +255,7 @@ class StreamingCtcSearch:
         if self.native:
             return native_loop.stream_nbest([st.native for st in states], 1, final=False).best()
         with search_threads(self.device):
-            total, ctc = self._totals(states, final=False)
+            total, ctc = self._totals(states)
             best, order = total.max(1, keepdim=True)
             return self._select(states, order, best, ctc).best()
 
@@ -276,6 +276,6 @@ class StreamingCtcSearch:
         if self.native:
             return native_loop.stream_nbest([st.native for st in states], self.nbest, final=True)
         with search_threads(self.device):
-            total, ctc = self._totals(states, final=True)
-            total, order = total.topk(self.nbest, 1)
+            total, ctc = self._totals(states)
+            total, order = (total + self._ends(states)).topk(self.nbest)
             return self._select(states, order, total, ctc)
