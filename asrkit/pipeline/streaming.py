@@ -120,7 +120,7 @@ class StreamingRecognizer:
         self.left_chunks = trained.left_chunks if self.cfg.left_chunks is None else self.cfg.left_chunks
         if self.left_chunks < -1:
             raise ConfigError(f"decode.left_chunks must be >= 0, or -1 for all, got {self.left_chunks}")
-        self.search = build_stream_search(self.cfg, searcher.fusion)
+        self.search = build_stream_search(self.cfg, searcher.fusion, self.device)
         self.vad = VadConfig()  # the voice activity that word times are widened to (as offline)
         self.vad_hop = frame_geometry(self.sample_rate, self.vad)[1] / self.sample_rate
         self.new_cache()  # an encoder that cannot stream raises its ValueError now, before any audio

@@ -93,9 +93,10 @@ class GreedyStreamSearch:
         return NBest(tokens=tokens, lengths=lengths, scores=scores, ctc_scores=scores.clone(), token_frames=frames)
 
 
-def build_stream_search(cfg: DecodeConfig, fusion: Callable[[], tuple]) -> Any:
+def build_stream_search(cfg: DecodeConfig, fusion: Callable[[], tuple], device: torch.device | str = "cpu") -> Any:
     """The first-pass search of ``cfg.mode`` (see the module docstring); ``fusion()`` -> (scorers, weights),
-    the Searcher's LM, lexicon, hotwords and bonus. ``rescore`` keeps ``cfg.beam`` hypotheses at each endpoint
+    the Searcher's LM, lexicon, hotwords and bonus; ``device``: the model's, where the search states live (the
+    C++ loop on the CPU, the torch loop elsewhere). ``rescore`` keeps ``cfg.beam`` hypotheses at each endpoint
     for the decoder, as offline."""
     check_streaming_mode(cfg)
     if cfg.mode == "greedy":
@@ -105,7 +106,7 @@ def build_stream_search(cfg: DecodeConfig, fusion: Callable[[], tuple]) -> Any:
     scorers, weights = fusion()
     return StreamingCtcSearch(beam=cfg.beam, nbest=cfg.beam if cfg.mode == "rescore" else cfg.nbest, scorers=scorers,
                               weights=weights, token_topk=cfg.token_topk, token_min_logp=cfg.token_min_logp,
-                              blank_skip_threshold=cfg.blank_skip_threshold)
+                              blank_skip_threshold=cfg.blank_skip_threshold, device=device)
 
 
 ScoreTokens = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -120,7 +121,7 @@ def second_pass(cfg: DecodeConfig, nbest: NBest, encodings: Sequence[torch.Tenso
         return nbest
     if score_tokens is None:
         raise ConfigError("decode.mode 'rescore' needs an attention decoder; this model has none")
-    lens = torch.tensor([e.shape[0] for e in encodings], dtype=torch.long, device=encodings[0].device)
+    lens = torch.tensor([e.shape[0] for e in encodings], device=encodings[0].device)  # (B,) int64
     enc = torch.nn.utils.rnn.pad_sequence(list(encodings), batch_first=True)  # (B, T_max, D)
 
     def score_fn(utts: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,7 @@ import torch
 from asrkit.config import ConfigError, DecodeConfig
 from asrkit.pipeline.streaming_search import GreedyStreamSearch, build_stream_search, check_streaming_mode, second_pass
 from asrkit.search import NBest, attention_rescore, greedy_search
+from asrkit.search.streaming import StreamingCtcSearch
 
 
 def _log_probs(batch: int, frames: int, vocab: int, seed: int) -> torch.Tensor:
@@ -88,5 +89,48 @@ def test_second_pass_is_offline_rescoring_over_each_utterance():
     assert torch.equal(got.tokens, ref.tokens)
     assert torch.allclose(got.scores, ref.scores)
     assert second_pass(DecodeConfig(mode="ctc_prefix"), nbest, encs, None) is nbest
-    with pytest.raises(ConfigError, match="needs an attention decoder"):
+    one = second_pass(DecodeConfig(mode="rescore", beam=2, nbest=1, ctc_weight=0.3), nbest, encs, score_tokens)
+    assert one.nbest == 1 and torch.equal(one.tokens, ref.tokens[:, :1])  # decode.nbest of the rescored list
+    with pytest.raises(ConfigError, match=r"^decode.mode 'rescore' needs an attention decoder; this model has none$"):
         second_pass(cfg, nbest, encs, None)
+
+
+def test_greedy_finish_pads_like_greedy_search():
+    search = GreedyStreamSearch()
+    spoken, silent = search.new_state(), search.new_state()
+    lp = torch.full((2, 4, 5), -9.0)
+    lp[0, [0, 1, 2, 3], [3, 0, 1, 1]] = -0.5  # 3 _ 1 1: tokens 3, 1 at frames 0, 2
+    lp[1, :, 0] = -0.25  # all blank
+    search.advance([spoken, silent], lp, torch.tensor([4, 4]))
+    got = search.finish([spoken, silent])
+    assert got.tokens.dtype == got.token_frames.dtype == got.lengths.dtype == torch.long
+    assert got.tokens.tolist() == [[[3, 1]], [[-1, -1]]] and got.token_frames.tolist() == [[[0, 2]], [[-1, -1]]]
+    assert got.lengths.tolist() == [[2], [0]]
+    assert got.scores.dtype == torch.float32 and got.scores.tolist() == [[-2.0], [-1.0]]
+    assert torch.equal(got.ctc_scores, got.scores) and got.ctc_scores.data_ptr() != got.scores.data_ptr()
+    assert [(h.score, h.ctc_score) for h in search.partial([spoken, silent])] == [(-2.0, -2.0), (-1.0, -1.0)]
+    assert search.finish([silent]).tokens.shape == (1, 1, 0)  # no token anywhere: an empty width
+    ref = greedy_search(lp, torch.tensor([4, 4]))
+    assert torch.equal(got.tokens, ref.tokens) and torch.equal(got.token_frames, ref.token_frames)
+
+
+def test_greedy_rows_without_frames_leave_their_state_and_not_the_others():
+    search = GreedyStreamSearch()
+    waiting, going = search.new_state(), search.new_state()
+    lp = torch.full((2, 3, 4), -9.0)
+    lp[:, :, 2] = -0.1
+    search.advance([waiting, going], lp, torch.tensor([0, 3]))
+    assert (waiting.tokens, waiting.seen, waiting.score) == ([], 0, 0.0)
+    assert (going.tokens, going.frames, going.seen) == ([2], [0], 3) and going.score == pytest.approx(-0.3)
+
+
+def test_the_decode_mode_picks_the_first_pass():
+    assert isinstance(build_stream_search(DecodeConfig(mode="greedy"), lambda: ({}, {})), GreedyStreamSearch)
+    for mode, nbest in (("ctc_prefix", 3), ("rescore", 6)):  # rescore keeps the beam for the decoder
+        search = build_stream_search(DecodeConfig(mode=mode, beam=6, nbest=3, token_topk=5, token_min_logp=-7.0,
+                                                  blank_skip_threshold=0.99), lambda: ({}, {"length_bonus": 0.5}))
+        assert isinstance(search, StreamingCtcSearch)
+        assert (search.beam, search.nbest, search.topk, search.min_logp, search.skip) == (6, nbest, 5, -7.0, 0.99)
+        assert search.bonus == 0.5 and search.device == torch.device("cpu")
+    with pytest.raises(ConfigError, match=r"streaming takes greedy, ctc_prefix, rescore; rescore is the two-pass"):
+        check_streaming_mode(DecodeConfig(mode="joint"))
