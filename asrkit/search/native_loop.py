@@ -364,13 +364,13 @@ def stream_advance(states: Sequence[StreamState], lp: torch.Tensor, lengths: tor
     blank_skip_threshold; all None: the exact search); each is per frame, so any split of a stream's frames
     into chunks gives the same search. Streams are spread over ``torch.get_num_threads()`` threads."""
     arr, dtype, lib = _handles(states, "stream_advance")
+    if lp.device.type != "cpu" or lengths.device.type != "cpu":
+        raise ValueError(f"stream_advance: log_probs and lengths must be on the CPU, got {lp.device} and "
+                         f"{lengths.device}")
     check_ctc_inputs(lp, lengths)
     batch, frames, vocab = lp.shape
     if batch != len(states):
         raise ValueError(f"stream_advance: log_probs has {batch} rows for {len(states)} stream states")
-    if lp.device.type != "cpu" or lengths.device.type != "cpu":
-        raise ValueError(f"stream_advance: log_probs and lengths must be on the CPU, got {lp.device} and "
-                         f"{lengths.device}")
     if topk is not None and topk < 1:
         raise ValueError(f"token_topk must be >= 1 or None, got {topk}")
     if skip is not None and not 0.0 < skip < 1.0:

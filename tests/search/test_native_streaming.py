@@ -26,6 +26,8 @@ from test_native_prefix import CHARS, FIXTURES, LEXICON, MARK, PlainScorer, peak
 pytestmark = pytest.mark.skipif(native_build.load() is None, reason="no C++ compiler: the native loop cannot build")
 EXACT = dict(topk=None, min_logp=None, skip=None)
 DEFAULT = dict(topk=8, min_logp=-12.0, skip=0.999)
+TIGHT = dict(topk=3, min_logp=-4.0, skip=0.9)
+PRUNING = {"exact": EXACT, "default": DEFAULT, "tight": TIGHT}
 TOL = 1e-5
 ABC = ["<blank>", "<unk>", "<sos/eos>", MARK, "A", "B", "C"]  # the tokens of chars_2gram.arpa
 
@@ -96,12 +98,12 @@ def assert_nbest_equal(got: NBest, want: NBest, tol: float = TOL) -> None:
 
 @pytest.mark.filterwarnings("ignore:.*no word of the LM contains")
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("pruning", ["default", "exact"])
+@pytest.mark.parametrize("pruning", sorted(PRUNING))
 def test_one_advance_then_final_nbest_is_the_offline_search(word_lm, case: str, pruning: str) -> None:
     scorers, weights = fusion(case, word_lm)
     lp = case_log_probs(case, 3, 50, seed=len(case) + len(pruning))
-    lengths = torch.tensor([50, 0, 37])  # an empty stream too
-    prune = EXACT if pruning == "exact" else DEFAULT
+    lengths = torch.tensor([50, 0, 37], dtype=torch.int32)  # an empty stream too; int32 lengths are read as int64
+    prune = PRUNING[pruning]
     want = ctc_prefix_beam_search(lp, lengths, beam=6, nbest=4, scorers=scorers, weights=weights, native=True,
                                   token_topk=prune["topk"], token_min_logp=prune["min_logp"],
                                   blank_skip_threshold=prune["skip"])
@@ -111,6 +113,27 @@ def test_one_advance_then_final_nbest_is_the_offline_search(word_lm, case: str, 
     assert_nbest_equal(got, want)
     assert sum(len(h[0].tokens) for h in got.to_lists() if h) > 10
     assert [st.frames for st in states] == [50, 0, 37]
+
+
+def test_defaults_are_the_offline_defaults() -> None:
+    # no bonus, token_topk 8, token_min_logp -12, blank_skip_threshold 0.999: frames where the next value of each
+    # gives another n-best (a wide beam keeps every prefix)
+    lp = torch.full((1, 4, 12), -20.0)
+    lp[0, :, 0] = 0.0
+    lp[0, 0, 1:8] = torch.linspace(-5, -6, 7)
+    lp[0, 0, 8] = -11.5  # kept above -12 only
+    lp[0, 1, 10] = -5.3  # P(blank) 0.995: skipped above 0.99 only
+    lp[0, 2, 1:10] = torch.linspace(-4, -4.5, 9)  # nine close tokens: the 9th is a candidate at token_topk 9 only
+    lp = lp.log_softmax(-1)
+    lengths = torch.tensor([4])
+    want = ctc_prefix_beam_search(lp, lengths, beam=24, native=True)
+    for kw in (dict(token_topk=9), dict(token_min_logp=-11.0), dict(blank_skip_threshold=0.99),
+               dict(weights={"length_bonus": 1.0})):
+        other = ctc_prefix_beam_search(lp, lengths, beam=24, native=True, **kw)
+        assert not torch.equal(other.scores, want.scores), kw
+    states = [native_loop.StreamState(24)]
+    native_loop.stream_advance(states, lp, lengths)
+    assert_nbest_equal(native_loop.stream_nbest(states, 24, final=True), want)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -127,13 +150,13 @@ def test_float64_states_search_in_float64(dtype: torch.dtype) -> None:
 
 @pytest.mark.filterwarnings("ignore:.*no word of the LM contains")
 @pytest.mark.parametrize("case", ["none", "word_lexicon", "token_ngram", "hotwords"])
-@pytest.mark.parametrize("pruning", ["exact", "default"])
+@pytest.mark.parametrize("pruning", sorted(PRUNING))
 def test_chunked_advances_equal_one_advance(word_lm, case: str, pruning: str) -> None:
     # irregular pieces, single frames among them; pruning acts per frame, so it does not care about the split
     scorers, weights = fusion(case, word_lm)
     lp = case_log_probs(case, 3, 60, seed=7 + len(case))
     lengths = torch.tensor([60, 44, 51])
-    prune = EXACT if pruning == "exact" else DEFAULT
+    prune = PRUNING[pruning]
     whole = new_states(3, 8, scorers, weights)
     native_loop.stream_advance(whole, lp, lengths, **prune)
     pieces = new_states(3, 8, scorers, weights)
@@ -318,10 +341,14 @@ def test_bad_calls_are_errors_naming_the_state() -> None:
         native_loop.stream_advance([a, b], lp, torch.tensor([6, 7]))
     with pytest.raises(ValueError, match="^token_topk must be >= 1 or None, got 0$"):
         native_loop.stream_advance([a, b], lp, ok, topk=0)
+    for meta in ((lp.to("meta"), ok), (lp, ok.to("meta"))):
+        with pytest.raises(ValueError, match="^stream_advance: log_probs and lengths must be on the CPU, got "
+                                             f"{meta[0].device} and {meta[1].device}$"):
+            native_loop.stream_advance([a, b], *meta)
     for skip in (0.0, 1.0):
         with pytest.raises(ValueError, match=rf"^blank_skip_threshold must be in \(0, 1\) or None, got {skip}$"):
             native_loop.stream_advance([a, b], lp, ok, skip=skip)
-    native_loop.stream_advance([a, b], lp, torch.tensor([6, 0]))
+    native_loop.stream_advance([a, b], lp, torch.tensor([6, 0]), topk=1)  # one candidate a frame is allowed
     with pytest.raises(ValueError, match="^stream_advance: state 0 was advanced over 5 tokens, log_probs row 0 has 6$"):
         native_loop.stream_advance([a, b], peaky_log_probs(2, 6, 6, seed=1), ok)
     with pytest.raises(ValueError, match="^stream_advance: state 1 was advanced over 5 tokens, log_probs row 1 has 6$"):
@@ -393,3 +420,17 @@ def test_the_c_interface_refuses_what_python_would_not_pass() -> None:
                                   tokens=out[2].data_ptr(), token_frames=out[3].data_ptr(), lengths=out[4].data_ptr())
     assert lib.asrkit_stream_nbest(ctypes.byref(desc)) == 1
     st.close()
+
+
+@pytest.mark.parametrize("call", ["stream_advance", "stream_nbest", "stream_blank_run"])
+def test_a_refusal_by_the_library_is_an_error_naming_the_call(monkeypatch: pytest.MonkeyPatch, call: str) -> None:
+    st = native_loop.StreamState(2)
+    monkeypatch.setattr(st._lib, f"asrkit_{call}", lambda *args: 5)
+    run = {"stream_advance": lambda: native_loop.stream_advance([st], peaky_log_probs(1, 3, 4, seed=1), torch.tensor([3])),
+           "stream_nbest": lambda: native_loop.stream_nbest([st], 1, final=False),
+           "stream_blank_run": lambda: native_loop.stream_blank_run([st])}[call]
+    with pytest.raises(RuntimeError, match=rf"^{call}: the native library rejected its arguments \(code 5\)$"):
+        run()
+    monkeypatch.setattr(st._lib, "asrkit_stream_create", lambda *args: None)
+    with pytest.raises(RuntimeError, match="^the native library refused to create a stream state$"):
+        native_loop.StreamState(2)
