@@ -81,15 +81,16 @@ class GreedyStreamSearch:
         return [st.blank_run for st in states]
 
     def finish(self, states: Sequence[GreedyState]) -> NBest:
-        """(B, 1): the best path of each stream's utterance."""
+        """(B, 1): the best path of each stream's utterance (ids, frames and lengths int64, scores float32:
+        torch's defaults for Python ints and floats)."""
         width = max([len(st.tokens) for st in states] + [0])
-        tokens = torch.full((len(states), 1, width), -1, dtype=torch.long)
+        tokens = torch.full((len(states), 1, width), -1)  # (B, 1, L)
         frames = torch.full_like(tokens, -1)
         for b, st in enumerate(states):
-            tokens[b, 0, : len(st.tokens)] = torch.tensor(st.tokens, dtype=torch.long)
-            frames[b, 0, : len(st.frames)] = torch.tensor(st.frames, dtype=torch.long)
-        lengths = torch.tensor([[len(st.tokens)] for st in states], dtype=torch.long)
-        scores = torch.tensor([[st.score] for st in states], dtype=torch.float32)
+            tokens[b, 0, : len(st.tokens)] = torch.tensor(st.tokens)
+            frames[b, 0, : len(st.frames)] = torch.tensor(st.frames)
+        lengths = torch.tensor([[len(st.tokens)] for st in states])  # (B, 1)
+        scores = torch.tensor([[st.score] for st in states])  # (B, 1)
         return NBest(tokens=tokens, lengths=lengths, scores=scores, ctc_scores=scores.clone(), token_frames=frames)
 
 

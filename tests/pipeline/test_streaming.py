@@ -234,3 +234,16 @@ def test_decode_cli_streaming_writes_the_offline_outputs(exps, tmp_path, capsys)
         main(["decode", "--model", str(exps["ctc"]), "--data", str(data), "--out", str(tmp_path / "x"),
               "--chunk-ms", "320"])
     assert "--chunk-ms applies to --streaming" in capsys.readouterr().err
+
+
+def test_decode_streaming_fails_an_utterance_alone(exps, tmp_path):
+    """An utterance whose decoding raises (absurd samples: log-probs of NaN, refused by the prefix search) is listed
+    in OUT/failed with its reason; its batch is decoded again one utterance at a time, so the others are decoded."""
+    audio = {f"u{k}": _audio(1.5, k).numpy() for k in range(3)}
+    audio["u1"] = np.full(24000, 3e38, dtype=np.float32)
+    data = write_data_dir(tmp_path / "data", audio)
+    assert main(["decode", "--model", str(exps["ctc"]), "--data", str(data), "--out", str(tmp_path / "on"),
+                 "--mode", "ctc_prefix", "--beam", "4", "--streaming"]) == 0
+    assert sorted(read_table(tmp_path / "on" / "text")) == ["u0", "u2"]
+    failed = read_table(tmp_path / "on" / "failed")
+    assert list(failed) == ["u1"] and failed["u1"].startswith("utt u1: cannot be decoded: ValueError: ")

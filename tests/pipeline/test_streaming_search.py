@@ -7,7 +7,7 @@ import torch
 
 from asrkit.config import ConfigError, DecodeConfig
 from asrkit.pipeline.streaming_search import GreedyStreamSearch, build_stream_search, check_streaming_mode, second_pass
-from asrkit.search import NBest, attention_rescore, greedy_search
+from asrkit.search import LengthBonus, NBest, attention_rescore, greedy_search
 from asrkit.search.streaming import StreamingCtcSearch
 
 
@@ -126,11 +126,15 @@ def test_greedy_rows_without_frames_leave_their_state_and_not_the_others():
 
 def test_the_decode_mode_picks_the_first_pass():
     assert isinstance(build_stream_search(DecodeConfig(mode="greedy"), lambda: ({}, {})), GreedyStreamSearch)
+    bonus = LengthBonus()
     for mode, nbest in (("ctc_prefix", 3), ("rescore", 6)):  # rescore keeps the beam for the decoder
         search = build_stream_search(DecodeConfig(mode=mode, beam=6, nbest=3, token_topk=5, token_min_logp=-7.0,
-                                                  blank_skip_threshold=0.99), lambda: ({}, {"length_bonus": 0.5}))
+                                                  blank_skip_threshold=0.99),
+                                     lambda: ({"lm": bonus}, {"lm": 0.25, "length_bonus": 0.5}))
         assert isinstance(search, StreamingCtcSearch)
         assert (search.beam, search.nbest, search.topk, search.min_logp, search.skip) == (6, nbest, 5, -7.0, 0.99)
-        assert search.bonus == 0.5 and search.device == torch.device("cpu")
+        assert search.scorers == {"lm": bonus} and search.weights == {"lm": 0.25} and search.bonus == 0.5
+        assert search.device == torch.device("cpu")
+    assert build_stream_search(DecodeConfig(mode="ctc_prefix"), lambda: ({}, {}), "meta").device.type == "meta"
     with pytest.raises(ConfigError, match=r"streaming takes greedy, ctc_prefix, rescore; rescore is the two-pass"):
         check_streaming_mode(DecodeConfig(mode="joint"))
