@@ -296,6 +296,7 @@ class Frontend(nn.Module):
     resulting buffers are part of the state dict. When CMVN is present,
     SpecAugment fills masks with the CMVN mean so masked cells become exactly
     0 after normalisation (the mean value, as in the SpecAugment paper); after causal CMN they fill with 0.
+    ``vtlp``: the warp of the filterbank that training batches' VTLP factors (``forward``'s ``warp``) use.
     """
 
     def __init__(self, frontend: FrontendConfig, specaug: Optional[SpecAugmentConfig] = None,

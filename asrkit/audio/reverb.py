@@ -32,7 +32,7 @@ __all__ = ["Room", "SPEED_OF_SOUND", "sample_room", "simulate_rir", "simulate_ba
 
 SPEED_OF_SOUND = 343.0  # m/s: pyroomacoustics' default, which the simulation is run with
 WALL_MARGIN = 0.3  # metres between the source or the microphone and any wall
-_PLACEMENT_TRIES = 50  # directions tried for the source before the distance is shortened to fit the room
+_PLACEMENT_TRIES = 50  # directions drawn for the source; when none fits the distance, it is shortened to fit
 
 
 @dataclass(frozen=True)
@@ -53,14 +53,6 @@ def _uniform(rng: np.random.Generator, bounds: Sequence[float]) -> float:
     return float(rng.uniform(bounds[0], bounds[1]))
 
 
-def _reach(start: np.ndarray, direction: np.ndarray, low: np.ndarray, high: np.ndarray) -> float:
-    """How far from ``start`` (inside the box ``[low, high]``) one can go along the unit vector ``direction``."""
-    with np.errstate(divide="ignore"):
-        steps = np.where(direction > 0, (high - start) / direction,
-                         np.where(direction < 0, (low - start) / direction, np.inf))
-    return float(steps.min())
-
-
 def sample_room(cfg: ReverbConfig, rng: np.random.Generator) -> Room:
     """A room drawn from ``cfg``'s ranges: size, absorption and distance uniform; the microphone uniform in the
     room (inside the wall margin), the source at the drawn distance in a uniformly drawn direction that fits.
@@ -70,17 +62,13 @@ def sample_room(cfg: ReverbConfig, rng: np.random.Generator) -> Room:
     distance = _uniform(rng, cfg.distance)
     low, high = np.full(3, WALL_MARGIN), size - WALL_MARGIN
     mic = rng.uniform(low, high)
-    best, best_reach = np.zeros(3), -1.0
-    for _ in range(_PLACEMENT_TRIES):
-        direction = rng.normal(size=3)
-        direction /= np.linalg.norm(direction)
-        reach = _reach(mic, direction, low, high)
-        if reach >= distance:
-            best, best_reach = direction, distance
-            break
-        if reach > best_reach:
-            best, best_reach = direction, reach
-    source = mic + best * min(distance, best_reach)
+    directions = rng.normal(size=(_PLACEMENT_TRIES, 3))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)  # (N, 3) unit vectors
+    # How far the source can go along each direction before it leaves the box (a zero component: never, by it).
+    reach = (np.where(directions > 0, high - mic, mic - low) / np.abs(directions)).min(axis=1)  # (N,)
+    fits = reach >= distance
+    i = int(np.argmax(fits)) if fits.any() else int(np.argmax(reach))  # the first that fits, else the longest
+    source = mic + directions[i] * min(distance, float(reach[i]))
     return Room(tuple(size.tolist()), absorption, tuple(source.tolist()), tuple(mic.tolist()))
 
 

@@ -1,5 +1,6 @@
 """Additive noise: the SNR measured after mixing, coloured noise spectra, noise files and directories, babble."""
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -159,6 +160,9 @@ def test_read_noise_reads_only_its_segment_and_never_runs_a_command(tmp_path, mo
     with pytest.raises(AudioError, match=r"\|: file not found$"):
         read_noise(f"touch {marker} |", 10, RATE, np.random.default_rng(0))
     assert not marker.exists()
+    odd = str(tmp_path / "odd name |")  # a file whose name ends like a pipe is a file
+    (tmp_path / "odd name |").write_bytes(Path(_wav(tmp_path / "odd.wav", np.full(100, 0.3))).read_bytes())
+    assert torch.allclose(read_noise(odd, 50, RATE, np.random.default_rng(0)), torch.full((50,), 0.3))
 
 
 def test_noise_source_draws_every_source(tmp_path):
@@ -167,6 +171,7 @@ def test_noise_source_draws_every_source(tmp_path):
     calls = []
 
     def others(k, rng):
+        assert isinstance(rng, np.random.Generator)  # babble's picks are drawn from the utterance's generator
         calls.append(k)
         return [torch.ones(7)] * k
 

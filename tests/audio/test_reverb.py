@@ -6,6 +6,7 @@ import pytest
 import soundfile as sf
 import torch
 
+from asrkit.audio.io import AudioError
 from asrkit.audio.reverb import (SPEED_OF_SOUND, WALL_MARGIN, Room, RirSource, normalize_rir, read_rir_list,
                                  reverberate, sample_room, simulate_bank, simulate_rir)
 from asrkit.config import ConfigError, ReverbConfig
@@ -37,6 +38,41 @@ def test_simulated_rir_has_unit_energy_and_the_direct_path_at_distance_over_c(or
         assert rir.numel() > 4 * expected  # reflections follow
 
 
+def test_the_room_is_simulated_as_stated_without_air_absorption():
+    import pyroomacoustics as pra
+
+    box = pra.ShoeBox(list(ROOM.size), fs=RATE, materials=pra.Material(ROOM.absorption), max_order=6)
+    box.add_source(list(ROOM.source))
+    box.add_microphone(list(ROOM.mic))
+    box.compute_rir()
+    ref = torch.from_numpy(np.asarray(box.rir[0][0][40:], dtype=np.float32))  # 40: half the delay filter
+    ref = ref / ref.double().square().sum().sqrt().float()
+    got = simulate_rir(ROOM, RATE, max_order=6)
+    assert got.shape == ref.shape
+    assert torch.allclose(got, ref, atol=1e-6)
+
+
+def test_walls_that_absorb_less_reverberate_longer():
+    late = []
+    for absorption in (0.1, 0.5, 0.9):
+        rir = simulate_rir(Room(ROOM.size, absorption, ROOM.source, ROOM.mic), RATE, max_order=8)
+        direct = round(ROOM.distance / SPEED_OF_SOUND * RATE)
+        late.append(float(rir[direct + 80:].double().square().sum()))  # energy 5 ms after the direct sound
+    assert late[0] > late[1] > late[2] > 0
+
+
+def test_simulation_without_pyroomacoustics_names_the_extra(monkeypatch):
+    from asrkit.audio import reverb
+    from asrkit.extras import MissingExtraError
+
+    def missing(module, purpose):
+        raise MissingExtraError(f"{purpose} needs {module}")
+
+    monkeypatch.setattr(reverb, "require", missing)
+    with pytest.raises(MissingExtraError, match=r"^augment.reverb \(simulated rooms\) needs pyroomacoustics$"):
+        simulate_rir(ROOM, RATE, max_order=1)
+
+
 def test_a_room_without_reflections_has_all_its_energy_around_the_direct_path():
     rir = simulate_rir(ROOM, RATE, max_order=0)
     expected = round(ROOM.distance / SPEED_OF_SOUND * RATE)
@@ -57,9 +93,10 @@ def test_rooms_are_drawn_inside_the_configured_ranges():
             assert (p >= WALL_MARGIN - 1e-9).all() and (p <= np.array(r.size) - WALL_MARGIN + 1e-9).all()
         assert r.distance == pytest.approx(math.dist(r.source, r.mic))
         assert 0.5 - 1e-9 <= r.distance <= 1.5 + 1e-9
-    # The draws cover the ranges (not one value): spread over most of each.
+    # The draws cover the ranges (not one value): spread over most of each, the microphone over the room.
     assert max(r.size[0] for r in rooms) - min(r.size[0] for r in rooms) > 1.5
     assert max(r.distance for r in rooms) - min(r.distance for r in rooms) > 0.8
+    assert max(r.mic[0] for r in rooms) > 3.5 and max(r.mic[1] for r in rooms) > 4.5 and min(r.mic[0] for r in rooms) < 0.6
 
 
 def test_a_distance_that_fits_no_direction_is_shortened_to_the_room():
@@ -80,20 +117,24 @@ def test_the_bank_is_the_same_for_the_same_seed_and_differs_for_another():
 
 def test_reverberate_is_the_convolution_cut_to_the_utterance_at_its_power():
     g = torch.Generator().manual_seed(0)
-    # 3398 + 700 - 1 = 4097 samples of full convolution: one more than the FFT size of 4096 would hold
+    # 3398 + 700 - 1 = 4097 samples of full convolution: one more than an FFT size of 4096 would hold
     wav = torch.randn(3398, generator=g) * 0.1
-    rir = normalize_rir(torch.randn(700, generator=g) * torch.exp(-torch.arange(700) / 100.0))
+    rir = normalize_rir(torch.randn(700, generator=g))
     out = reverberate(wav, rir)
     ref = np.convolve(wav.double().numpy(), rir.double().numpy())[:3398]
     ref *= math.sqrt(np.sum(wav.double().numpy() ** 2) / np.sum(ref ** 2))
     assert out.shape == wav.shape and out.dtype == wav.dtype
     np.testing.assert_allclose(out.double().numpy(), ref, atol=1e-5)
     assert torch.equal(reverberate(torch.zeros(100), rir), torch.zeros(100))
+    quiet = torch.randn(100, generator=g, dtype=torch.float64) * 0.01  # power kept however small; float64 kept
+    out = reverberate(quiet, rir)
+    assert out.dtype == torch.float64
+    assert float(out.square().sum()) == pytest.approx(float(quiet.square().sum()), rel=1e-5)
 
 
 def test_normalize_rir_scales_to_unit_energy_and_refuses_silence():
     assert torch.allclose(normalize_rir(torch.tensor([3.0, 4.0])), torch.tensor([0.6, 0.8]))
-    with pytest.raises(ValueError, match="zero energy"):
+    with pytest.raises(ValueError, match="^an impulse response of zero energy$"):
         normalize_rir(torch.zeros(5))
 
 
@@ -115,7 +156,7 @@ def test_rir_lists_in_kaldis_format_and_plain(tmp_path, monkeypatch):
     assert read_rir_list(str(kaldi)) == ["rirs/a.wav", "rirs/b.wav"]
     assert read_rir_list(str(plain)) == ["rirs/b.wav"]
     source = RirSource(ReverbConfig(prob=1.0, rir_list=str(kaldi)), RATE, seed=1)
-    assert len(source) == 2 and not source.bank
+    assert len(source) == 2 and source.bank == []
     drawn = {tuple(source.draw(np.random.default_rng(s)).tolist()) for s in range(20)}
     a = (0.0, 2.0 / math.sqrt(5), 1.0 / math.sqrt(5))
     b = (1.0 / math.sqrt(1.25), 0.0, 0.0, 0.5 / math.sqrt(1.25))
@@ -138,12 +179,48 @@ def test_a_bad_rir_list_is_one_line_naming_the_file_and_line(tmp_path, monkeypat
     assert "\n" not in str(info.value)
 
 
+def test_listed_files_read_as_named_and_their_errors_name_them(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _wav(tmp_path / "a.wav", [0.5, 0.5])
+    (tmp_path / "odd|").write_bytes((tmp_path / "a.wav").read_bytes())  # a name ending like a pipe is a file
+    _wav(tmp_path / "silent.wav", [0.0, 0.0])
+    (tmp_path / "bad.wav").write_bytes(b"RIFF not audio")
+    for name, error in (("odd|", None), ("silent.wav", "^utt rir: silent.wav: the impulse response is silent$"),
+                        ("bad.wav", "^utt rir: bad.wav: ")):
+        (tmp_path / "list").write_text(f"{name}\n")
+        source = RirSource(ReverbConfig(prob=1.0, rir_list="list"), RATE, seed=1)
+        if error is None:
+            assert torch.allclose(source.draw(np.random.default_rng(0)), torch.tensor([0.5, 0.5]) / math.sqrt(0.5))
+        else:
+            with pytest.raises(AudioError, match=error):
+                source.draw(np.random.default_rng(0))
+
+
+def test_rir_lists_are_utf8_whatever_the_locale(tmp_path, monkeypatch, c_locale):
+    monkeypatch.chdir(tmp_path)
+    _wav(tmp_path / "salle_à_manger.wav", [1.0])
+    (tmp_path / "list").write_bytes("--rir-id x --room-id y salle_à_manger.wav\n".encode("utf-8"))
+    assert read_rir_list("list") == ["salle_à_manger.wav"]
+    (tmp_path / "latin1").write_bytes("salle_\xe0.wav\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"^augment.reverb.rir_list: latin1: not a UTF-8 text file$"):
+        read_rir_list("latin1")
+
+
+def test_a_long_bad_line_is_quoted_cut(tmp_path):
+    (tmp_path / "list").write_text("x" * 200 + " y\n")
+    with pytest.raises(ConfigError) as info:
+        read_rir_list(str(tmp_path / "list"))
+    assert str(info.value).endswith(f"got {'x' * 80!r}")
+
+
 def test_a_missing_rir_list_names_it(tmp_path):
     with pytest.raises(ConfigError, match=r"^augment.reverb.rir_list: .*nope: No such file"):
         read_rir_list(str(tmp_path / "nope"))
 
 
 def test_simulated_source_holds_its_bank():
-    source = RirSource(ReverbConfig(prob=1.0, num_rooms=2, max_order=2), RATE, seed=3)
+    cfg = ReverbConfig(prob=1.0, num_rooms=2, max_order=2)
+    source = RirSource(cfg, RATE, seed=3)
     assert len(source) == 2 and not source.paths
+    assert all(torch.equal(a, b) for a, b in zip(source.bank, RirSource(cfg, RATE, seed=3).bank))  # seeded
     assert any(source.draw(np.random.default_rng(s)) is source.bank[1] for s in range(10))
