@@ -214,6 +214,9 @@ def test_transcribe_cli_streaming_writes_what_offline_writes(exps, tmp_path, cap
     partials, final = lines[:-1], lines[-1]
     assert partials and all(p.keys() == {"name", "partial", "start"} and p["name"] == str(wav) for p in partials)
     assert final.keys() == offline.keys() and final["text"]
+    with pytest.raises(SystemExit):
+        main(common + ["--partials"])
+    assert "--partials needs --streaming and --format jsonl" in capsys.readouterr().err
     missing = tmp_path / "missing.wav"
     assert main(["transcribe", "--model", str(exps["ctc"]), "--no-progress", "--streaming", "--num-workers", "1",
                  str(missing), str(wav)]) == 1  # a missing input is named, the others are transcribed
@@ -234,6 +237,10 @@ def test_decode_cli_streaming_writes_the_offline_outputs(exps, tmp_path, capsys)
         main(["decode", "--model", str(exps["ctc"]), "--data", str(data), "--out", str(tmp_path / "x"),
               "--chunk-ms", "320"])
     assert "--chunk-ms applies to --streaming" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["decode", "--model", str(exps["ctc"]), "--data", str(data), "--out", str(tmp_path / "x"), "--streaming",
+              "--nj", "2"])
+    assert "--streaming decodes in one process and splits long utterances at endpoints" in capsys.readouterr().err
 
 
 def test_decode_streaming_fails_an_utterance_alone(exps, tmp_path):
