@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import torch
@@ -118,12 +118,15 @@ def transcribe_streaming(transcriber: Transcriber, inputs: Sequence[AudioInput],
 def decode_data_dir_streaming(transcriber: Transcriber, data_dir: str, out_dir: str,
                               batch_size: Optional[int] = None) -> Dict[str, int]:
     """``asrkit decode --streaming``: every utterance of ``data_dir`` decoded as a live stream, into the outputs
-    :func:`asrkit.pipeline.decode_dir.decode_data_dir` writes (``decode.yaml``, ``text``, ``nbest.jsonl``,
-    ``failed``); an utterance split by endpoints into several finals has their joined text, and as N-best the
+    :func:`asrkit.pipeline.decode_dir.decode_data_dir` writes (``decode.yaml`` with the chunk and left context
+    the streams used, ``text``, ``nbest.jsonl``, ``failed``); an utterance split by endpoints into several finals has their joined text, and as N-best the
     joined 1-best. Returns ``{"decoded": n, "failed": m}``."""
     read_data_dir(data_dir)  # a data dir that cannot be read fails here, before anything is written
     recognizer = transcriber.streaming_recognizer()
-    save_config(transcriber.decode_cfg, os.path.join(out_dir, "decode.yaml"))
+    # the settings the streams run with: the chunk and left context resolved (null in a config: the model's)
+    used = replace(recognizer.cfg, chunk_ms=round(recognizer.chunk_frames * recognizer.frame_shift * 1000),
+                   left_chunks=recognizer.left_chunks)
+    save_config(used, os.path.join(out_dir, "decode.yaml"))
     nbest: Dict[str, List[Alternative]] = {}
     failed: Dict[str, str] = {}
     for names, wavs in transcriber.data_dir_batches(data_dir, batch_size, failed):

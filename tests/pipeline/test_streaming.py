@@ -11,7 +11,7 @@ import torch
 
 import asrkit
 from asrkit.cli import main
-from asrkit.config import ConfigError, DecodeConfig, EndpointConfig, load_config
+from asrkit.config import ConfigError, DecodeConfig, EndpointConfig, load_config, load_decode_config
 from asrkit.data.table import read_table
 from asrkit.models.registry import build_model
 from asrkit.pipeline import Transcriber
@@ -233,6 +233,10 @@ def test_decode_cli_streaming_writes_the_offline_outputs(exps, tmp_path, capsys)
                  "--mode", "ctc_prefix", "--beam", "4", "--streaming", "--chunk-ms", str(BIG_CHUNK)]) == 0
     assert read_table(tmp_path / "on" / "text") == read_table(tmp_path / "off" / "text")
     assert (tmp_path / "on" / "decode.yaml").read_text().count(f"chunk_ms: {BIG_CHUNK}") == 1
+    assert main(["decode", "--model", str(exps["ctc"]), "--data", str(data), "--out", str(tmp_path / "default"),
+                 "--streaming"]) == 0  # the chunk of the model's training (none here: 640 ms), all left context
+    used = load_decode_config(tmp_path / "default" / "decode.yaml")
+    assert (used.chunk_ms, used.left_chunks) == (640, -1)
     with pytest.raises(SystemExit):
         main(["decode", "--model", str(exps["ctc"]), "--data", str(data), "--out", str(tmp_path / "x"),
               "--chunk-ms", "320"])
