@@ -525,8 +525,9 @@ class DecodeConfig:
     hotwords: Optional[str] = None
     hotword_weight: float = 1.5  # bonus per token of a hotword (a line's factor multiplies it); 0 = off
     # word ARPA only: a hotword word outside the LM scores ln P = this after any history, which it leaves as it was;
-    # null: <unk>'s ln P plus lm_unk_offset (such words join decode.lexicon for the search that has them)
-    hotword_class_score: Optional[float] = None
+    # null: <unk>'s ln P plus lm_unk_offset. Such words join decode.lexicon for the searches with the list.
+    # -9: measured on the demo (tools/bench/bench_hotwords.py, docs/decoding.md); null's <unk> - 10 output 7.5% of names
+    hotword_class_score: Optional[float] = -9.0
     lm_weight: float = 0.5  # alpha
     length_bonus: float = 0.0  # beta, per emitted token (per word with a word LM)
     # CTC prefix search pruning (all null: exact search)

@@ -42,6 +42,11 @@ The search's ``token_min_logp`` floor can cut exactly the tokens a lexicon searc
 word near an unlisted one: on tools/bench/bench_decode.py's char inputs (7.5% OOV words, beam 10) WER was 14.3%
 with the default floor of -12 and 11.2% without it (no slower): pass ``token_min_logp=None`` with a lexicon.
 
+:meth:`WordNgramScorer.with_words` adds words to the trie for the searches that need them (hotwords outside the
+lexicon and the LM), in a copy: outside the LM they score as ``<unk>`` plus the offset, or as a stated class
+score, ln P(word) = S after any history, which the word leaves unchanged (its node's word is the LM's pad word:
+ln P 0 and the same state, as the empty word's).
+
 ``unk_offset`` (ln) is added to every word outside the LM and, with look-ahead, to partial words
 that no LM word starts with (their look-ahead is then ``<unk>``'s plus the offset): a negative
 offset keeps the search from spelling out-of-vocabulary words, as pyctcdecode's

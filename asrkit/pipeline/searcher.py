@@ -97,8 +97,6 @@ def check_decode_config(cfg: DecodeConfig, model: Optional[AsrModel]) -> None:
         raise ConfigError(f"decode.hotwords {cfg.hotwords}: no such file")
     if cfg.hotword_weight < 0:
         raise ConfigError(f"decode.hotword_weight must be >= 0 (0: off), got {cfg.hotword_weight}")
-    if cfg.hotword_class_score is not None and cfg.lm_units != "word":
-        raise ConfigError("decode.hotword_class_score applies to a word LM (decode.lm_units: word)")
     if cfg.lm_word_boundary is not None and cfg.lm_units != "word":
         raise ConfigError("decode.lm_word_boundary applies to a word LM (decode.lm_units: word)")
     if cfg.attention_window < 0:

@@ -87,3 +87,26 @@ def test_the_gain_bound_holds_with_added_words(class_score, lexicon):
     once, per = added.max_gain()[:2]
     assert per == (pytest.approx(class_score) if class_score == 3.0 else pytest.approx(base.max_gain()[1]))
     assert once < 30
+
+
+def test_a_class_word_is_looked_ahead_at_its_class_score():
+    # Letter by letter: Z starts only ZOO, so its look-ahead is the class score (the sentence total alone would
+    # not show it: look-ahead telescopes away).
+    added = scorer_of(CHAR_TOKENS).with_words(["ZOO"], class_score=-4.25)
+    ids = {t: i for i, t in enumerate(CHAR_TOKENS)}
+    state = added.init_state(1, 1, torch.device("cpu"))
+    state = added.select_state(state, torch.tensor([0]), torch.tensor([ids["\u2581"]]))
+    assert float(added.score(state, torch.tensor([[ids["Z"]]]))) == pytest.approx(-4.25)
+
+
+def test_the_copies_kept_are_the_latest_and_a_copy_takes_more_words():
+    from asrkit.lm.word_ngram import COPIES_KEPT
+
+    base = scorer_of(CHAR_TOKENS)
+    first = base.with_words(["ZO"])
+    later = [base.with_words(["Z" + "O" * k]) for k in range(2, COPIES_KEPT + 1)]
+    assert base.with_words(["ZO"]) is first and len(later) == COPIES_KEPT - 1  # 8 kept: all still there
+    base.with_words(["ZZ"])  # the ninth: the oldest (ZO) goes
+    assert base.with_words(["ZO"]) is not first and base.with_words(["Z" + "O" * COPIES_KEPT]) is later[-1]
+    more = first.with_words(["DOG"])
+    assert totals(more, CHAR_TOKENS, [["ZO", "DOG"]])[0] > -float("inf") == totals(first, CHAR_TOKENS, [["DOG"]])[0]
