@@ -348,8 +348,9 @@ class Stream:
         segments = self.finals
         words = [w for s in segments for w in s.words]
         text = " ".join(s.text for s in segments if s.text)
-        nbest = segments[0].nbest if len(segments) == 1 else [Alternative(text, sum(
-            s.nbest[0].score for s in segments if s.nbest), sum(s.nbest[0].ctc_score for s in segments if s.nbest))]
+        firsts = [s.nbest[0] for s in segments if s.nbest]  # several utterances: the joined 1-best, as transcribe
+        nbest = segments[0].nbest if len(segments) == 1 else [
+            Alternative(text, sum((a.score for a in firsts), 0.0), sum((a.ctc_score for a in firsts), 0.0))]
         return Result(self.name, text, words, segments, nbest, round(self.duration, 3))
 
     # -- the recognizer's side ----------------------------------------------------------------------------------

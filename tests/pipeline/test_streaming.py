@@ -89,6 +89,17 @@ def test_one_chunk_over_the_utterance_equals_offline_decoding(exps, which, decod
         assert len(result.segments) == 1 and result.segments[0].start == 0.0
 
 
+@pytest.mark.parametrize("which, decode", MODES, ids=["greedy", "ctc_prefix", "rescore"])
+@pytest.mark.parametrize("samples", [0, 1000])  # nothing, and less than one encoder frame's receptive field
+def test_a_stream_without_an_encoder_frame_finishes_empty(exps, which, decode, samples):
+    stream = asrkit.load_model(exps[which], decode=decode).stream(chunk_ms=320)
+    stream.accept_waveform(np.zeros(samples, dtype=np.float32))
+    result = stream.finish()
+    assert (result.text, result.words, result.segments, result.error) == ("", [], [], None)
+    assert [(a.text, a.score, a.ctc_score) for a in result.nbest] == [("", 0.0, 0.0)]
+    assert stream.done and result.duration == round(samples / SR, 3)
+
+
 def test_streams_batched_equal_each_alone(exps):
     decode = DecodeConfig(mode="rescore", beam=4, nbest=2)
     model = asrkit.load_model(exps["two_pass"], decode=decode)
@@ -152,6 +163,10 @@ def test_endpoints_split_a_long_stream_into_finals_at_the_right_times(exps, vad)
         assert 1.0 <= a.end - spans[k][1] <= 1.0 + 0.32 + 0.1  # trailing_silence 1.0 s, then the chunk's end
     assert result.segments[-1].end == pytest.approx(len(audio) / SR, abs=1e-3)
     assert (stream._endpointer.vad_silence_seconds is None) == (vad == "none")  # the VAD heard the stream
+    joined = result.nbest  # several utterances: their joined 1-best, as transcribe gives for a recording
+    assert [a.text for a in joined] == ["C C C"]
+    assert joined[0].score == pytest.approx(sum(s.nbest[0].score for s in result.segments))
+    assert joined[0].ctc_score == pytest.approx(sum(s.nbest[0].ctc_score for s in result.segments))
 
 
 def test_streaming_refuses_what_it_cannot_do(exps):
