@@ -2,12 +2,13 @@
 """Benchmark of ``asrkit transcribe``: real-time factor and where the time goes, and a long recording.
 
     python tools/bench/bench_transcribe.py --model recipes/mini/exp/small --data recipes/mini/data/test \
-        [--decode-config recipes/mini/exp/small/tune_dev/decode.yaml] [--minutes 60]
+        [--decode-config recipes/mini/exp/small/tune_dev/decode.yaml] [--minutes 60] [--segmenter silero]
 
 1. The data dir's utterances as separate files (after the model is loaded): WER, RTF and its split
    (loading, features, encoder, search).
 2. The same utterances one after another, repeated to ``--minutes`` of audio with 0.5 s pauses, written to
-   one FLAC file and transcribed with voice-activity segmentation: WER against the concatenated references,
+   one FLAC file and transcribed with voice-activity segmentation (``--segmenter``: energy, or the Silero VAD
+   of the vad extra): WER against the concatenated references,
    (a pause holds noise at the level of its utterance's first 50 ms, its own background: digital silence
    is unlike anything the demo model was trained on),
    RTF, and the peak resident memory of this process and its loader workers (ru_maxrss), measured first so
@@ -74,12 +75,14 @@ def main() -> int:
     p.add_argument("--num-workers", type=int, default=1)
     p.add_argument("--batch-seconds", type=float, default=120.0)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--segmenter", choices=("energy", "silero"), default="energy",
+                   help="how the long recording is split at pauses (silero: pip install -e '.[vad]')")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     overrides = list(args.set) + ([f"lm={args.lm}"] if args.lm else [])
     decode = load_decode_config(args.decode_config, overrides) if args.decode_config else None
     t0 = time.perf_counter()
-    model = asrkit.load_model(args.model, decode=decode, batch_seconds=args.batch_seconds)
+    model = asrkit.load_model(args.model, decode=decode, batch_seconds=args.batch_seconds, segmenter=args.segmenter)
     load_s = time.perf_counter() - t0
     data = read_data_dir(args.data)
     utts = sorted(data.utterances(), key=lambda u: u.utt)
@@ -93,7 +96,7 @@ def main() -> int:
             result = model.transcribe([path], num_workers=args.num_workers)[0]
             st = model.stats
             score = score_texts({"long": ref}, {"long": result.text})
-            rows.append(("long recording (VAD)", seconds, score, st, f"{max(before, _peak_mb()):.0f} MB peak RSS, "
+            rows.append((f"long recording ({args.segmenter} VAD)", seconds, score, st, f"{max(before, _peak_mb()):.0f} MB peak RSS, "
                          f"{len(result.segments)} segments"))
     inputs = [AudioInput(u.utt, scp_source=u.source) for u in utts]
     model.segmenter = "none"
