@@ -107,10 +107,6 @@ def check_model_config(m: ModelConfig) -> None:
             raise ConfigError("model.encoder has intermediate CTC layers but model.ctc_weight is 0 (no CTC head)")
         if e.self_condition and not intermediate:
             raise ConfigError("model.encoder.self_condition needs model.encoder.interctc_layers (or dejavu_layer)")
-        if e.dejavu_layer and e.streaming.chunked:
-            raise ConfigError("model.encoder.dejavu_layer: Deja-vu re-presentation attends over the whole utterance, "
-                              "so it cannot be trained or run chunk-wise (model.encoder.streaming.dynamic_chunk / "
-                              "chunk_frames): turn one of them off")
         if e.streaming.causal_conv and not isinstance(e, ConformerEncoderConfig):
             raise ConfigError(f"model.encoder.streaming.causal_conv: the {e.kind} encoder has no convolution module "
                               f"(only kind conformer has one)")

@@ -27,16 +27,20 @@ Choices where the paper leaves room (documented here because they change the mod
   mask is the padding mask repeated twice, so padded frames never reach valid ones (output on valid
   frames is independent of padding).
 - No residual around the block: Z_{k+1} replaces Zk, as in the paper's equation.
+- Chunk-wise attention (streaming; an extension): with the encoder's chunk mask, a row of either half at
+  frame s attends to the rows of both halves at the frames frame s may attend to; E then holds the frames'
+  positions in their stream, and :meth:`FeatureRepresentation.forward_chunk` runs one chunk with the left
+  context's keys and values cached.
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import nn
 
 from asrkit.nets.attention import MultiHeadAttention
-from asrkit.nets.positional import sinusoid_table
+from asrkit.nets.positional import sinusoid_table, sinusoids
 
 COMBINE = ("a", "b", "sum", "concat")
 
@@ -77,7 +81,7 @@ class FeatureRepresentation(nn.Module):
         return {"a": (0, s), "b": (s, 2 * s)}.get(self.combine, (0, 2 * s))
 
     def _layer(self, o: torch.Tensor, start: int, end: int, kv_mask: torch.Tensor) -> torch.Tensor:
-        """Transformer layer over O (B, 2S, W) with queries O[:, start:end]; kv_mask (B, 1, 2S)."""
+        """Transformer layer over O (B, 2S, W) with queries O[:, start:end]; kv_mask (B, 1|end - start, 2S)."""
         x = o[:, start:end]
         if self.normalize_before:
             h = self.attn_norm(o)
@@ -86,8 +90,10 @@ class FeatureRepresentation(nn.Module):
         x = self.attn_norm(x + self.dropout(self.attn(x, o, o, kv_mask)))
         return self.ffn_norm(x + self.dropout(self.ffn(x)))
 
-    def forward(self, z0: torch.Tensor, zk: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """z0 (B, S, d0) input features at the encoder rate, zk (B, S, d_model), mask (B, S) True = valid."""
+    def forward(self, z0: torch.Tensor, zk: torch.Tensor, mask: torch.Tensor,
+                chunk: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """z0 (B, S, d0) input features at the encoder rate, zk (B, S, d_model), mask (B, S) True = valid;
+        ``chunk`` (S, S): which frames each frame may attend to (the encoder's chunk mask), None = all."""
         if z0.shape[:2] != zk.shape[:2]:
             raise ValueError(f"Deja-vu inputs disagree on (batch, frames): {tuple(z0.shape[:2])} vs {tuple(zk.shape[:2])}")
         b, s, _ = zk.shape
@@ -97,9 +103,41 @@ class FeatureRepresentation(nn.Module):
         o = torch.cat([z0p, zkp], dim=1)  # (B, 2S, W)
         kv_mask = torch.cat([mask, mask], dim=1).unsqueeze(1)  # (B, 1, 2S)
         start, end = self._query_rows(s)
-        y = self._layer(o, start, end, kv_mask)  # (B, end - start, W)
+        if chunk is not None:  # query row r of O is frame r % S, and sees both halves' rows of its frames
+            kv_mask = kv_mask & chunk.repeat(2, 2)[start:end]  # (B, end - start, 2S)
+        return self._merge(self._layer(o, start, end, kv_mask), s)
+
+    def _merge(self, y: torch.Tensor, s: int) -> torch.Tensor:
+        """The layer's query rows (B, S or 2S, W) -> Z_{k+1} (B, S, d_model) by ``combine``."""
         if self.combine == "concat":
             y = torch.cat([y[:, :s], y[:, s:]], dim=-1)  # (B, S, 2W)
         elif self.combine == "sum":
             y = y[:, :s] + y[:, s:]
         return self.out(y)  # (B, S, d_model)
+
+    def forward_chunk(self, z0: torch.Tensor, zk: torch.Tensor, positions: torch.Tensor, keys: torch.Tensor,
+                      values: torch.Tensor, key_valid: torch.Tensor
+                      ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`forward` of one chunk of a stream (eval: no dropout): z0 (B, c, d0), zk (B, c, d_model) at
+        ``positions`` (B, c), with the left context's keys and values of both halves, (B, 2, H, L, Dh) (Z0' rows,
+        Zk' rows), and key_valid (B, L + c) -> Z_{k+1} (B, c, d_model) and the keys and values (B, 2, H, L + c, Dh)."""
+        c = zk.size(1)
+        pos = sinusoids(positions, self.pos_dim).to(zk.dtype)  # E at the frames' stream positions
+        o = torch.cat([torch.cat([self.input_norm(self.input_proj(z0)), pos], dim=-1),
+                       torch.cat([self.layer_norm(self.layer_proj(zk)), pos], dim=-1)], dim=1)  # (B, 2c, W)
+        h = self.attn_norm(o) if self.normalize_before else o
+        k, v = self.attn.project_kv(h, h)  # (B, H, 2c, Dh)
+        keys = torch.cat([keys, torch.stack([k[:, :, :c], k[:, :, c:]], dim=1)], dim=3)  # (B, 2, H, L + c, Dh)
+        values = torch.cat([values, torch.stack([v[:, :, :c], v[:, :, c:]], dim=1)], dim=3)
+        start, end = self._query_rows(c)
+        valid = torch.cat([key_valid, key_valid], dim=1).unsqueeze(1)  # (B, 1, 2(L + c)): both halves' rows
+        a = self.attn.forward_projected(h[:, start:end], keys.transpose(1, 2).flatten(2, 3),
+                                        values.transpose(1, 2).flatten(2, 3), valid)
+        x = o[:, start:end]
+        if self.normalize_before:
+            x = x + a
+            y = x + self.ffn(self.ffn_norm(x))
+        else:
+            x = self.attn_norm(x + a)
+            y = self.ffn_norm(x + self.ffn(x))
+        return self._merge(y, c), keys, values

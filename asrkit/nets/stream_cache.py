@@ -14,12 +14,15 @@ r leftover feature frames of F features):
   with older ones has invalid (padding) frames at the left.
 - ``conv`` (B, N, D, K-1): the last inputs of each layer's causal depthwise convolution (zeros at the start, as
   the offline forward's left padding); (B, N, D, 0) for layers without one.
+- ``dejavu_keys``, ``dejavu_values`` (B, 2, H', L, Dh'): the Deja-vu re-presentation's keys and values of the
+  left context, its Z0' rows and its Zk' rows (None without Deja-vu). Its stacked feature frames need no cache:
+  they lie inside the subsampling's receptive field, whose leftover frames ``feats`` holds.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +40,8 @@ class EncoderCache:
     left_chunks: int  # chunks of left context; -1 = all
     receptive_field: int  # feature frames one encoder frame reads
     stride: int  # feature frames per encoder frame
+    dejavu_keys: Optional[torch.Tensor] = None
+    dejavu_values: Optional[torch.Tensor] = None
 
     @property
     def batch_size(self) -> int:
@@ -75,7 +80,10 @@ class EncoderCache:
             keys=torch.cat([left_pad(c.keys, 3) for c in caches]),
             values=torch.cat([left_pad(c.values, 3) for c in caches]),
             key_valid=torch.cat([left_pad(c.key_valid, 1) for c in caches]),  # pads with False
-            conv=torch.cat([c.conv for c in caches]))
+            conv=torch.cat([c.conv for c in caches]),
+            dejavu_keys=None if first.dejavu_keys is None else torch.cat([left_pad(c.dejavu_keys, 3) for c in caches]),
+            dejavu_values=None if first.dejavu_values is None else torch.cat(
+                [left_pad(c.dejavu_values, 3) for c in caches]))
 
     def unstack(self) -> List["EncoderCache"]:
         """One cache per stream (batch size 1), its left-context padding removed."""
@@ -86,5 +94,7 @@ class EncoderCache:
             out.append(dataclasses.replace(
                 self, feats=self.feats[b:b + 1], offset=self.offset[b:b + 1], keys=self.keys[b:b + 1, :, :, start:],
                 values=self.values[b:b + 1, :, :, start:], key_valid=self.key_valid[b:b + 1, start:],
-                conv=self.conv[b:b + 1]))
+                conv=self.conv[b:b + 1],
+                dejavu_keys=None if self.dejavu_keys is None else self.dejavu_keys[b:b + 1, :, :, start:],
+                dejavu_values=None if self.dejavu_values is None else self.dejavu_values[b:b + 1, :, :, start:]))
         return out

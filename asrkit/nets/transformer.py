@@ -22,8 +22,9 @@ Chunk-wise attention (WeNet U2; :func:`~asrkit.nets.mask.chunk_mask`): :meth:`Tr
 ``chunk_frames`` > 0 lets each encoder frame attend to its own chunk and ``left_chunks`` chunks before it, in every
 layer; the encoder's default is fixed at construction (``chunk_frames``; 0 = full context, which a model trained
 with ``dynamic_chunk`` uses, its trainer drawing a chunk per batch). InterCTC and self-conditioning work
-unchanged in chunk mode (they read one frame at a time); Deja-vu's re-presentation attends over the whole
-utterance and is refused there.
+unchanged in chunk mode (they read one frame at a time); Deja-vu's re-presentation attends under the same chunk
+mask (:mod:`asrkit.nets.representation`), its stacked feature frames lie inside each encoder frame's receptive
+field, so a stream has them when it has the frame.
 
 Deja-vu input Z0 (``dejavu_input``): ``stacked_fbank`` (default, the paper's) = the raw filterbank frames,
 ``factor`` consecutive frames concatenated per encoder frame, the window centred in that frame's receptive
@@ -45,9 +46,7 @@ from asrkit.nets.stream_cache import EncoderCache
 from asrkit.nets.subsampling import INPUT_LAYERS, Conv2dSubsampling
 
 DEJAVU_INPUTS = ("subsampled", "stacked_fbank")
-DEJAVU_CHUNK_ERROR = ("Deja-vu re-presentation (model.encoder.dejavu_layer) attends over the whole utterance: it does not "
-                      "work with chunk-wise attention (streaming)")
-CTCHead = Callable[[torch.Tensor], torch.Tensor]  # (B, T, D) -> (B, T, V) logits
+
 
 
 class FeedForward(nn.Module):
@@ -139,8 +138,6 @@ class TransformerEncoder(nn.Module):
                                  f"{num_layers} layers; the last one already feeds the CTC head)")
         if dejavu_input not in DEJAVU_INPUTS:
             raise ValueError(f"unknown dejavu_input '{dejavu_input}' (choose from {DEJAVU_INPUTS})")
-        if dejavu_layer and (dynamic_chunk or chunk_frames > 0):
-            raise ValueError(DEJAVU_CHUNK_ERROR)
         if chunk_frames < 0 or left_chunks < -1:
             raise ValueError(f"chunk_frames must be >= 0 and left_chunks >= -1, got {chunk_frames} and {left_chunks}")
         self.chunk_frames, self.left_chunks, self.dynamic_chunk = chunk_frames, left_chunks, dynamic_chunk
@@ -190,13 +187,13 @@ class TransformerEncoder(nn.Module):
         default_chunk = 0 if self.dynamic_chunk else self.chunk_frames
         chunk = default_chunk if chunk_frames is None else chunk_frames
         left = self.left_chunks if left_chunks is None else left_chunks
-        if chunk > 0 and self.dejavu is not None:
-            raise ValueError(DEJAVU_CHUNK_ERROR)
         x, lens = self.subsampling(feats, feat_lens)  # (B, T', D)
         mask = lengths_to_mask(lens, x.size(1))  # (B, T')
         att_mask = mask.unsqueeze(1)  # (B, 1, T'): padded keys hidden
+        chunks = None
         if chunk > 0:
-            att_mask = att_mask & chunk_mask(x.size(1), chunk, left, x.device)  # (B, T', T')
+            chunks = chunk_mask(x.size(1), chunk, left, x.device)  # (T', T')
+            att_mask = att_mask & chunks  # (B, T', T')
         z0 = None
         if self.dejavu is not None:
             z0 = x if self.dejavu_input == "subsampled" else stack_frames(
@@ -211,7 +208,7 @@ class TransformerEncoder(nn.Module):
             if self.condition_proj is not None:
                 x = x + self.condition_proj(ctc_head(h).softmax(dim=-1))
             if k == self.dejavu_layer:
-                x = self.dejavu(z0, x, mask)
+                x = self.dejavu(z0, x, mask, chunks)
         return self.final_norm(x), lens, intermediates
 
     # -- streams: chunk by chunk, with explicit caches ------------------------------------------------------------
@@ -229,8 +226,6 @@ class TransformerEncoder(nn.Module):
         Raises ValueError, naming the option, for an encoder that cannot stream."""
         chunk = self.chunk_frames if chunk_frames is None else chunk_frames
         left = self.left_chunks if left_chunks is None else left_chunks
-        if self.dejavu is not None:
-            raise ValueError(DEJAVU_CHUNK_ERROR)
         if chunk <= 0 or left < -1:
             raise ValueError(f"a stream needs chunk_frames > 0 and left_chunks >= -1 (model.encoder.streaming or "
                              f"the decoding options), got {chunk} and {left}")
@@ -242,13 +237,16 @@ class TransformerEncoder(nn.Module):
         p = next(self.parameters())
         n, head_dim = len(self.layers), self.d_model // self.num_heads
         kv = torch.zeros(batch, n, self.num_heads, 0, head_dim, device=device, dtype=p.dtype)
+        dejavu_kv = None if self.dejavu is None else torch.zeros(
+            batch, 2, self.dejavu.attn.num_heads, 0, self.dejavu.attn.head_dim, device=device, dtype=p.dtype)
         return EncoderCache(
             feats=torch.zeros(batch, 0, self.in_dim, device=device, dtype=p.dtype),
             offset=torch.zeros(batch, dtype=torch.long, device=device), keys=kv, values=kv.clone(),
             key_valid=torch.zeros(batch, 0, dtype=torch.bool, device=device),
             conv=torch.zeros(batch, n, self.d_model, self.layers[0].conv_left_frames, device=device, dtype=p.dtype),
             chunk_frames=chunk, left_chunks=left, receptive_field=self.subsampling.min_input_length,
-            stride=self.subsampling.factor)
+            stride=self.subsampling.factor, dejavu_keys=dejavu_kv,
+            dejavu_values=None if dejavu_kv is None else dejavu_kv.clone())
 
     def forward_chunk(self, feats: torch.Tensor, cache: EncoderCache, ctc_head: Optional[CTCHead] = None,
                       final: bool = False) -> Tuple[torch.Tensor, EncoderCache]:
@@ -267,7 +265,12 @@ class TransformerEncoder(nn.Module):
             return x_in.new_zeros(b, 0, self.d_model), dataclasses.replace(cache, feats=x_in)
         used = cache.stride * (n - 1) + cache.receptive_field  # the feature frames the n encoder frames read
         x, _ = self.subsampling(x_in[:, :used], torch.full((b,), used, device=x_in.device), cache.offset)
+        z0 = None
+        if self.dejavu is not None:  # Z0 of the n frames: stacked from the same input (its frame 0 is x's)
+            z0 = x if self.dejavu_input == "subsampled" else stack_frames(
+                x_in[:, :used], n, cache.stride, cache.receptive_field)
         keys, values, key_valid, conv = cache.keys, cache.values, cache.key_valid, cache.conv
+        dk, dv = cache.dejavu_keys, cache.dejavu_values
         keep = cache.left_frames()
         outs = []
         for start in range(0, n, c):
@@ -283,11 +286,15 @@ class TransformerEncoder(nn.Module):
                 new_conv.append(lc)
                 if self.condition_proj is not None and k in self.intermediate_layers:
                     h = h + self.condition_proj(ctc_head(self.final_norm(h)).softmax(dim=-1))
+                if k == self.dejavu_layer:
+                    h, dk, dv = self.dejavu.forward_chunk(z0[:, start:start + c], h, positions, dk, dv, key_valid)
             keys, values, conv = torch.stack(new_k, 1), torch.stack(new_v, 1), torch.stack(new_conv, 1)
             if keep >= 0:  # the left context of the next chunk, not the whole history
                 drop = max(key_valid.size(1) - keep, 0)
                 keys, values, key_valid = keys[:, :, :, drop:], values[:, :, :, drop:], key_valid[:, drop:]
+                if dk is not None:
+                    dk, dv = dk[:, :, :, drop:], dv[:, :, :, drop:]
             outs.append(self.final_norm(h))
         new = dataclasses.replace(cache, feats=x_in[:, cache.stride * n:], offset=cache.offset + n, keys=keys,
-                                  values=values, key_valid=key_valid, conv=conv)
+                                  values=values, key_valid=key_valid, conv=conv, dejavu_keys=dk, dejavu_values=dv)
         return torch.cat(outs, dim=1), new

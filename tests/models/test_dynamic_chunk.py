@@ -33,7 +33,8 @@ def test_draw_shares_follow_u2():
 def test_dynamic_left_chunks_are_uniform_up_to_all_earlier_chunks():
     """Catches a left-context draw beyond (frames - 1) // chunk, one that never reaches it or 0, and a draw that
     crashes on a one-frame batch (no earlier chunk: left 0)."""
-    out = draws(DynamicChunk(full_context_prob=0.0, max_chunk_frames=5, dynamic_left_chunks=True), 3000, seed=3, frames=21)
+    chunk = DynamicChunk(full_context_prob=0.0, max_chunk_frames=5, dynamic_left_chunks=True)
+    out = draws(chunk, 3000, seed=3, frames=21)
     for c in range(1, 6):
         lefts = {left for chunk, left in out if chunk == c}
         assert lefts == set(range(20 // c + 1)), (c, lefts)
@@ -113,8 +114,8 @@ def test_static_chunk_trains_and_encodes_with_its_chunk():
 
 
 def test_streaming_keys_load_and_bad_values_name_the_key():
-    """Catches the section not parsed from YAML, unchecked values, and options that cannot work chunk-wise
-    (Deja-vu) or have no convolution (causal_conv on a Transformer) accepted silently."""
+    """Catches the section not parsed from YAML, unchecked values, and causal_conv accepted on an encoder that
+    has no convolution (a Transformer)."""
     m = from_dict(ModelConfig, {"encoder": {"kind": "conformer", "streaming": {
         "dynamic_chunk": True, "chunk_frames": 16, "left_chunks": 4, "causal_conv": True}}}, "model")
     assert m.encoder.streaming == EncoderStreamingConfig(True, 16, 4, True) and m.encoder.streaming.chunked
@@ -127,12 +128,5 @@ def test_streaming_keys_load_and_bad_values_name_the_key():
         with pytest.raises(ConfigError, match=f"model.encoder.streaming.{key}"):
             EncoderStreamingConfig(**bad)
     EncoderStreamingConfig(chunk_frames=0, left_chunks=-1, max_chunk_frames=1, full_context_prob=1.0)  # the least
-    dejavu = streaming_config("transformer", dynamic_chunk=True)
-    dejavu = dejavu.__class__(frontend=dejavu.frontend, model=ModelConfig(
-        ctc_weight=1.0, decoder=NoDecoderConfig(), encoder=TransformerEncoderConfig(
-            d_model=16, num_heads=2, ffn_dim=32, num_layers=3, dejavu_layer=1,
-            streaming=EncoderStreamingConfig(chunk_frames=4))))
-    with pytest.raises(ConfigError, match="model.encoder.dejavu_layer"):
-        build_model(dejavu, 9)
     with pytest.raises(ConfigError, match="model.encoder.streaming.causal_conv.*transformer"):
         build_model(streaming_config("transformer", causal_conv=True), 9)

@@ -86,15 +86,21 @@ def test_chunk_default_follows_construction_and_explicit_arguments_override():
     assert (chunked - full).abs().max() > 1e-3
 
 
-def test_dejavu_is_refused_in_chunk_mode():
-    """Catches Deja-vu's whole-utterance re-presentation running silently under a chunk mask."""
-    with pytest.raises(ValueError, match="dejavu_layer"):
-        encoder("transformer", num_layers=3, dejavu_layer=1, chunk_frames=4)
-    with pytest.raises(ValueError, match="dejavu_layer"):
-        encoder("transformer", num_layers=3, dejavu_layer=1, dynamic_chunk=True)
-    enc = encoder("transformer", num_layers=3, dejavu_layer=1)
-    with pytest.raises(ValueError, match="dejavu_layer"):
-        enc(torch.randn(1, 30, 20), torch.tensor([30]), chunk_frames=2)
+@pytest.mark.parametrize("dejavu_input,combine", [("stacked_fbank", "a"), ("subsampled", "sum")])
+def test_dejavu_never_sees_the_future_in_chunk_mode(dejavu_input, combine):
+    """Catches Deja-vu's re-presentation attending over the whole utterance under a chunk mask (through either
+    half of O), and stacked feature frames from beyond a chunk's receptive field."""
+    enc = encoder("conformer", num_layers=3, dejavu_layer=1, dejavu_input=dejavu_input, dejavu_combine=combine)
+    feats = torch.randn(1, 83, 20)  # 20 encoder frames
+    lens = torch.tensor([83])
+    out, _, _ = enc(feats, lens, chunk_frames=3, left_chunks=1)
+    later = feats.clone()
+    later[:, 4 * 8 + 7:] += 3 * torch.randn_like(later[:, 4 * 8 + 7:])  # after chunk 2's receptive field
+    out2, _, _ = enc(later, lens, chunk_frames=3, left_chunks=1)
+    torch.testing.assert_close(out2[:, :9], out[:, :9], atol=1e-5, rtol=1e-5)
+    assert (out2[:, 9:] - out[:, 9:]).abs().max() > 1e-3
+    full, _, _ = enc(later, lens, chunk_frames=0)
+    assert (full[:, :9] - out[:, :9]).abs().max() > 1e-3  # full context reads the changed frames
 
 
 def test_causal_convolution_matches_a_left_padded_loop_and_ignores_padding():

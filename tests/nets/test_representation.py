@@ -20,13 +20,14 @@ def sinusoids(length, dim):
 
 
 def plain_mha(mha, q_in, kv_in, key_mask):
-    """softmax(QK^T / sqrt(d)) V with a (B, Tk) key mask."""
+    """softmax(QK^T / sqrt(d)) V with a (B, Tk) key mask or a (B, Tq, Tk) query-key mask."""
     b, tq, d = q_in.shape
     h, dh = mha.num_heads, mha.head_dim
     q = mha.q_proj(q_in).view(b, tq, h, dh).transpose(1, 2)
     k = mha.k_proj(kv_in).view(b, -1, h, dh).transpose(1, 2)
     v = mha.v_proj(kv_in).view(b, -1, h, dh).transpose(1, 2)
-    scores = (q @ k.transpose(-1, -2) / math.sqrt(dh)).masked_fill(~key_mask[:, None, None, :], float("-inf"))
+    allowed = key_mask[:, None, None, :] if key_mask.dim() == 2 else key_mask[:, None]
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(dh)).masked_fill(~allowed, float("-inf"))
     return mha.out_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, tq, d))
 
 
@@ -41,15 +42,19 @@ def feed_forward(x, rep):
     return linear(torch.relu(linear(x, first)), second)
 
 
-def reference(rep, z0, zk, mask, combine, pre_ln=True):
+def reference(rep, z0, zk, mask, combine, pre_ln=True, chunk=None):
     """Section 3.1 of the paper, one Transformer layer run over all 2S rows of O, then split; every
-    operation written out from raw weights so that no sub-module of ``rep`` is trusted."""
+    operation written out from raw weights so that no sub-module of ``rep`` is trusted. ``chunk`` (S, S): row r
+    of O (frame r mod S) may attend to row q when chunk[r mod S, q mod S]."""
     s = zk.size(1)
     e = sinusoids(s, rep.pos_dim).expand(zk.size(0), s, rep.pos_dim)
     z0p = torch.cat([norm(linear(z0, rep.input_proj), rep.input_norm), e], -1)
     zkp = torch.cat([norm(linear(zk, rep.layer_proj), rep.layer_norm), e], -1)
     o = torch.cat([z0p, zkp], 1)
     key_mask = torch.cat([mask, mask], 1)
+    if chunk is not None:
+        rows = torch.tensor([[bool(chunk[r % s, q % s]) for q in range(2 * s)] for r in range(2 * s)])
+        key_mask = key_mask[:, None, :] & rows
     if pre_ln:
         h = norm(o, rep.attn_norm)
         y = o + plain_mha(rep.attn, h, h, key_mask)
@@ -82,6 +87,24 @@ def test_matches_the_papers_equations(combine, pre_ln):
     ref = reference(rep, z0, zk, mask, combine, pre_ln)
     torch.testing.assert_close(out[0], ref[0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out[1, :5], ref[1, :5], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("pre_ln", [True, False])
+@pytest.mark.parametrize("combine", ["a", "b", "sum", "concat"])
+def test_chunk_mask_holds_for_both_halves(combine, pre_ln):
+    """Catches a chunk mask applied to one half of O only, to the wrong query rows (split b's rows are frames
+    0..S-1 again), or not at all (chunks of 2 frames, one chunk of left context, padding too)."""
+    torch.manual_seed(0)
+    rep = FeatureRepresentation(12, 16, num_heads=2, ffn_dim=24, feat_dim=10, pos_dim=6, combine=combine,
+                                normalize_before=pre_ln).eval()
+    z0, zk = torch.randn(2, 9, 12), torch.randn(2, 9, 16)
+    mask = torch.arange(9)[None] < torch.tensor([9, 6])[:, None]
+    chunk = torch.tensor([[s // 2 <= t // 2 and s // 2 >= t // 2 - 1 for s in range(9)] for t in range(9)])
+    out = rep(z0, zk, mask, chunk)
+    ref = reference(rep, z0, zk, mask, combine, pre_ln, chunk)
+    torch.testing.assert_close(out[0], ref[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out[1, :6], ref[1, :6], atol=1e-5, rtol=1e-5)
+    assert (out[0] - rep(z0, zk, mask)[0]).abs().max() > 1e-3
 
 
 @pytest.mark.parametrize("pre_ln", [True, False])

@@ -37,6 +37,8 @@ def stream(enc, feats, cache, pieces=None, head=None):
 
 CASES = [("transformer", 1, -1), ("transformer", 3, 0), ("transformer", 4, 2), ("conformer", 1, 1),
          ("conformer", 3, -1), ("conformer", 4, 0), ("conformer", 2, 2)]
+DEJAVU = [("stacked_fbank", "a", True), ("subsampled", "b", False), ("stacked_fbank", "concat", True),
+          ("stacked_fbank", "sum", False)]
 
 
 @pytest.mark.parametrize("kind,chunk,left", CASES)
@@ -53,6 +55,25 @@ def test_stream_equals_the_chunk_masked_forward(kind, chunk, left):
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("dejavu_input,combine,pre_ln", DEJAVU)
+@pytest.mark.parametrize("left", [-1, 1])
+def test_stream_with_dejavu_equals_the_chunk_masked_forward(dejavu_input, combine, pre_ln, left):
+    """Catches the re-presentation's left context (either half of O) not cached or not bounded, its positions E
+    restarting at each chunk, and stacked feature frames taken from the wrong place of a chunk's input."""
+    enc = encoder("transformer", num_layers=3, dejavu_layer=2, dejavu_input=dejavu_input, dejavu_combine=combine,
+                  normalize_before=pre_ln, dejavu_dim=8, dejavu_pos_dim=4)
+    feats = torch.randn(2, 97, 20)
+    ref, _, _ = enc(feats, torch.tensor([97, 97]), chunk_frames=3, left_chunks=left)
+    out, cache = stream(enc, feats, enc.init_stream(2, torch.device("cpu"), 3, left), pieces=[13, 1, 30])
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    assert cache.dejavu_keys.shape[:4] == (2, 2, 2, 23 if left < 0 else 3)
+    a, b = cache.unstack()
+    assert a.dejavu_keys.shape[:2] == (1, 2)
+    both = EncoderCache.stack([a, b])
+    torch.testing.assert_close(both.dejavu_keys, cache.dejavu_keys)
+    torch.testing.assert_close(both.dejavu_values, cache.dejavu_values)
+
+
 @pytest.mark.parametrize("input_layer", ["conv2d6", "conv2d8"])
 def test_stream_in_irregular_pieces_with_other_subsamplings(input_layer):
     """Catches leftover frames miscounted when pieces do not fall on chunk boundaries (pieces of 1 frame to
@@ -64,12 +85,13 @@ def test_stream_in_irregular_pieces_with_other_subsamplings(input_layer):
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("kind,left", [("transformer", -1), ("conformer", 2), ("conformer", -1)])
-def test_streams_at_different_positions_batch_like_each_alone(kind, left):
+@pytest.mark.parametrize("kind,left,extra", [("transformer", -1, {}), ("conformer", 2, {}), ("conformer", -1, {}),
+                                             ("transformer", -1, {"num_layers": 3, "dejavu_layer": 1})])
+def test_streams_at_different_positions_batch_like_each_alone(kind, left, extra):
     """Catches stacked caches whose shorter left contexts are not masked (padding attended to), offsets not
     kept per stream, unstack mixing up rows or keeping the padding, and stack accepting streams whose next
     chunks need different input."""
-    enc = encoder(kind)
+    enc = encoder(kind, **extra)
     c = 2
     a_feats, b_feats = torch.randn(1, 60, 20), torch.randn(1, 60, 20)
     caches = []
@@ -92,8 +114,11 @@ def test_streams_at_different_positions_batch_like_each_alone(kind, left):
     alone_b, next_b = enc.forward_chunk(b_feats[:, pb:pb + need], cb)
     torch.testing.assert_close(out, torch.cat([alone_a, alone_b]), atol=1e-5, rtol=1e-5)
     for got, want in zip(new.unstack(), (next_a, next_b)):
-        for name in ("feats", "offset", "keys", "values", "key_valid", "conv"):
-            torch.testing.assert_close(getattr(got, name), getattr(want, name), atol=1e-5, rtol=1e-5)
+        for name in ("feats", "offset", "keys", "values", "key_valid", "conv", "dejavu_keys", "dejavu_values"):
+            if extra or not name.startswith("dejavu"):
+                torch.testing.assert_close(getattr(got, name), getattr(want, name), atol=1e-5, rtol=1e-5)
+            else:
+                assert getattr(got, name) is getattr(want, name) is None
     fresh = enc.init_stream(1, torch.device("cpu"), c, left)
     assert fresh.input_frames_needed() == 4 * c + 3
     with pytest.raises(ValueError, match=r"^streams holding 0 and 3 leftover feature frames cannot be stacked: their "
@@ -141,8 +166,6 @@ def test_encoders_that_cannot_stream_are_refused_naming_the_option():
     cpu = torch.device("cpu")
     with pytest.raises(ValueError, match="causal_conv"):
         encoder("conformer", causal=False).init_stream(1, cpu, 4, -1)
-    with pytest.raises(ValueError, match="model.encoder.dejavu_layer"):
-        encoder("transformer", num_layers=3, dejavu_layer=1).init_stream(1, cpu, 4, -1)
     with pytest.raises(ValueError, match="model.encoder.kind blstm"):
         BLSTMEncoder(20, 8, 2).init_stream(1, cpu, 4, -1)
     with pytest.raises(ValueError, match="chunk_frames > 0"):
@@ -152,3 +175,16 @@ def test_encoders_that_cannot_stream_are_refused_naming_the_option():
     enc = encoder("transformer", chunk_frames=5, left_chunks=3)
     default = enc.init_stream(2, cpu)
     assert (default.chunk_frames, default.left_chunks, default.batch_size) == (5, 3, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_stream_on_cuda_equals_the_chunk_masked_forward():
+    """Catches cache tensors, positions or masks made on the CPU for a stream on a GPU (an error, or a copy per
+    chunk), and stacked streams that leave the device."""
+    enc = encoder("conformer", num_layers=2).cuda()
+    feats = torch.randn(2, 97, 20, device="cuda")
+    ref, _, _ = enc(feats, torch.tensor([97, 97], device="cuda"), chunk_frames=4, left_chunks=1)
+    caches = enc.init_stream(2, torch.device("cuda"), 4, 1).unstack()
+    out, cache = stream(enc, feats, EncoderCache.stack(caches))
+    assert all(t.device.type == "cuda" for t in (cache.feats, cache.offset, cache.keys, cache.key_valid, cache.conv))
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
