@@ -92,12 +92,13 @@ def _shapes(tree: Any) -> Tuple[Any, ...]:
 
 
 def _trailing_blanks(lp: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """(B,) frames after the last frame whose most likely class is not the blank, -1 where every frame's is."""
-    frames = lp.shape[1]
-    t = torch.arange(frames, device=lp.device)
+    """(B,) the blank frames (most likely class the blank) that end each row's first lengths[b] frames: all of
+    them where none is spoken."""
+    if lp.shape[1] == 0:
+        return lengths
+    t = torch.arange(lp.shape[1], device=lp.device)
     spoken = (lp.argmax(2) != BLANK_ID) & (t < lengths[:, None])  # (B, T)
-    last = torch.where(spoken, t, -1).amax(1) if frames else torch.full_like(lengths, -1)
-    return torch.where(last >= 0, lengths - 1 - last, -1)
+    return lengths - torch.where(spoken, t + 1, 0).amax(1)  # the frames after the last spoken one
 
 
 def _pad_cat(parts: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -190,7 +191,7 @@ class StreamingCtcSearch:
             native_loop.stream_advance([st.native for st in states], lp, lengths, topk=self.topk,
                                        min_logp=self.min_logp, skip=self.skip)
         for st, n, run in zip(states, lengths.tolist(), runs):
-            st.blank_frames = st.blank_frames + n if run < 0 else run
+            st.blank_frames = st.blank_frames + n if run == n else run
             st.frames += n
             st.vocab = vocab
 

@@ -366,7 +366,7 @@ NATIVE_KINDS = ["none", "token_ngram", "word_ngram", "word_ngram_lexicon", "hotw
 @needs_library
 @pytest.mark.filterwarnings("ignore:.*no word of the LM contains", "ignore:.*tokens are not in the LM")
 @pytest.mark.parametrize("kind", NATIVE_KINDS)
-@pytest.mark.parametrize("pruning", ["exact", "default"])
+@pytest.mark.parametrize("pruning", ["exact", "default", "tight"])
 def test_native_loop_in_pieces_equals_the_offline_search_and_the_torch_loop(word_lm, kind: str, pruning: str) -> None:
     tokens, lp = inputs(kind, 3, 40, seed=20 + len(kind))
     lengths = torch.tensor([40, 26, 40])
@@ -479,7 +479,7 @@ def test_finish_gives_the_offline_nbest_tensors_with_empty_slots() -> None:
     got = search.finish(states)
     assert bool((want.scores == float("-inf")).any())
     for name in ("tokens", "lengths", "token_frames"):
-        assert torch.equal(getattr(got, name), getattr(want, name)), name
+        assert getattr(got, name).dtype == torch.long and torch.equal(getattr(got, name), getattr(want, name)), name
     for name in ("scores", "ctc_scores"):
         assert torch.allclose(getattr(got, name), getattr(want, name), atol=1e-9), name
     assert search.blank_run(states)[2] == 0 and states[2].frames == 0
@@ -522,3 +522,33 @@ def test_a_piece_without_frames_changes_nothing() -> None:
     search.advance(states, lp[:, 6:9], torch.tensor([0, 0]))  # frames given, none real
     assert (search.finish(states).to_lists(), search.blank_run(states)) == before
     assert [st.frames for st in states] == [6, 6]
+
+
+def test_blank_run_of_ragged_rows_ignores_their_padding() -> None:
+    # Rows shorter than the piece: their padding frames (here spoken ones) are not the stream's.
+    gen = torch.Generator().manual_seed(15)
+    lp = peaky_log_probs(6, 40, 5, gen)
+    lp[:, :, 1] += 3.0 * torch.rand(6, 40, generator=gen)  # token 1 often the most likely
+    lp = lp.log_softmax(-1)
+    search = StreamingCtcSearch(beam=3)
+    states = [search.new_state() for _ in range(6)]
+    done = torch.zeros(6, dtype=torch.long)
+    for piece in range(8):
+        take = torch.randint(0, 6, (6,), generator=gen)
+        rows = torch.stack([lp[b, done[b]:done[b] + 5] for b in range(6)])  # the next 5 frames of each row
+        search.advance(states, rows, take)
+        done += take
+        assert search.blank_run(states) == [reference_blank_run(lp[b, :done[b]]) for b in range(6)], piece
+
+
+def test_log_probs_are_searched_in_the_search_dtype() -> None:
+    gen = torch.Generator().manual_seed(16)
+    lp = peaky_log_probs(2, 20, 7, gen)  # float64
+    lengths = torch.tensor([20, 13])
+    search = StreamingCtcSearch(beam=4, native=False)  # float32
+    states = [search.new_state() for _ in range(2)]
+    search.advance(states, lp[:, :11], lengths.clamp(max=11))
+    search.advance(states, lp[:, 11:], (lengths - 11).clamp(min=0))
+    got = search.finish(states)
+    assert got.scores.dtype == torch.float32
+    assert_same_lists(got.to_lists(), offline(lp.float(), lengths, beam=4))
