@@ -293,7 +293,7 @@ class Stream:
         self._rate = rate
         x = resample(x.detach().float().cpu(), rate, self.recognizer.sample_rate)
         self._samples += x.numel()
-        self._audio.append(x)
+        self._audio.append(x.clone())  # x may be a view of the caller's buffer, which it may fill again
         self._endpointer.accept_audio(x)  # the VAD of decode.endpoint.vad hears the audio as it arrives
         feats = self._features.accept(x)
         if feats.shape[0]:

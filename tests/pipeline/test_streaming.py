@@ -163,6 +163,12 @@ def test_endpoints_split_a_long_stream_into_finals_at_the_right_times(exps, vad)
         assert 1.0 <= a.end - spans[k][1] <= 1.0 + 0.32 + 0.1  # trailing_silence 1.0 s, then the chunk's end
     assert result.segments[-1].end == pytest.approx(len(audio) / SR, abs=1e-3)
     assert (stream._endpointer.vad_silence_seconds is None) == (vad == "none")  # the VAD heard the stream
+    reused = model.stream(chunk_ms=320)  # a caller that fills one buffer again and again (a sound card's)
+    buffer = np.empty(1600, dtype=np.float32)
+    for i in range(0, len(audio), 1600):
+        buffer[: len(audio[i: i + 1600])] = audio[i: i + 1600]
+        reused.accept_waveform(buffer[: len(audio[i: i + 1600])])
+    assert reused.finish() == result
     joined = result.nbest  # several utterances: their joined 1-best, as transcribe gives for a recording
     assert [a.text for a in joined] == ["C C C"]
     assert joined[0].score == pytest.approx(sum(s.nbest[0].score for s in result.segments))
