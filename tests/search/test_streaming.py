@@ -48,7 +48,9 @@ def streamed(lp: torch.Tensor, lengths: torch.Tensor, pieces: Sequence[int] = ()
         search.advance(states, lp[:, start:start + n], (lengths - start).clamp(0, n))
         start += n
     assert [st.frames for st in states] == lengths.tolist()
-    return search.finish(states).to_lists()
+    nbest = search.finish(states)
+    assert nbest.scores.dtype == lp.dtype
+    return nbest.to_lists()
 
 
 def assert_same_lists(got: List[List[Hypothesis]], want: List[List[Hypothesis]], tol: float = TOL) -> None:
@@ -368,7 +370,7 @@ NATIVE_KINDS = ["none", "token_ngram", "word_ngram", "word_ngram_lexicon", "hotw
 @pytest.mark.parametrize("kind", NATIVE_KINDS)
 @pytest.mark.parametrize("pruning", ["exact", "default", "tight"])
 def test_native_loop_in_pieces_equals_the_offline_search_and_the_torch_loop(word_lm, kind: str, pruning: str) -> None:
-    tokens, lp = inputs(kind, 3, 40, seed=20 + len(kind))
+    tokens, lp = inputs(kind, 3, 40, seed=20 + len(kind), dtype=torch.float64 if pruning == "exact" else torch.float32)
     lengths = torch.tensor([40, 26, 40])
     kw = dict(beam=6, nbest=3, **({} if kind == "none" else fusion(kind, word_lm, tokens)), **PRUNING[pruning])
     want = offline(lp, lengths, **kw)
