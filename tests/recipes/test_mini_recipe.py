@@ -92,7 +92,7 @@ def test_mini_recipe_runs_every_stage(tmp_path):
     # --size small-joint: the small recipe with an attention decoder (conf/mini_small_joint.yaml), also tuned on dev
     # and decoded by joint CTC/attention search without and with the word LM (stages 3-7 on the same data).
     joint = subprocess.run(cmd + ["--size", "small-joint", "--stage", "3", "--nproc", "1", "--average", "0",
-                                  "--train-opts", TINY_TRAIN + " --set model.decoder.num_layers=1 "
+                                  "--test-reverb-noise", "false", "--train-opts", TINY_TRAIN + " --set model.decoder.num_layers=1 "
                                   "--set model.decoder.num_heads=2 --set model.decoder.ffn_dim=64"],
                            env=env, capture_output=True, text=True, timeout=300)
     assert joint.returncode == 0, joint.stderr[-3000:]
@@ -199,7 +199,8 @@ def test_small_streaming_decodes_the_test_sets_as_live_streams_too(tmp_path):
     fake.chmod(0o755)
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     cmd = ["bash", str(REPO / "recipes" / "mini" / "run.sh"), "--workdir", str(tmp_path / "work"), "--size",
-           "small-streaming", "--stage", "6", "--stop-stage", "6", "--num-test-unseen", "0"]
+           "small-streaming", "--stage", "6", "--stop-stage", "6", "--num-test-unseen", "0",
+           "--test-reverb-noise", "false"]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr[-3000:]
     streamed = [c for c in (tmp_path / "calls.txt").read_text().splitlines() if "--streaming" in c]
