@@ -140,6 +140,13 @@ run_stage() { [ "$stage" -le "$1" ] && [ "$stop_stage" -ge "$1" ]; }
 test_sets=(test)
 [ "$num_test_unseen" -gt 0 ] && test_sets+=(test_unseen)
 [ "$test_reverb_noise" = true ] && test_sets+=(test_reverb_noise)
+if [ "$test_reverb_noise" = true ] && ! run_stage 0 && [ ! -f data/test_reverb_noise/wav.scp ] \
+    && { run_stage 1 || run_stage 4 || run_stage 6 || run_stage 7; }; then
+  echo "$0: data/test_reverb_noise is missing (a work dir made before it existed?): make it with python" \
+    "$root/tools/make_reverb_noise_set.py --src data/test --out data/test_reverb_noise --seed $seed, or pass" \
+    "--test-reverb-noise false" >&2
+  exit 1
+fi
 decode_suffixes=("" _lm)   # stage 6's outputs per test set: $exp/decode_<set><suffix>
 [ "$joint_search" = true ] && decode_suffixes+=(_joint _joint_lm)
 for ms in $streaming_chunks; do decode_suffixes+=("_stream$ms" "_stream${ms}_lm"); done

@@ -212,3 +212,12 @@ def test_small_streaming_decodes_the_test_sets_as_live_streams_too(tmp_path):
     (tmp_path / "calls.txt").unlink()
     plain = subprocess.run(cmd + ["--streaming-chunks", ""], env=env, capture_output=True, text=True, timeout=60)
     assert plain.returncode == 0 and "--streaming" not in (tmp_path / "calls.txt").read_text()
+
+
+def test_a_work_dir_without_test_reverb_noise_is_told_how_to_make_it(tmp_path):
+    """A work dir from before test_reverb_noise existed: the stages that read the test sets say what to do."""
+    cmd = ["bash", str(REPO / "recipes" / "mini" / "run.sh"), "--workdir", str(tmp_path), "--stage", "6"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1
+    assert "data/test_reverb_noise is missing" in run.stderr and "--test-reverb-noise false" in run.stderr
+    assert "tools/make_reverb_noise_set.py --src data/test --out data/test_reverb_noise --seed 1" in run.stderr
