@@ -59,7 +59,7 @@ class Augmented:
     """One utterance after augmentation: the waveform (T,), the kinds applied (in order), VTLP's warp factor."""
     wav: Tensor
     applied: Tuple[str, ...]
-    vtlp_alpha: float = 1.0
+    vtlp_alpha: float
 
 
 class WaveAugment:

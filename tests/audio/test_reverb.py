@@ -107,6 +107,23 @@ def test_a_distance_that_fits_no_direction_is_shortened_to_the_room():
     assert all(WALL_MARGIN - 1e-9 <= c <= 2.0 - WALL_MARGIN + 1e-9 for c in r.source)
 
 
+def test_the_source_is_placed_at_the_drawn_distance_in_a_uniformly_drawn_direction():
+    # A big room: every drawn distance fits, and is kept exactly; the direction is uniform among those that fit,
+    # not the one reaching farthest (horizontal in a flat room): sources go up and down as much as a sphere does.
+    flat = ReverbConfig(prob=1.0, room_length=(10.0, 10.0), room_width=(10.0, 10.0), room_height=(3.0, 3.0),
+                        distance=(1.0, 1.0))
+    rng = np.random.default_rng(0)
+    rooms = [sample_room(flat, rng) for _ in range(100)]
+    assert all(r.distance == pytest.approx(1.0, abs=1e-9) for r in rooms)
+    assert np.mean([abs(r.source[2] - r.mic[2]) for r in rooms]) > 0.3  # uniform on a sphere: 0.5; farthest: 0.1
+    # A room too small for the distance: the longest of the drawn directions (not the first one drawn).
+    small = ReverbConfig(prob=1.0, room_length=(2.0, 2.0), room_width=(2.0, 2.0), room_height=(2.0, 2.0),
+                         distance=(20.0, 20.0))
+    rng = np.random.default_rng(0)
+    distances = [sample_room(small, rng).distance for _ in range(30)]
+    assert np.mean(distances) > 1.2 and min(distances) > 0.9  # the first drawn direction: 0.75 and 0.01
+
+
 def test_the_bank_is_the_same_for_the_same_seed_and_differs_for_another():
     cfg = ReverbConfig(prob=1.0, num_rooms=3, max_order=3)
     a, b, c = simulate_bank(cfg, RATE, 5), simulate_bank(cfg, RATE, 5), simulate_bank(cfg, RATE, 6)

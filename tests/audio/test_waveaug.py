@@ -9,6 +9,9 @@ import pytest
 import torch
 
 from asrkit.audio.channel import apply_gain, band_limit
+from asrkit.audio.io import AudioError
+from asrkit.audio.noise import coloured_noise, read_noise
+from asrkit.audio.reverb import RirSource
 from asrkit.audio.waveaug import KINDS, WaveAugment, augment_enabled, check_sources, draw_rng
 from asrkit.config import (AugmentConfig, BandConfig, ConfigError, GainConfig, NoiseConfig, ReverbConfig,
                            VtlpConfig)
@@ -123,7 +126,8 @@ def test_babble_needs_other_utterances():
     aug = WaveAugment(AugmentConfig(noise=NoiseConfig(prob=1.0, generated=("babble",))), RATE, seed=1)
     out = aug(_speech(), "u", 1, others=_others)
     assert out.applied == ("noise",)
-    with pytest.raises(ConfigError, match="babble needs other training utterances"):
+    with pytest.raises(ConfigError, match="^augment.noise.generated: babble needs other training utterances, and none "
+                                          "were given$"):
         aug(_speech(), "u", 1)
 
 
@@ -133,7 +137,29 @@ def test_an_unreadable_noise_file_skips_noise_for_that_utterance(tmp_path, caplo
     with caplog.at_level(logging.WARNING, logger="asrkit.audio"):
         out = WaveAugment(cfg, RATE, seed=1)(_speech(), "u9", 1)
     assert out.applied == ("gain",)
-    assert "utt u9: no noise:" in caplog.text and "bad.wav" in caplog.text
+    with pytest.raises(AudioError) as info:
+        read_noise(str(tmp_path / "bad.wav"), 10, RATE, np.random.default_rng(0))
+    assert [r.getMessage() for r in caplog.records] == [f"utt u9: no noise: {info.value}"]
+
+
+def test_noise_from_a_directory_at_the_drawn_snr(tmp_path):
+    import soundfile as sf
+
+    (tmp_path / "noise").mkdir()
+    sf.write(str(tmp_path / "noise" / "hum.wav"), coloured_noise("pink", 4000, np.random.default_rng(0)).numpy() * 0.1,
+             8000, subtype="FLOAT")  # at 8 kHz: resampled as it is read
+    cfg = AugmentConfig(noise=NoiseConfig(prob=1.0, snr=(7.0, 7.0), dirs=(str(tmp_path / "noise"),), generated=()))
+    wav = _speech()
+    out = WaveAugment(cfg, RATE, seed=1)(wav, "u", 1)
+    noise = out.wav.double() - wav.double()
+    assert out.applied == ("noise",)
+    assert abs(10 * math.log10(float(wav.double().square().sum()) / float(noise.square().sum())) - 7.0) < 0.5
+
+
+def test_the_band_is_the_configured_one():
+    cfg = AugmentConfig(band=BandConfig(prob=1.0, rate=4000, low_hz=500.0))
+    wav = _speech()
+    assert torch.equal(WaveAugment(cfg, RATE, seed=1)(wav, "u", 1).wav, band_limit(wav, RATE, 4000, 500.0))
 
 
 def test_an_unreadable_impulse_response_skips_reverberation(tmp_path, caplog, monkeypatch):
@@ -144,7 +170,9 @@ def test_an_unreadable_impulse_response_skips_reverberation(tmp_path, caplog, mo
     with caplog.at_level(logging.WARNING, logger="asrkit.audio"):
         out = WaveAugment(cfg, RATE, seed=1)(_speech(), "u7", 1)
     assert out.applied == ("gain",)
-    assert "utt u7: no reverberation:" in caplog.text and "bad.wav" in caplog.text
+    with pytest.raises(AudioError) as info:
+        RirSource(cfg.reverb, RATE, seed=1).draw(np.random.default_rng(0))
+    assert [r.getMessage() for r in caplog.records] == [f"utt u7: no reverberation: {info.value}"]
 
 
 def test_check_sources_reads_what_the_kinds_in_use_read(tmp_path):
@@ -156,6 +184,19 @@ def test_check_sources_reads_what_the_kinds_in_use_read(tmp_path):
         check_sources(AugmentConfig(noise=NoiseConfig(prob=0.5, dirs=(missing,))))
     with pytest.raises(ConfigError, match=r"^augment.reverb.rir_list: .*missing: No such file"):
         check_sources(AugmentConfig(reverb=ReverbConfig(prob=0.5, rir_list=missing)))
+
+
+def test_check_sources_names_the_extra_simulated_rooms_need(monkeypatch):
+    from asrkit.audio import waveaug
+    from asrkit.extras import MissingExtraError
+
+    def missing(module, purpose):
+        raise MissingExtraError(f"{purpose} needs {module}")
+
+    monkeypatch.setattr(waveaug, "require", missing)
+    check_sources(AugmentConfig(reverb=ReverbConfig(prob=0.0)))
+    with pytest.raises(MissingExtraError, match=r"^augment.reverb \(simulated rooms\) needs pyroomacoustics$"):
+        check_sources(AugmentConfig(reverb=ReverbConfig(prob=0.5)))
 
 
 def test_silent_audio_gets_no_noise():
