@@ -51,7 +51,8 @@ def test_a_class_score_is_the_word_score_and_the_history_skips_the_word(tokens, 
     ref = RefLM(PATH)
     base = scorer_of(tokens, lexicon=lexicon, unk_offset=-10.0)
     added = base.with_words(["ZOO"], class_score=-4.25)
-    for sent, got in zip(SENTENCES[:2] + [["THE", "ZOO", "CAT"]], totals(added, tokens, SENTENCES[:2] + [["THE", "ZOO", "CAT"]])):
+    sentences = SENTENCES[:2] + [["THE", "ZOO", "CAT"]]
+    for sent, got in zip(sentences, totals(added, tokens, sentences)):
         rest = [w for w in sent if w != "ZOO"]
         assert got == pytest.approx(ref.sentence(rest) - 4.25 * sent.count("ZOO"), abs=1e-4), sent
 

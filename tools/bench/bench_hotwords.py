@@ -20,8 +20,8 @@ unrelated list for the test set.
 
 1. Names set, the tuned decode config (default MODEL/tune_dev/decode.yaml: CTC prefix search, word LM,
    lexicon) without and with WORK/hotwords.txt, per ``--hotword-weights`` and ``--class-scores``
-   (decode.hotword_class_score; ``none``: <unk> + lm_unk_offset); then CTC prefix search without LM and
-   lexicon, greedy, and, for a model with an attention decoder, joint search (MODEL/tune_dev_joint/decode.yaml
+   (decode.hotword_class_score; ``none``: <unk> + lm_unk_offset); then CTC prefix search without LM, lexicon
+   and length bonus, greedy, and, for a model with an attention decoder, joint search (MODEL/tune_dev_joint/decode.yaml
    if it exists). Columns: recall (utterances whose name is in the output), false alarms (utterances with a
    listed name output that was not said), WER of the other words (the reference without its name against the
    output without listed names) and WER.
@@ -241,7 +241,8 @@ def run(args: argparse.Namespace) -> int:
             for score in args.class_scores:
                 settings.append((f"word LM + lexicon, weight {weight:g}, class score {score}",
                                  replace(tuned, hotword_weight=weight, hotword_class_score=_class_score(score)), True))
-        plain = replace(tuned, lm=None, lexicon=None, hotword_class_score=None, mode="ctc_prefix")
+        # no LM: the tuned length bonus (per word with the word LM) would be one per token here
+        plain = replace(tuned, lm=None, lexicon=None, length_bonus=0.0, mode="ctc_prefix")
         settings = [("word LM + lexicon (tuned)", tuned, False)] + settings + [
             ("greedy", DecodeConfig(), False), ("CTC prefix, no LM", plain, False)] + [
             (f"CTC prefix, no LM, weight {w:g}", replace(plain, hotword_weight=w), True) for w in args.hotword_weights]
