@@ -69,10 +69,12 @@ def batch():
 
 def test_training_draws_a_chunk_per_batch_and_eval_uses_full_context(monkeypatch):
     """Catches a model that never draws (trains full context only), draws in eval (validation and decoding
-    must see full context), or passes the encoder something other than the draw; and a trained model that
-    does not encode with full context afterwards."""
-    model = build_model(streaming_config(dynamic_chunk=True, causal_conv=True, chunk_frames=4, left_chunks=2), 9)
-    assert model.dynamic_chunk == DynamicChunk(0.5, 25, 2, False) and model.encoder.layers[0].conv.left_pad == 4
+    must see full context), or passes the encoder something other than the draw (the left context drawn for the
+    batch's encoder frames, not its feature frames or feature size); and a trained model that does not encode
+    with full context afterwards."""
+    model = build_model(streaming_config(dynamic_chunk=True, causal_conv=True, chunk_frames=4, left_chunks=2,
+                                         dynamic_left_chunks=True), 9)
+    assert model.dynamic_chunk == DynamicChunk(0.5, 25, 2, True) and model.encoder.layers[0].conv.left_pad == 4
     seen = []
     forward = model.encoder.forward
 
@@ -91,7 +93,7 @@ def test_training_draws_a_chunk_per_batch_and_eval_uses_full_context(monkeypatch
     frames = int(model.output_lengths(torch.tensor([12000]))[0])
     torch.manual_seed(11)
     assert seen == [model.dynamic_chunk.draw(frames) for _ in range(4)]
-    assert len(set(seen)) > 2
+    assert len(set(seen)) > 2 and frames == 17
     model.eval()
     seen.clear()
     feats, lens = model.frontend(b["wav"], b["wav_lens"])
