@@ -365,6 +365,8 @@ class Stream:
 
     def _take(self, frames: int) -> torch.Tensor:
         """The next ``frames`` pending feature frames, (frames, F)."""
+        if not self._pending:  # a final flush right after a chunk that took every frame
+            return torch.zeros(0, self.recognizer.featurizer.output_dim)
         pending = torch.cat(self._pending) if len(self._pending) != 1 else self._pending[0]
         out, rest = pending[:frames], pending[frames:]
         self._pending = [rest] if rest.shape[0] else []

@@ -100,6 +100,20 @@ def test_a_stream_without_an_encoder_frame_finishes_empty(exps, which, decode, s
     assert stream.done and result.duration == round(samples / SR, 3)
 
 
+@pytest.mark.parametrize("samples", [10960, 21200])  # 67 and 131 feature frames: exactly 1 and 2 chunks of 640 ms
+def test_input_ending_on_a_chunk_boundary_finishes(exps, samples):
+    """The last chunk took every feature frame: the final flush has none left to encode (and an encoder cache
+    that has seen frames), and still ends the utterance."""
+    model = asrkit.load_model(exps["ctc"])
+    stream = model.stream(chunk_ms=640)
+    stream.accept_waveform(_audio(2.0)[:samples])
+    assert stream._pending_frames == 0 and not stream._fresh  # the case: nothing pending, a cache in use
+    partial = stream.partial
+    result = stream.finish()
+    assert stream.done and result.duration == round(samples / SR, 3)
+    assert partial and result.text == partial  # greedy: no frame came after the last partial
+
+
 def test_streams_batched_equal_each_alone(exps):
     decode = DecodeConfig(mode="rescore", beam=4, nbest=2)
     model = asrkit.load_model(exps["two_pass"], decode=decode)
