@@ -219,8 +219,10 @@ class AsrModel(nn.Module):
         return interctc_combine(loss_ctc, inter, self.interctc_weight), terms
 
     def forward(self, batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-        # vtlp_alpha (B,): VTLP warp factors the training loader drew (augment.vtlp); the frontend warps in training only
-        feats, feat_lens = self.frontend(batch["wav"], batch["wav_lens"], batch.get("vtlp_alpha"))
+        # vtlp_alpha (B,): VTLP warp factors, in batches the training loader augmented (augment:); the frontend warps
+        # in training only. Other batches call the frontend with the waveforms alone.
+        warp = (batch["vtlp_alpha"],) if "vtlp_alpha" in batch else ()
+        feats, feat_lens = self.frontend(batch["wav"], batch["wav_lens"], *warp)
         return self.forward_features(feats, feat_lens, batch["tokens"], batch["token_lens"])[0]
 
     def forward_features(self, feats: torch.Tensor, feat_lens: torch.Tensor, tokens: torch.Tensor,

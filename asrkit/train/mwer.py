@@ -96,7 +96,8 @@ def mwer_forward(model: AsrModel, batch: Dict[str, torch.Tensor], tokenizer: Tok
     head (0: attention search).
     """
     # the training augmentation, drawn once (VTLP's warp factors came with the batch)
-    feats, feat_lens = model.frontend(batch["wav"], batch["wav_lens"], batch.get("vtlp_alpha"))
+    warp = (batch["vtlp_alpha"],) if "vtlp_alpha" in batch else ()
+    feats, feat_lens = model.frontend(batch["wav"], batch["wav_lens"], *warp)
     was_training = model.training
     model.eval()  # the N-best without dropout
     try:
