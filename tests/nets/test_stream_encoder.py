@@ -188,3 +188,14 @@ def test_stream_on_cuda_equals_the_chunk_masked_forward():
     out, cache = stream(enc, feats, EncoderCache.stack(caches))
     assert all(t.device.type == "cuda" for t in (cache.feats, cache.offset, cache.keys, cache.key_valid, cache.conv))
     torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_stream_runs_in_bfloat16():
+    """Catches cache tensors or positions (rotary tables, Deja-vu's E) made in float32 for a bfloat16 model: a
+    dtype error, or float32 activations out."""
+    enc = encoder("conformer", num_layers=3, dejavu_layer=1).to(torch.bfloat16)
+    cache = enc.init_stream(2, torch.device("cpu"), 2, 1)
+    for _ in range(2):
+        out, cache = enc.forward_chunk(torch.randn(2, cache.input_frames_needed(), 20, dtype=torch.bfloat16), cache)
+        assert out.dtype == cache.keys.dtype == cache.dejavu_keys.dtype == cache.conv.dtype == torch.bfloat16
+        assert out.shape == (2, 2, 16) and torch.isfinite(out).all()
