@@ -232,7 +232,7 @@ class StreamingCtcSearch:
             rows = self._stack([states[b] for b in group])
             for name, sc in self.scorers.items():
                 end = sc.final_score(rows.states[name]).to(self.dtype).view(len(group), self.beam)
-                ends[group] += self.weights[name] * end
+                ends[group] += self.weights[name] * end  # weighted in the search's dtype, as offline
         return ends
 
     def _select(self, states: Sequence[StreamingCtcState], order: torch.Tensor, total: torch.Tensor,

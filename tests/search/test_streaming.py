@@ -154,8 +154,18 @@ def test_irregular_pieces_equal_one_advance_for_the_exact_search(word_lm, kind: 
     lengths = torch.tensor([45, 30, 44])
     kw = dict(beam=5, nbest=3, **({} if kind == "none" else fusion(kind, word_lm, tokens)), **EXACT)
     whole = streamed(lp, lengths, **kw)
+    assert_same_lists(whole, offline(lp, lengths, **kw), tol=1e-9)  # float64 throughout
     for pieces in ([1, 1, 7, 2, 13, 1], [16, 16], [3] * 14 + [1]):
         assert_same_lists(streamed(lp, lengths, pieces, **kw), whole, tol=1e-9)
+
+
+def test_skipped_blank_frames_add_up_across_many_pieces() -> None:
+    # Skipped blank frames' log P(blank), summed over 60 pieces, stays float64-exact.
+    gen = torch.Generator().manual_seed(17)
+    lp = peaky_log_probs(3, 120, 8, gen)
+    lengths = torch.tensor([120, 97, 120])
+    kw = dict(beam=4, weights={"length_bonus": 0.2}, blank_skip_threshold=0.6)  # skipped frames of log P ~ -0.5
+    assert_same_lists(streamed(lp, lengths, [2] * 59, **kw), offline(lp, lengths, **kw), tol=1e-9)
 
 
 def test_irregular_pieces_with_default_pruning_agree_on_nearly_every_stream() -> None:
@@ -355,6 +365,10 @@ def test_bad_input_gets_a_clear_error() -> None:
     assert search.partial([]) == [] and search.blank_run([]) == []
     with pytest.raises(ValueError, match=r"^nbest must be in \[1, beam=3\], got 4$"):
         StreamingCtcSearch(beam=3, nbest=4)
+    with pytest.raises(ValueError, match=r"^token_topk must be >= 1 or None, got 0$"):
+        StreamingCtcSearch(token_topk=0)
+    with pytest.raises(ValueError, match=r"^blank_skip_threshold must be in \(0, 1\) or None, got 1.5$"):
+        StreamingCtcSearch(blank_skip_threshold=1.5)
     with pytest.raises(ValueError, match=r"^dtype must be torch.float32 or torch.float64, got torch.float16$"):
         StreamingCtcSearch(dtype=torch.float16)
     with pytest.raises(ValueError, match=r"^scorer 'lm' has no weight"):
@@ -549,7 +563,7 @@ def test_log_probs_are_searched_in_the_search_dtype() -> None:
     lengths = torch.tensor([20, 13])
     search = StreamingCtcSearch(beam=4, native=False)  # float32
     states = [search.new_state() for _ in range(2)]
-    search.advance(states, lp[:, :11], lengths.clamp(max=11))
+    search.advance(states, lp[:, :11], lengths.clamp(max=11).int())  # any integer lengths
     search.advance(states, lp[:, 11:], (lengths - 11).clamp(min=0))
     got = search.finish(states)
     assert got.scores.dtype == torch.float32
