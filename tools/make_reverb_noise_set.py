@@ -33,7 +33,7 @@ import os
 import sys
 import zlib
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import soundfile
@@ -141,7 +141,8 @@ def corrupt(wav: Tensor, utt: str, seed: int, snr: Tuple[float, float]) -> Tuple
     return (mixed * (PEAK / peak) if peak > PEAK else mixed), cond
 
 
-def make_set(src: str, out: str, seed: int, snr: Tuple[float, float], audio_dir: Optional[str] = None) -> Dict[str, Condition]:
+def make_set(src: str, out: str, seed: int, snr: Tuple[float, float],
+             audio_dir: Optional[str] = None) -> Dict[str, Condition]:
     """Write the corrupted copy of the data dir ``src`` into ``out``; returns each utterance's condition."""
     dd = read_data_dir(src)
     wav_dir = os.path.abspath(audio_dir or os.path.join(out, "wav"))

@@ -16,7 +16,7 @@ import pytest
 import soundfile
 import torch
 
-from asrkit.config import GENERATED_NOISES, ExperimentConfig, ReverbConfig, load_config
+from asrkit.config import GENERATED_NOISES, ExperimentConfig, load_config
 from asrkit.data.datadir import read_data_dir, validate_data_dir
 from asrkit.data.table import read_table
 from tool_loader import load_tool
