@@ -272,3 +272,26 @@ def test_channel_config_errors_name_the_key():
         ReverbConfig(num_rooms=0)
     with pytest.raises(ConfigError, match=r"^augment.reverb.distance must be a range"):
         ReverbConfig(distance=(3.0, 1.0))
+
+
+def test_augment_config_bounds_are_inclusive_and_errors_name_the_key():
+    # the least and largest values a range or count may take are accepted
+    ReverbConfig(max_order=0, room_length=(1.0, 1.0), room_width=(1.0, 2.0), room_height=(1.0, 3.0),
+                 absorption=(0.01, 1.0), distance=(0.1, 0.1))
+    NoiseConfig(babble_utts=(1, 1), prob=0.0, generated=())  # no source is fine while noise is off
+    VtlpConfig(alpha=(0.5, 2.0), boundary_hz=0.5)
+    BandConfig(low_hz=0.0)
+    BandConfig(low_hz=0.5)
+    for kwargs, message in (
+            (dict(max_order=-1), r"augment.reverb.max_order must be at least 0, got -1"),
+            (dict(room_length=(0.5, 3.0)), r"augment.reverb.room_length must lie within \[1, inf\], got \[0.5, 3.0\]"),
+            (dict(room_width=(0.9, 3.0)), r"augment.reverb.room_width must lie within \[1, inf\]"),
+            (dict(room_height=(0.99, 3.0)), r"augment.reverb.room_height must lie within \[1, inf\]"),
+            (dict(distance=(0.05, 1.0)), r"augment.reverb.distance must lie within \[0.1, inf\], got \[0.05, 1.0\]")):
+        with pytest.raises(ConfigError, match=f"^{message}"):
+            ReverbConfig(**kwargs)
+    with pytest.raises(ConfigError, match=r"^augment.noise.prob is 0.5 but there is no noise source: set "
+                                          r"augment.noise.dirs or augment.noise.generated$"):
+        NoiseConfig(prob=0.5, generated=())
+    with pytest.raises(ConfigError, match=r"^augment.gain.prob must be in \[0, 1\], got 1.5$"):
+        GainConfig(prob=1.5)
