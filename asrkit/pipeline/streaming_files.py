@@ -44,7 +44,7 @@ def stream_inputs(recognizer: StreamingRecognizer, inputs: Sequence[AudioInput],
                   stats: Optional[TranscribeStats] = None) -> Iterator[Result]:
     """Each input as a live stream (see the module docstring); yields each Result in input order as soon as it
     and those before it are done. An input that cannot be read gets a Result with ``error`` set.
-    ``on_partial(name, partial)``: called whenever an input's partial text changes. ``stats``: filled in."""
+    ``on_partial(name, partial)``: called whenever an input's partial text changes to a non-empty one. ``stats``: filled in."""
     if max_streams < 1:
         raise ValueError(f"max_streams must be >= 1, got {max_streams}")
     stats = stats if stats is not None else TranscribeStats()
@@ -66,9 +66,10 @@ def stream_inputs(recognizer: StreamingRecognizer, inputs: Sequence[AudioInput],
                 item.stream.input_finished()
         recognizer.decode_streams([item.stream for item in live.values()])
         for index, item in list(live.items()):
-            if on_partial is not None and item.stream.partial != item.last_partial:
+            if item.stream.partial != item.last_partial:
                 item.last_partial = item.stream.partial
-                on_partial(item.stream.name, item.stream.partial_result)
+                if on_partial is not None and item.last_partial:  # not the empty one a new utterance begins with
+                    on_partial(item.stream.name, item.stream.partial_result)
             if item.stream.done:
                 done[index] = item.stream.result()
                 stats.segments += len(done[index].segments)

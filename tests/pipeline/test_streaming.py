@@ -15,7 +15,9 @@ from asrkit.config import ConfigError, DecodeConfig, EndpointConfig, load_config
 from asrkit.data.table import read_table
 from asrkit.models.registry import build_model
 from asrkit.pipeline import Transcriber
+from asrkit.pipeline.inputs import AudioInput
 from asrkit.pipeline.results import Result
+from asrkit.pipeline.streaming_files import stream_inputs
 from asrkit.text.tokenizer import CharTokenizer
 from tests.pipeline.streaming_exp import REPO, make_streaming_exp, make_tone_detector, tone_stream
 from tests.pipeline.tiny_exp import tone, write_data_dir
@@ -189,6 +191,19 @@ def test_endpoints_split_a_long_stream_into_finals_at_the_right_times(exps, vad)
     assert joined[0].ctc_score == pytest.approx(sum(s.nbest[0].ctc_score for s in result.segments))
 
 
+def test_files_as_streams_report_each_utterance_s_partials(exps):
+    """stream_inputs' partials: each non-empty change, with its utterance's start (the empty partial a new utterance
+    begins with is not reported)."""
+    model = asrkit.load_model(exps["ctc"], decode=DecodeConfig(mode="ctc_prefix", beam=4))
+    make_tone_detector(model.model, model.tokenizer.token_list.index("C"))
+    audio, _ = tone_stream([("quiet", 0.3), ("tone", 0.6), ("quiet", 1.4), ("tone", 0.6), ("quiet", 0.3)])
+    seen = []
+    results = list(stream_inputs(model.streaming_recognizer(chunk_ms=320), [AudioInput("a", waveform=torch.from_numpy(
+        audio))], on_partial=lambda name, p: seen.append((name, p.text, p.start))))
+    assert results[0].text == "C C" and [s.start for s in results[0].segments] == [0.0, seen[-1][2]]
+    assert [(name, text) for name, text, _ in seen] == [("a", "C"), ("a", "C")] and seen[-1][2] > 1.5
+
+
 def test_streaming_refuses_what_it_cannot_do(exps):
     model = asrkit.load_model(exps["two_pass"])
     with pytest.raises(ConfigError, match="decode.mode 'joint' cannot stream"):
@@ -248,6 +263,7 @@ def test_transcribe_cli_streaming_writes_what_offline_writes(exps, tmp_path, cap
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     partials, final = lines[:-1], lines[-1]
     assert partials and all(p.keys() == {"name", "partial", "start"} and p["name"] == str(wav) for p in partials)
+    assert all(p["partial"] for p in partials) and len({p["partial"] for p in partials}) == len(partials)
     assert final.keys() == offline.keys() and final["text"]
     with pytest.raises(SystemExit):
         main(common + ["--partials"])
