@@ -45,6 +45,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     wav = torch.from_numpy((0.1 * rng.standard_normal(int(args.seconds * RATE))).astype(np.float32))
     reverb = ReverbConfig(prob=1.0, num_rooms=args.rooms)
+    simulate_rir(sample_room(reverb, np.random.default_rng(0)), RATE, reverb.max_order)  # import pyroomacoustics
     start = time.perf_counter()
     WaveAugment(AugmentConfig(reverb=reverb), RATE, seed=1)
     bank_ms = (time.perf_counter() - start) * 1000.0 / args.rooms
