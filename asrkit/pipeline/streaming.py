@@ -148,13 +148,15 @@ class StreamingRecognizer:
     @torch.inference_mode()
     def step(self, streams: Sequence["Stream"]) -> int:
         """One chunk of every ready stream, as one batch per chunk shape (a stream's first chunk needs more
-        feature frames than the next ones; a final chunk takes what is left); returns the streams advanced."""
-        groups: Dict[Tuple[int, bool], List[Stream]] = {}
+        feature frames than the next ones; a final chunk takes what is left); returns the streams advanced.
+        Streams batch when their chunks take the same frames and their caches hold the same leftover input (final
+        chunks of equal length can differ there: a stream fresh after an endpoint holds none)."""
+        groups: Dict[Tuple[int, bool, int], List[Stream]] = {}
         for s in streams:
             key = s._next_chunk()
             if key is not None:
-                groups.setdefault(key, []).append(s)
-        for (frames, final), group in groups.items():
+                groups.setdefault((*key, s._cache.input_frames_needed()), []).append(s)
+        for (frames, final, _), group in groups.items():
             self._advance(group, frames, final)
         return sum(len(g) for g in groups.values())
 

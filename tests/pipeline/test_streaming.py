@@ -309,3 +309,27 @@ def test_decode_streaming_fails_an_utterance_alone(exps, tmp_path):
     assert sorted(read_table(tmp_path / "on" / "text")) == ["u0", "u2"]
     failed = read_table(tmp_path / "on" / "failed")
     assert list(failed) == ["u1"] and failed["u1"].startswith("utt u1: cannot be decoded: ValueError: ")
+
+
+def test_final_chunks_of_streams_holding_different_leftovers_batch(exps):
+    """Two streams end with the same pending feature frames, one fresh (no leftover input) and one past its first
+    chunk (the subsampling's 3 leftover frames): their final chunks cannot share a stacked cache, so they go in
+    batches of their own, and each decodes as it does alone."""
+    model = asrkit.load_model(exps["ctc"])
+    wavs = [_audio(2.0)[:1520], _audio(2.0, 3)[:12240]]  # 8 feature frames; 67 (a first chunk of 640 ms) + 8
+    alone = []
+    for wav in wavs:
+        s = model.stream(chunk_ms=640)
+        s.accept_waveform(wav)
+        alone.append(s.finish())
+    rec = model.streaming_recognizer(chunk_ms=640)
+    streams = [rec.create_stream(f"s{k}") for k in range(2)]
+    for s, wav in zip(streams, wavs):
+        s.accept_waveform(wav)
+    rec.decode_streams(streams)  # the second stream's first chunk; the first waits for more audio
+    assert [s._pending_frames for s in streams] == [8, 8]
+    for s in streams:
+        s.input_finished()
+    rec.decode_streams(streams)
+    for s, ref in zip(streams, alone):
+        _same_result(s.result(), ref)
