@@ -364,3 +364,10 @@ def test_decode_endpoint_rules_are_checked():
             EndpointConfig(vad_threshold=bad)
     assert EndpointConfig(vad_threshold=0.01).vad_threshold == 0.01
     assert load_decode_config(None, ["endpoint.vad=silero"]).endpoint.vad == "silero"
+
+
+def test_hotword_class_score_default_and_null():
+    # -9: measured on the demo's names set (tools/bench/bench_hotwords.py); null (None) keeps <unk> + lm_unk_offset
+    assert DecodeConfig().hotword_class_score == -9.0
+    assert load_decode_config(None, ["hotword_class_score=null"]).hotword_class_score is None
+    assert load_decode_config(None, ["hotword_class_score=-4.5"]).hotword_class_score == -4.5
