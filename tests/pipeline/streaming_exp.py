@@ -8,11 +8,8 @@ from typing import Sequence, Tuple
 import numpy as np
 import torch
 
-from asrkit.checkpoint import save_model_weights
-from asrkit.config import load_config, save_config
-from asrkit.models.registry import build_model
-from asrkit.text.tokenizer import CharTokenizer
-from tests.pipeline.tiny_exp import tone
+from asrkit.config import load_config
+from tests.pipeline.tiny_exp import tone, write_exp
 
 REPO = Path(__file__).resolve().parents[2]
 SR = 16000
@@ -33,17 +30,7 @@ def make_streaming_exp(exp: Path, kind: str = "transformer", decoder: bool = Fal
     if decoder:
         overrides += ["model.decoder.num_layers=1", "model.decoder.ffn_dim=64", "model.decoder.dropout=0.0"]
     cfg = load_config(REPO / "conf" / base, overrides + list(extra))
-    tok = CharTokenizer.train(["ABCDEFGHIJ KLMNOP"])
-    exp.mkdir(parents=True)
-    save_config(cfg, exp / "config.yaml")
-    tok.save(exp / "tokenizer.json")
-    save_model_weights(build_model(cfg, tok.vocab_size), exp / "model.pt")
-    return exp
-
-
-def speech(seconds: float, freq: float, seed: int = 0) -> np.ndarray:
-    """A tone (the 'speech' of these tests)."""
-    return tone(seconds, freq, seed)
+    return write_exp(exp, cfg)
 
 
 def quiet(seconds: float, seed: int = 0) -> np.ndarray:
@@ -56,7 +43,7 @@ def make_tone_detector(model: torch.nn.Module, token: int) -> None:
     the encoder's mean outputs on each (full context) span a direction; a frame's side of the midpoint picks."""
     with torch.no_grad():
         feats = [model.encode(torch.from_numpy(x)[None], torch.tensor([len(x)]))[0][0]
-                 for x in (quiet(2.0, 9), speech(2.0, 440, 9))]
+                 for x in (quiet(2.0, 9), tone(2.0, 440, 9))]
         v_quiet, v_tone = (f[2:-2].mean(0) for f in feats)
         direction = v_tone - v_quiet
         direction = direction / direction.norm()
@@ -75,7 +62,7 @@ def tone_stream(parts: Sequence[Tuple[str, float]]) -> Tuple[np.ndarray, list]:
     """Concatenated ('tone' | 'quiet', seconds) parts; returns the audio and the (start, end) of each tone."""
     audio, spans, t = [], [], 0.0
     for k, (what, seconds) in enumerate(parts):
-        x = speech(seconds, 440, k) if what == "tone" else quiet(seconds, k)
+        x = tone(seconds, 440, k) if what == "tone" else quiet(seconds, k)
         if what == "tone":
             spans.append((t, t + len(x) / SR))
         audio.append(x)

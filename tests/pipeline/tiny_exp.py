@@ -9,7 +9,7 @@ import soundfile as sf
 import torch
 
 from asrkit.checkpoint import save_model_weights
-from asrkit.config import load_config, save_config
+from asrkit.config import ExperimentConfig, load_config, save_config
 from asrkit.models.registry import build_model
 from asrkit.text.tokenizer import CharTokenizer
 
@@ -23,6 +23,11 @@ def make_tiny_exp(exp: Path) -> Path:
         "model.encoder.d_model=32", "model.encoder.num_heads=2", "model.encoder.ffn_dim=64",
         "model.encoder.num_layers=1", "model.encoder.dropout=0.0", "frontend.n_mels=20",
         "tokenizer.path=tokenizer.json", "cmvn=null", "specaug.enabled=false"])
+    return write_exp(exp, cfg)
+
+
+def write_exp(exp: Path, cfg: ExperimentConfig) -> Path:
+    """``exp`` with ``cfg``, a letters tokenizer and the model's (seeded by the caller) random weights."""
     tok = CharTokenizer.train(["ABCDEFGHIJ KLMNOP"])
     exp.mkdir(parents=True)
     save_config(cfg, exp / "config.yaml")
