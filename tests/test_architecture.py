@@ -184,3 +184,12 @@ def test_no_other_yaml_parser_in_the_package_or_its_tools():
                     found.append(f"{rel}:{node.lineno}: yaml.{node.func.attr}")
     assert not found, "parse YAML with asrkit.config.read_yaml: " + ", ".join(found)
 
+
+
+def test_test_files_have_unique_names():
+    """pytest imports test modules by their file name (tests/ is not a package): two test files of one name in two
+    folders stop the whole run at collection, which running either file alone does not show."""
+    names: dict = {}
+    for path in sorted((ROOT.parent / "tests").rglob("test_*.py")):
+        names.setdefault(path.name, []).append(str(path.relative_to(ROOT.parent)))
+    assert {n: p for n, p in names.items() if len(p) > 1} == {}
