@@ -21,8 +21,10 @@ search) cancels the unfinished partial match. A finished hypothesis has scored e
 Tables (on the search's device; a compiled graph is cached by content): ``root_next`` (V,) the state after
 each token from the empty match; the arcs that differ from it, as sorted keys ``state * V + token`` with a
 sentinel, and their targets; ``reach`` (S,) ``= out + pend`` of a state (``out``: the bonus of every phrase
-that ends there) and ``pend`` (S,). A step is a ``searchsorted`` and three gathers per candidate: its cost
-does not grow with the number of phrases (but for the logarithm of the arc count).
+that ends there) and ``pend`` (S,). Where the whole transition function fits in ``DENSE_MAX_ENTRIES`` (S x V)
+entries it is also kept as one table, ``dense_next``, and a step is three gathers per candidate, whatever the
+number of phrases; else a ``searchsorted`` over the arcs finds the move (its cost grows with the logarithm of
+the arc count: 1000 names made the demo's search 1.7-2x slower that way).
 The blank (id 0) and "prefix unchanged" (-1) score 0 and keep the state; every other token outside the
 phrases (``<unk>``, ``<sos/eos>``) leads back to the start.
 
@@ -55,6 +57,10 @@ class Phrase(NamedTuple):
     where: str = ""
 
 
+# The largest S x V next-state table kept whole (int64: 32 MiB); larger automata search their arcs.
+DENSE_MAX_ENTRIES = 1 << 22
+
+
 class HotwordGraph(NamedTuple):
     """The compiled automaton (see the module docstring); S states, state 0 the empty match."""
 
@@ -65,10 +71,13 @@ class HotwordGraph(NamedTuple):
     pend: torch.Tensor  # (S,) float: the provisional bonus held in a state
     start: int  # the state of an empty hypothesis
     max_out: float  # the most one token can complete (the largest out)
+    dense_next: Optional[torch.Tensor] = None  # (S * V,) int64 the next state of state * V + token, if it fits
 
     def to(self, device: torch.device) -> "HotwordGraph":
-        return self._replace(**{k: getattr(self, k).to(device) for k in ("root_next", "arc_keys", "arc_dst",
-                                                                          "reach", "pend")})
+        moved = {k: getattr(self, k).to(device) for k in ("root_next", "arc_keys", "arc_dst", "reach", "pend")}
+        if self.dense_next is not None:
+            moved["dense_next"] = self.dense_next.to(device)
+        return self._replace(**moved)
 
 
 def compile_hotwords(phrases: Sequence[Tuple[Sequence[int], float]], vocab: int, free: Collection[int] = (),
@@ -130,11 +139,15 @@ def _compile(phrases: Tuple[Tuple[Tuple[int, ...], float], ...], vocab: int, fre
     sentinel = states * vocab  # larger than any key
     pend = torch.tensor([a - e for a, e in zip(acc, last_end)], dtype=torch.float32)
     start = int(root_next[start_token]) if start_token is not None else 0
-    return HotwordGraph(root_next=root_next,
-                        arc_keys=torch.tensor([k for k, _ in keys] + [sentinel], dtype=torch.long),
-                        arc_dst=torch.tensor([d for _, d in keys] + [0], dtype=torch.long),
+    arc_keys = torch.tensor([k for k, _ in keys] + [sentinel], dtype=torch.long)
+    arc_dst = torch.tensor([d for _, d in keys] + [0], dtype=torch.long)
+    dense_next = None
+    if states * vocab <= DENSE_MAX_ENTRIES:
+        dense_next = root_next.repeat(states)  # every state moves as the root does, but for its arcs
+        dense_next[arc_keys[:-1]] = arc_dst[:-1]
+    return HotwordGraph(root_next=root_next, arc_keys=arc_keys, arc_dst=arc_dst,
                         reach=torch.tensor(out, dtype=torch.float32) + pend, pend=pend, start=start,
-                        max_out=max(out))
+                        max_out=max(out), dense_next=dense_next)
 
 
 def _move(arcs: List[Dict[int, int]], root_children: Dict[int, int], state: int, tok: int) -> int:
@@ -156,6 +169,8 @@ class HotwordScorer:
         """Next states of ``state`` (broadcast to tokens' shape) by ``tokens`` (>= 0)."""
         g = self.graph
         key = state * self.vocab + tokens
+        if g.dense_next is not None:
+            return g.dense_next[key]
         pos = torch.searchsorted(g.arc_keys, key.reshape(-1)).view(key.shape)
         return torch.where(g.arc_keys[pos] == key, g.arc_dst[pos], g.root_next[tokens])
 
@@ -185,8 +200,11 @@ class HotwordScorer:
     def native_form(self) -> Tuple[str, Dict[str, torch.Tensor]]:
         """The tables the native CPU search reads (asrkit.search.interfaces.NativeScorer): kind "hotwords"."""
         g = self.graph
-        return "hotwords", dict(root_next=g.root_next, arc_keys=g.arc_keys, arc_dst=g.arc_dst, reach=g.reach,
-                                pend=g.pend, vocab=torch.tensor(self.vocab), start_state=torch.tensor(g.start))
+        tables = dict(root_next=g.root_next, arc_keys=g.arc_keys, arc_dst=g.arc_dst, reach=g.reach, pend=g.pend,
+                      vocab=torch.tensor(self.vocab), start_state=torch.tensor(g.start))
+        if g.dense_next is not None:
+            tables["dense_next"] = g.dense_next
+        return "hotwords", tables
 
 
 def parse_hotwords(lines: Iterable[str], source: str) -> List[Phrase]:

@@ -72,7 +72,8 @@ _KINDS: Dict[str, Tuple[int, Tuple[Tuple[str, torch.dtype], ...], Tuple[str, ...
                 ("dense", "width")),
     "token_ngram": (3, (("logp", _F32), ("next_state", _I32), ("eos", _F32)), ("vocab", "start_state")),
     "word_count": (4, (("closes", _BOOL), ("opens", _I64)), ()),
-    "hotwords": (5, (("root_next", _I64), ("arc_keys", _I64), ("arc_dst", _I64), ("reach", _F32), ("pend", _F32)),
+    "hotwords": (5, (("root_next", _I64), ("arc_keys", _I64), ("arc_dst", _I64), ("reach", _F32), ("pend", _F32),
+                     ("dense_next", _I64)),
                  ("vocab", "start_state")),
 }
 

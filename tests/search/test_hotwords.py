@@ -16,8 +16,9 @@ import torch
 
 from asrkit.search import (CTCPrefixScorer, attention_rescore, beam_search, ctc_prefix_beam_search,
                            joint_beam_search)
-from asrkit.search.hotwords import (HotwordScorer, Phrase, as_phrases, compile_hotwords, hotword_scorer,
-                                    parse_hotwords, read_hotwords, spell_with_tokens)
+from asrkit.search import hotwords
+from asrkit.search.hotwords import (HotwordGraph, HotwordScorer, Phrase, as_phrases, compile_hotwords,
+                                    hotword_scorer, parse_hotwords, read_hotwords, spell_with_tokens)
 from tests.search.reference_ctc_prefix import reference_prefix_search
 
 Phrases = Sequence[Tuple[Sequence[int], float]]
@@ -67,8 +68,16 @@ def run_scorer(scorer: HotwordScorer, seq: Sequence[int], vocab: int) -> Tuple[L
     return rows, float(scorer.final_score(state)[0])
 
 
-def check_against_reference(phrases: Phrases, seq: Sequence[int], vocab: int, free: Sequence[int] = ()) -> None:
-    scorer = HotwordScorer(compile_hotwords(phrases, vocab, free=free))
+def with_layout(graph: HotwordGraph, layout: str) -> HotwordGraph:
+    """``graph`` reading its moves from the whole table ("dense", what a small automaton has) or searching them
+    among its arcs ("arcs", what an automaton over DENSE_MAX_ENTRIES does)."""
+    assert graph.dense_next is not None
+    return graph if layout == "dense" else graph._replace(dense_next=None)
+
+
+def check_against_reference(phrases: Phrases, seq: Sequence[int], vocab: int, free: Sequence[int] = (),
+                            layout: str = "dense") -> None:
+    scorer = HotwordScorer(with_layout(compile_hotwords(phrases, vocab, free=free), layout))
     rows, final = run_scorer(scorer, seq, vocab)
     for i, row in enumerate(rows):
         want = [0.0] + [ref_step(seq[:i], t, phrases, free) for t in range(1, vocab)]
@@ -90,8 +99,9 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("layout", ["dense", "arcs"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_every_candidate_score_equals_the_brute_force_reference(case: str) -> None:
+def test_every_candidate_score_equals_the_brute_force_reference(case: str, layout: str) -> None:
     phrases = CASES[case]
     rng = random.Random(case)
     free = (1,) if "free" in case else ()
@@ -99,7 +109,28 @@ def test_every_candidate_score_equals_the_brute_force_reference(case: str) -> No
     seqs = [list(p) for p, _ in phrases] + [list(p) + list(q) for (p, _), (q, _) in itertools.product(phrases, phrases)]
     seqs += [[rng.choice(tokens) for _ in range(12)] for _ in range(6)]
     for seq in seqs:
-        check_against_reference(phrases, seq, 8, free)
+        check_against_reference(phrases, seq, 8, free, layout)
+
+
+def test_the_whole_next_state_table_is_kept_only_where_it_fits(monkeypatch) -> None:
+    phrases = [((3, 4, 5), 1.0), ((4, 6), 2.0), ((3, 3, 4), 0.5)]  # 7 states (root, 3, 34, 345, 4, 46, 33 ...)
+    graph = compile_hotwords(phrases, 8)
+    states = graph.reach.numel()
+    table = graph.dense_next
+    assert table is not None and table.shape == (states * 8,) and table.dtype == torch.long
+    # every (state, token) move of the table equals the one searched among the arcs
+    grid_state = torch.arange(states).repeat_interleave(8)
+    grid_token = torch.arange(8).repeat(states)
+    searched = HotwordScorer(graph._replace(dense_next=None))._next(grid_state, grid_token)
+    assert torch.equal(table, searched) and torch.equal(HotwordScorer(graph)._next(grid_state, grid_token), searched)
+    # the native loop reads the table where there is one (the same moves, one read each)
+    assert HotwordScorer(graph).native_form()[1]["dense_next"] is table
+    assert "dense_next" not in HotwordScorer(graph._replace(dense_next=None)).native_form()[1]
+    for limit, kept in ((states * 8, True), (states * 8 - 1, False)):
+        hotwords._compile.cache_clear()
+        monkeypatch.setattr(hotwords, "DENSE_MAX_ENTRIES", limit)
+        assert (compile_hotwords(phrases, 8).dense_next is not None) == kept
+    hotwords._compile.cache_clear()
 
 
 def test_failure_cancels_the_partial_bonus_and_the_end_cancels_an_unfinished_match() -> None:
@@ -242,9 +273,10 @@ def test_parse_read_and_as_phrases(tmp_path) -> None:
         as_phrases([" "])
 
 
-def test_prefix_search_with_hotwords_equals_the_reference_search() -> None:
+@pytest.mark.parametrize("layout", ["dense", "arcs"])
+def test_prefix_search_with_hotwords_equals_the_reference_search(layout: str) -> None:
     phrases = [((3, 4, 5), 1.0), ((4, 6), 2.0), ((3, 4), 0.5)]
-    scorer = HotwordScorer(compile_hotwords(phrases, 8))
+    scorer = HotwordScorer(with_layout(compile_hotwords(phrases, 8), layout))
     gen = torch.Generator().manual_seed(3)
     lp = torch.randn(2, 9, 8, generator=gen, dtype=torch.float64).mul(2).log_softmax(-1)
     lengths = torch.tensor([9, 7])

@@ -206,10 +206,15 @@ def test_lexicon_scorer_equals_torch_loop(word_lm, with_lm: bool, tokens: List[s
 @pytest.mark.parametrize("with_lm", [False, True])
 @pytest.mark.parametrize("tokens", [CHARS, PIECES], ids=["chars", "pieces"])
 @pytest.mark.parametrize("pruning", ["default", "exact"])
-def test_hotwords_equal_torch_loop(word_lm, with_lm: bool, tokens: List[str], pruning: str) -> None:
-    # overlapping phrases, a prefix of another, per-phrase weights; an OOV word (ZOO) among them
+@pytest.mark.parametrize("layout", ["dense", "arcs"])
+def test_hotwords_equal_torch_loop(word_lm, with_lm: bool, tokens: List[str], pruning: str, layout: str) -> None:
+    # overlapping phrases, a prefix of another, per-phrase weights; an OOV word (ZOO) among them; the automaton's
+    # moves read from its whole table (dense) or searched among its arcs (an automaton too large for the table)
     hot = hotword_scorer(["CAT", ("CAT SAT", 2.0), "AT", ("ZOO", 3.0), "DOG ON"], spell_with_tokens(tokens), tokens,
                          unk_id=1)
+    assert hot.graph.dense_next is not None
+    if layout == "arcs":
+        hot.graph = hot.graph._replace(dense_next=None)
     scorers, weights = {"hotwords": hot}, {"hotwords": 1.5}
     if with_lm:
         scorers["lm"] = ngram_scorer(word_lm, tokens, units="word", unk_offset=-5.0)

@@ -59,6 +59,7 @@ struct Scorer {
   const int64_t* root_next = nullptr;     // (V,) the state after each token from the empty match
   const float* reach = nullptr;           // (S,) out + pend of reaching a state
   const float* pend = nullptr;            // (S,) provisional bonus held in a state
+  const int64_t* hot_dense = nullptr;     // (S, V) every next state, when the automaton is small enough; or null
 };
 
 const float kNegInfF = -std::numeric_limits<float>::infinity();
@@ -122,6 +123,7 @@ Scorer make_scorer(const ScorerDesc& d) {
     s.edge_dst = i64(2);
     s.reach = f32(3);
     s.pend = f32(4);
+    s.hot_dense = i64(5);
     s.vocab = d.iparams[0];
     s.start_state = d.iparams[1];
   }
@@ -241,6 +243,7 @@ inline float lex_score(const Scorer& s, const SState& st, int64_t tok) {
 
 inline int64_t hot_next(const Scorer& s, int64_t state, int64_t tok) {
   const int64_t key = state * s.vocab + tok;
+  if (s.hot_dense != nullptr) return s.hot_dense[key];
   const int64_t pos = lower(s.edge_keys, s.n_edges, key);
   return s.edge_keys[pos] == key ? s.edge_dst[pos] : s.root_next[tok];
 }
