@@ -123,9 +123,16 @@ def test_the_whole_next_state_table_is_kept_only_where_it_fits(monkeypatch) -> N
     grid_token = torch.arange(8).repeat(states)
     searched = HotwordScorer(graph._replace(dense_next=None))._next(grid_state, grid_token)
     assert torch.equal(table, searched) and torch.equal(HotwordScorer(graph)._next(grid_state, grid_token), searched)
-    # the native loop reads the table where there is one (the same moves, one read each)
-    assert HotwordScorer(graph).native_form()[1]["dense_next"] is table
-    assert "dense_next" not in HotwordScorer(graph._replace(dense_next=None)).native_form()[1]
+    # the native loop reads the table where there is one (the same moves, one read each), and the arcs beside it
+    for g in (graph, graph._replace(dense_next=None)):
+        kind, tables = HotwordScorer(g).native_form()
+        want = dict(root_next=g.root_next, arc_keys=g.arc_keys, arc_dst=g.arc_dst, reach=g.reach, pend=g.pend)
+        if g.dense_next is not None:
+            want["dense_next"] = g.dense_next
+        assert kind == "hotwords" and set(tables) == set(want) | {"vocab", "start_state"}
+        assert all(tables[k] is v for k, v in want.items())
+        assert int(tables["vocab"]) == 8 and int(tables["start_state"]) == g.start
+    assert torch.equal(graph.to(torch.device("cpu")).dense_next, table)
     for limit, kept in ((states * 8, True), (states * 8 - 1, False)):
         hotwords._compile.cache_clear()
         monkeypatch.setattr(hotwords, "DENSE_MAX_ENTRIES", limit)
