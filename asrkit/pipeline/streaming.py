@@ -64,6 +64,7 @@ class Partial:
     tokens: List[int] = field(default_factory=list)
     token_times: List[float] = field(default_factory=list)  # seconds in the stream: each token's emitting frame
     start: float = 0.0  # where the utterance began (seconds in the stream)
+    end: float = 0.0  # how much of the stream's audio it heard: the end of the last feature frame encoded (seconds)
 
 
 @dataclass
@@ -271,7 +272,7 @@ class Stream:
         self._utt_frames = 0
         self._log_probs: List[torch.Tensor] = []  # (n, V) per chunk, on the CPU: for word times
         self._encodings: List[torch.Tensor] = []  # (n, D) per chunk (rescore mode): the decoder's memory
-        self._partial = Partial("", start=round(self._utt_start, 3))
+        self._partial = Partial("", start=round(self._utt_start, 3), end=self._heard())
 
     # -- input ------------------------------------------------------------------------------------------------
     def accept_waveform(self, samples: torch.Tensor | np.ndarray, sample_rate: Optional[int] = None) -> None:
@@ -379,7 +380,16 @@ class Stream:
     def _set_partial(self, hyp: Hypothesis) -> None:
         rec = self.recognizer
         times = [round(self._utt_start + f * rec.frame_shift, 3) for f in hyp.token_frames if f >= 0]
-        self._partial = Partial(rec.tokenizer.decode(hyp.tokens), list(hyp.tokens), times, round(self._utt_start, 3))
+        self._partial = Partial(rec.tokenizer.decode(hyp.tokens), list(hyp.tokens), times, round(self._utt_start, 3),
+                                self._heard())
+
+    def _heard(self) -> float:
+        """Seconds of audio the encoder's input frames span (frame i covers samples [i*hop, i*hop + win)): a
+        partial needs exactly this much of the stream (a server's latency is measured from its last sample)."""
+        if not self._fed:
+            return 0.0
+        extractor = self.recognizer.featurizer.extractor
+        return ((self._fed - 1) * extractor.hop_length + extractor.win_length) / self.recognizer.sample_rate
 
     def _endpoint(self, blank_run: int) -> bool:
         """Whether an endpoint rule fires after this chunk (``blank_run``: trailing blank frames of the best

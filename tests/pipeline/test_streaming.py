@@ -333,3 +333,28 @@ def test_final_chunks_of_streams_holding_different_leftovers_batch(exps):
     rec.decode_streams(streams)
     for s, ref in zip(streams, alone):
         _same_result(s.result(), ref)
+
+
+def test_a_partial_names_the_audio_it_needed(exps):
+    """Partial.end is the least audio that gives the partial: the stream cut there reaches it, one sample less
+    does not (a server measures partial latency from that sample)."""
+    model = asrkit.load_model(exps["ctc"])
+    wav = _audio(2.6)
+    stream = model.stream(chunk_ms=320)
+    assert stream.partial_result.end == 0.0
+    ends = []
+    for i in range(0, wav.numel(), 1600):
+        stream.accept_waveform(wav[i: i + 1600])
+        end = stream.partial_result.end
+        assert end <= stream.duration + 1e-9
+        if not ends or end != ends[-1]:
+            ends.append(end)
+    assert len(ends) >= 5  # 320 ms chunks over 2.6 s
+    for end in ends[1:]:
+        n = int(round(end * SR))
+        cut = model.stream(chunk_ms=320)
+        cut.accept_waveform(wav[:n])
+        assert cut.partial_result.end == pytest.approx(end, abs=1e-9)
+        short = model.stream(chunk_ms=320)
+        short.accept_waveform(wav[:n - 1])
+        assert short.partial_result.end < end
