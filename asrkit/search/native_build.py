@@ -28,7 +28,7 @@ from typing import List, Optional
 SOURCE = Path(__file__).resolve().parent / "native" / "prefix_search.cpp"
 COMPILER = "g++"
 FLAGS = ("-O3", "-march=x86-64-v2", "-std=c++17", "-shared", "-fPIC", "-pthread")
-ABI = 7  # asrkit_native_abi() of a library this module can drive (bump with the C structs)
+ABI = 8  # asrkit_native_abi() of a library this module can drive (bump with the C structs)
 
 _lib: Optional[ctypes.CDLL] = None
 _error: Optional[str] = None
@@ -96,7 +96,6 @@ SIGNATURES = {
     "asrkit_stream_width": (_I64, [_PTR, _I64]),
     "asrkit_stream_advance": (_I64, [_PTR]),
     "asrkit_stream_nbest": (_I64, [_PTR]),
-    "asrkit_stream_blank_run": (_I64, [_PTR, _I64, _I64, _PTR]),
 }
 
 

@@ -28,8 +28,7 @@ from the state's creation, the skipped-blank sum); it is created with the search
 active scorers with their weights, the length bonus, the dtype), freed by :meth:`StreamState.close` or when
 collected. :func:`stream_advance` moves B states (each at its own position) over their next frames in one
 call, :func:`stream_nbest` reads their N best (``final=True`` adds the scorers' end-of-sentence scores, as
-the offline search does; ``False`` the partial ranking without them) and :func:`stream_blank_run` the
-trailing blank frames of each best partial hypothesis. The offline :func:`search` is the same C++ code: a
+the offline search does; ``False`` the partial ranking without them). The offline :func:`search` is the same C++ code: a
 fresh state per utterance, advanced once, so one advance over all frames then ``final=True`` is the offline
 result. A state's memory grows with its frames (at most ``beam`` emissions a searched frame): start a new one
 at each endpoint.
@@ -417,14 +416,3 @@ def stream_nbest(states: Sequence[StreamState], nbest: int, final: bool) -> NBes
                       tokens=tokens.data_ptr(), token_frames=token_frames.data_ptr(), lengths=lengths.data_ptr())
     _raise_on(lib.asrkit_stream_nbest(ctypes.byref(desc)), "stream_nbest")
     return _trimmed(tokens, lengths, total, ctc, token_frames)
-
-
-def stream_blank_run(states: Sequence[StreamState]) -> List[int]:
-    """Per state, the input frames since the last token of its best partial hypothesis (the ranking of
-    ``stream_nbest(final=False)``) was emitted, the emission frame not counted; all its frames when it has no
-    token. Frames of a token's repeats count as blank: the prefix search keeps no single best path."""
-    arr, dtype, lib = _handles(states, "stream_blank_run")
-    out = torch.empty(len(states), dtype=torch.long)
-    _raise_on(lib.asrkit_stream_blank_run(arr, len(states), int(dtype == torch.float64), out.data_ptr()),
-              "stream_blank_run")
-    return out.tolist()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import inspect
+import re
 import shutil
 from pathlib import Path
 
@@ -194,3 +196,21 @@ def test_the_python_side_expects_the_abi_the_source_declares() -> None:
     # Bumped together with the C structs (a new scorer kind): a mismatch would turn the native loop off.
     source = native_build.SOURCE.read_text(encoding="utf-8")
     assert f'extern "C" int64_t asrkit_native_abi(void) {{ return {native_build.ABI}; }}' in source
+
+
+def test_every_function_of_the_native_api_has_a_caller_in_asrkit() -> None:
+    # An entry point only tests call is dead weight in two languages (asrkit_stream_blank_run was one): api.h
+    # declares what ctypes is told of, and every public function of native_loop is called from another module.
+    from asrkit.search import native_loop
+
+    header = (native_build.SOURCE.parent / "api.h").read_text(encoding="utf-8")
+    assert set(re.findall(r"\b(asrkit_\w+)\(", header)) == set(native_build.SIGNATURES) | {"asrkit_native_abi"}
+    loop = Path(native_loop.__file__)
+    for name in native_build.SIGNATURES:
+        assert re.search(rf"\.{name}\b", loop.read_text(encoding="utf-8")), name
+    others = "".join(p.read_text(encoding="utf-8") for p in loop.parents[1].rglob("*.py") if p != loop)
+    public = [name for name, fn in vars(native_loop).items() if inspect.isfunction(fn) and not name.startswith("_")
+              and fn.__module__ == native_loop.__name__]
+    test_hooks = {"live_streams"}  # the leak check's reading of the library's count
+    assert "stream_advance" in public
+    assert [name for name in public if f"native_loop.{name}(" not in others and name not in test_hooks] == []

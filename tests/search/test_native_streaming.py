@@ -163,7 +163,6 @@ def test_chunked_advances_equal_one_advance(word_lm, case: str, pruning: str) ->
     advance_in_pieces(pieces, lp, lengths, [1, 7, 1, 1, 13, 2, 20, 1, 14], **prune)
     for final in (False, True):
         assert_nbest_equal(native_loop.stream_nbest(pieces, 8, final), native_loop.stream_nbest(whole, 8, final))
-    assert native_loop.stream_blank_run(pieces) == native_loop.stream_blank_run(whole)
 
 
 @pytest.mark.parametrize("vocab,topk", [(400, 8), (1200, 8), (400, 30)])
@@ -266,7 +265,7 @@ def best_partial(states) -> List[Hypothesis]:
     return native_loop.stream_nbest(states, 1, final=False).best()
 
 
-def test_blank_run_counts_frames_after_the_best_prefix_last_token() -> None:
+def test_best_partials_and_frames_after_pieces_of_unequal_lengths() -> None:
     lp = torch.full((3, 10, 5), -9.0)
     lp[..., 0] = -0.01
     lp[0, 3, 0], lp[0, 3, 2] = -9.0, -0.01  # token 2 at frame 3, then blanks
@@ -275,10 +274,10 @@ def test_blank_run_counts_frames_after_the_best_prefix_last_token() -> None:
     states = new_states(3, 1, {}, {})  # beam 1: no weaker prefix [2] from frame 0 kept to merge with frame 3's
     advance_in_pieces(states, lp, torch.tensor([10, 10, 10]), [4, 6], **EXACT)
     assert [h.tokens for h in best_partial(states)] == [[2], [4], []]
-    assert native_loop.stream_blank_run(states) == [6, 0, 10]
+    assert [h.token_frames for h in best_partial(states)] == [[3], [9], []]
     native_loop.stream_advance(states, lp[:, :2, :].clone().fill_(-9.0).index_fill_(2, torch.tensor([0]), -1e-4),
                                torch.tensor([2, 0, 1]), **EXACT)
-    assert native_loop.stream_blank_run(states) == [8, 0, 11]
+    assert [h.tokens for h in best_partial(states)] == [[2], [4], []]
     assert [st.frames for st in states] == [12, 10, 11]
 
 
@@ -317,8 +316,7 @@ def test_a_closed_state_refuses_use() -> None:
     st.close()
     lp = peaky_log_probs(1, 5, 4, seed=1)
     for call in (lambda: native_loop.stream_advance([st], lp, torch.tensor([5])),
-                 lambda: native_loop.stream_nbest([st], 1, final=True),
-                 lambda: native_loop.stream_blank_run([st])):
+                 lambda: native_loop.stream_nbest([st], 1, final=True)):
         with pytest.raises(ValueError, match="state 0 is closed: its native state was freed"):
             call()
     with pytest.raises(ValueError, match="^this StreamState is closed: its native state was freed$"):
@@ -354,9 +352,9 @@ def test_bad_calls_are_errors_naming_the_state() -> None:
     with pytest.raises(ValueError, match="^stream_advance: state 1 was advanced over 5 tokens, log_probs row 1 has 6$"):
         native_loop.stream_advance([native_loop.StreamState(3), b], peaky_log_probs(2, 6, 6, seed=1), ok)  # 0 frames
     wide = native_loop.StreamState(3, dtype=torch.float64)
-    with pytest.raises(ValueError, match="^stream_blank_run: state 1 searches in torch.float64, state 0 in "
+    with pytest.raises(ValueError, match="^stream_nbest: state 1 searches in torch.float64, state 0 in "
                                          "torch.float32: one call takes one dtype$"):
-        native_loop.stream_blank_run([a, wide])
+        native_loop.stream_nbest([a, wide], 1, final=False)
     for n in (0, 4):
         with pytest.raises(ValueError, match=rf"^nbest must be in \[1, beam=3\], got {n}$"):
             native_loop.stream_nbest([a], n, final=True)
@@ -394,7 +392,6 @@ def test_the_c_interface_refuses_what_python_would_not_pass() -> None:
     assert lib.asrkit_stream_free(None) == 3 and lib.asrkit_stream_frames(None) == -1
     null = (ctypes.c_void_p * 1)(None)
     assert lib.asrkit_stream_width(null, 1) == -1
-    assert lib.asrkit_stream_blank_run(null, 1, 0, torch.empty(1, dtype=torch.long).data_ptr()) == 3
     lp = peaky_log_probs(2, 4, 5, seed=1, dtype=torch.float32)
     frame = torch.arange(4).repeat(2, 1)
     zero, four = torch.zeros(2), torch.full((2,), 4)
@@ -419,16 +416,17 @@ def test_the_c_interface_refuses_what_python_would_not_pass() -> None:
                                   width=width - 1, total=out[0].data_ptr(), ctc=out[1].data_ptr(),
                                   tokens=out[2].data_ptr(), token_frames=out[3].data_ptr(), lengths=out[4].data_ptr())
     assert lib.asrkit_stream_nbest(ctypes.byref(desc)) == 1
+    desc.states, desc.width = ctypes.cast(null, ctypes.c_void_p), width
+    assert lib.asrkit_stream_nbest(ctypes.byref(desc)) == 3
     st.close()
 
 
-@pytest.mark.parametrize("call", ["stream_advance", "stream_nbest", "stream_blank_run"])
+@pytest.mark.parametrize("call", ["stream_advance", "stream_nbest"])
 def test_a_refusal_by_the_library_is_an_error_naming_the_call(monkeypatch: pytest.MonkeyPatch, call: str) -> None:
     st = native_loop.StreamState(2)
     monkeypatch.setattr(st._lib, f"asrkit_{call}", lambda *args: 5)
     run = {"stream_advance": lambda: native_loop.stream_advance([st], peaky_log_probs(1, 3, 4, seed=1), torch.tensor([3])),
-           "stream_nbest": lambda: native_loop.stream_nbest([st], 1, final=False),
-           "stream_blank_run": lambda: native_loop.stream_blank_run([st])}[call]
+           "stream_nbest": lambda: native_loop.stream_nbest([st], 1, final=False)}[call]
     with pytest.raises(RuntimeError, match=rf"^{call}: the native library rejected its arguments \(code 5\)$"):
         run()
     monkeypatch.setattr(st._lib, "asrkit_stream_create", lambda *args: None)

@@ -87,6 +87,5 @@ int64_t asrkit_stream_frames(void* state);  // input frames consumed so far (-1:
 int64_t asrkit_stream_width(void* const* states, int64_t batch);  // the longest prefix in their beams
 int64_t asrkit_stream_advance(const AdvanceDesc* d);
 int64_t asrkit_stream_nbest(const NBestDesc* d);
-int64_t asrkit_stream_blank_run(void* const* states, int64_t batch, int64_t is_double, int64_t* out);
 
 }  // extern "C"

@@ -564,20 +564,6 @@ int64_t stream_nbest(const NBestDesc& d) {
   return 0;
 }
 
-template <typename T>
-int64_t stream_blank_run(void* const* handles, int64_t n, int64_t* out) {
-  std::vector<Stream<T>*> streams;
-  if (!as_streams(handles, n, streams)) return 3;
-  Work<T> w;
-  for (int64_t b = 0; b < n; ++b) {
-    const Beam<T>& s = streams[b]->state;
-    if (!rank(s, streams[b]->scorers, 1, false, false, w)) rank(s, streams[b]->scorers, 1, false, true, w);
-    const int64_t node = s.core.hyp[w.rank[0].second].node;
-    out[b] = node < 0 ? s.frames : s.frames - 1 - s.nodes[node].frame;
-  }
-  return 0;
-}
-
 StreamBase* base_of(void* handle) {
   auto* base = static_cast<StreamBase*>(handle);
   return base != nullptr && base->magic == kStreamMagic ? base : nullptr;
@@ -588,7 +574,7 @@ StreamBase* base_of(void* handle) {
 
 using namespace asrkit_native;
 
-extern "C" int64_t asrkit_native_abi(void) { return 7; }
+extern "C" int64_t asrkit_native_abi(void) { return 8; }
 
 extern "C" int64_t asrkit_prefix_search(const SearchDesc* d) {
   if (d == nullptr || d->beam < 1 || d->nbest < 1 || d->nbest > d->beam || d->n_cand < 1) return 1;
@@ -663,9 +649,4 @@ extern "C" int64_t asrkit_stream_advance(const AdvanceDesc* d) {
 extern "C" int64_t asrkit_stream_nbest(const NBestDesc* d) {
   if (d == nullptr || d->batch < 0 || d->width < 0) return 1;
   return d->is_double ? stream_nbest<double>(*d) : stream_nbest<float>(*d);
-}
-
-extern "C" int64_t asrkit_stream_blank_run(void* const* states, int64_t batch, int64_t is_double, int64_t* out) {
-  if (states == nullptr || batch < 0 || out == nullptr) return 1;
-  return is_double ? stream_blank_run<double>(states, batch, out) : stream_blank_run<float>(states, batch, out);
 }
