@@ -593,6 +593,31 @@ _EXPECTED = {bool: "true/false", str: "a string", int: "an integer", float: "a n
 
 
 def _convert(value: Any, tp: Any, where: str) -> Any:
+@dataclass(frozen=True)
+class ServeConfig:
+    """``asrkit serve`` (asrkit.serve): where it listens and the limits that keep one client from harming the others.
+    The defaults suit one machine on loopback; serving beyond it, set ``token``."""
+    host: str = "127.0.0.1"  # loopback only; 0.0.0.0 serves every interface (then set a token)
+    port: int = 8000
+    # Every endpoint then needs "Authorization: Bearer <token>" (or ?token=, or the cookie GET / sets for the page)
+    token: Optional[str] = field(default=None, repr=False)
+    max_streams: int = 64  # live WebSocket streams at once; the next is refused (close 1013) until one ends
+    max_message_bytes: int = 1 << 20  # one WebSocket message (1 MiB: 32 s of 16 kHz s16le); larger: close 1009
+    max_stream_seconds: float = 3600.0  # a stream's longest audio, and longest wall time (close 1001)
+    idle_timeout_s: float = 30.0  # a stream that sends nothing this long is closed (1001)
+    max_upload_bytes: int = 64 << 20  # POST /v1/transcribe body; larger: HTTP 413
+
+    def __post_init__(self) -> None:
+        _check_least(self, "serve", {"port": 0, "max_streams": 1, "max_message_bytes": 1024, "max_upload_bytes": 1})
+        if self.port > 65535:
+            raise ConfigError(f"serve.port must be at most 65535, got {self.port}")
+        for key in ("max_stream_seconds", "idle_timeout_s"):
+            if not getattr(self, key) > 0:
+                raise ConfigError(f"serve.{key} must be > 0, got {getattr(self, key)}")
+        if self.token is not None and not self.token.strip():
+            raise ConfigError("serve.token is empty: give a token, or none for no authentication")
+
+
     """Check/convert one YAML value against a field type; ``where`` names the key for errors."""
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)

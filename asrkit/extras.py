@@ -22,6 +22,10 @@ EXTRA_OF = {
     "scipy": "synth",
     "pyroomacoustics": "augment",
     "silero_vad": "vad",
+    "starlette": "serve",
+    "uvicorn": "serve",
+    "websockets": "serve",
+    "httpx": "serve",
 }
 
 

@@ -1,5 +1,5 @@
-"""Imports go one way (ARCHITECTURE.md): cli -> pipeline, train, score -> models, lm, data -> nets, audio, text
--> checkpoint, config -> atomic; and code asks whether a model has a part, never probes it with hasattr."""
+"""Imports go one way (ARCHITECTURE.md): cli -> serve -> pipeline, train, score -> models, lm, data -> nets, audio,
+text -> checkpoint, config -> atomic; and code asks whether a model has a part, never probes it with hasattr."""
 import ast
 import pathlib
 
@@ -8,7 +8,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "asrkit"
 LEVEL = {"atomic": -1, "rundir_lock": -1, "config": 0, "checkpoint": 0, "text": 1, "audio": 1, "nets": 1,
          "data": 2, "models": 2, "lm": 2,
-         "pipeline": 3, "train": 3, "score": 3, "cli": 4, "__init__": 5, "__main__": 5,
+         "pipeline": 3, "train": 3, "score": 3, "serve": 3.5, "cli": 4, "__init__": 5, "__main__": 5,
          "extras": -1}  # extras.py (optional packages) imports nothing of asrkit: any module may import it
 
 

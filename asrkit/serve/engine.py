@@ -1,0 +1,248 @@
+"""The one inference loop of ``asrkit serve``: every live stream is a :class:`~asrkit.pipeline.streaming.Stream` of
+one :class:`~asrkit.pipeline.streaming.StreamingRecognizer`, and each tick advances every stream with a ready
+chunk as one batch (``StreamingRecognizer.step``), so 32 clients cost about one batch, not 32 models.
+
+Connections hand audio to a :class:`Session` (:meth:`Engine.feed`); the loop wakes, takes what every session
+received, and runs a tick in its one worker thread (the event loop never waits on the model): the audio is
+accepted, the ready streams step once, and each advanced stream's partial, new finals and (when its input
+ended) done message go to its connection's outbox. A stream with more audio than one chunk stays ready, so the
+loop ticks again at once; under load the streams that become ready during a tick join the next one, so batches
+grow with the load without a timer. The worker thread is the only one that touches streams: a stream is made
+there too, and a closed session is dropped from the loop at once (a tick in flight finishes it and lets it go).
+A stream whose audio or step fails gets an error and close 1011; the others go on.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Deque, Dict, List, Optional, Tuple, Union
+
+import numpy as np
+
+from asrkit.pipeline.results import Result, Segment
+from asrkit.pipeline.streaming import Partial, Stream, StreamingRecognizer
+from asrkit.serve.metrics import Metrics
+from asrkit.serve.protocol import (CLOSE_INTERNAL, CLOSE_NORMAL, done_message, error_message, final_message,
+                                   partial_message)
+
+log = logging.getLogger("asrkit.serve")
+
+
+@dataclass(frozen=True)
+class Close:
+    """An outbox item: close the connection with ``code`` (after the messages before it)."""
+
+    code: int
+    reason: str = ""
+
+
+Outgoing = Union[Dict[str, Any], Close]
+
+
+class StreamsFull(Exception):
+    """The engine holds its most streams."""
+
+
+@dataclass(eq=False)
+class Session:
+    """One connection's stream as the engine sees it. ``outbox``: the messages for its connection to send."""
+
+    id: int
+    name: str
+    rate: int  # the rate of the audio the client sends (the stream resamples it)
+    outbox: "asyncio.Queue[Outgoing]"
+    stream: Optional[Stream] = None  # made in the worker thread
+    received: float = 0.0  # seconds of audio received
+    inbox: List[np.ndarray] = field(default_factory=list)  # audio not yet given to the stream
+    # (seconds received at the end of a piece, when it arrived): for each partial's latency
+    arrivals: Deque[Tuple[float, float]] = field(default_factory=collections.deque)
+    ending: bool = False  # the client sent its end message
+    end_fed: bool = False  # ... and the stream was told
+    backlog: bool = False  # after the last tick the stream still held a ready chunk
+    closed: bool = False
+
+
+@dataclass
+class _Advanced:
+    session: Session
+    finals: List[Segment]
+    partial: Partial
+    result: Optional[Result]  # the stream's whole result once its input ended and was decoded
+
+
+class Engine:
+    """The loop over ``recognizer``'s streams; at most ``max_streams`` at once. Start it with :meth:`start` on
+    the event loop that serves the connections (the app's lifespan does), stop it with :meth:`stop`."""
+
+    def __init__(self, recognizer: StreamingRecognizer, metrics: Metrics, max_streams: int):
+        self.recognizer, self.metrics, self.max_streams = recognizer, metrics, max_streams
+        self._sessions: Dict[int, Session] = {}
+        self._next_id = 0
+        self._executor: Optional[ThreadPoolExecutor] = None
+        self._task: Optional["asyncio.Task[None]"] = None
+        self._wake: Optional[asyncio.Event] = None
+
+    @property
+    def live(self) -> int:
+        """Streams open now."""
+        return len(self._sessions)
+
+    def start(self) -> None:
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="asrkit-engine")
+        self._wake = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="asrkit-engine")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        self._task = self._executor = None
+
+    async def run_in_worker(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` in the worker thread, after the tick in flight."""
+        if self._executor is None:
+            raise RuntimeError("the engine is not running (start it on the serving event loop)")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    # -- the connections' side -------------------------------------------------------------------------------
+    async def open(self, name: Optional[str], rate: int, outbox: "asyncio.Queue[Outgoing]") -> Session:
+        """A new session, or StreamsFull when ``max_streams`` are open."""
+        if len(self._sessions) >= self.max_streams:
+            self.metrics.add(streams_refused=1)
+            raise StreamsFull(f"the server holds its most streams ({self.max_streams}): try again later")
+        self._next_id += 1
+        session = Session(self._next_id, name or f"stream-{self._next_id}", rate, outbox)
+        self._sessions[session.id] = session  # the slot is taken before the stream is made
+        self.metrics.add(streams_total=1, streams_live=1)
+        try:
+            session.stream = await self.run_in_worker(self.recognizer.create_stream, session.name)
+        except BaseException:
+            self.close(session)
+            raise
+        return session
+
+    def feed(self, session: Session, samples: np.ndarray) -> None:
+        """Audio for ``session`` (float32 at its rate), decoded by the next tick."""
+        if samples.size:
+            session.inbox.append(samples)
+            session.received += samples.size / session.rate
+            session.arrivals.append((session.received, time.perf_counter()))
+            self._kick()
+
+    def end(self, session: Session) -> None:
+        """The client's input ended: its last chunk is decoded, its finals and done message sent."""
+        session.ending = True
+        self._kick()
+
+    def close(self, session: Session) -> None:
+        """Forget ``session`` (its client is gone or it is done): its stream is let go."""
+        if not session.closed:
+            session.closed = True
+            self._sessions.pop(session.id, None)
+            self.metrics.add(streams_live=-1)
+
+    def _kick(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    # -- the loop -----------------------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        assert self._wake is not None
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while True:
+                work = self._take_work()
+                if not work:
+                    break
+                try:
+                    advanced, failed = await self.run_in_worker(self._tick, work)
+                except Exception as exc:  # a bug in a tick: its streams end, the server goes on
+                    log.exception("inference loop: a tick failed")
+                    advanced, failed = [], [(s, f"internal error: {exc}") for s, _, _ in work]
+                self._dispatch(advanced, failed)
+
+    def _take_work(self) -> List[Tuple[Session, Optional[np.ndarray], bool]]:
+        """(session, its new audio or None, whether its input ends now) of each session with something to do."""
+        work = []
+        for s in self._sessions.values():
+            if s.stream is None:
+                continue
+            audio = np.concatenate(s.inbox) if s.inbox else None
+            s.inbox = []
+            end = s.ending and not s.end_fed
+            s.end_fed = s.end_fed or end
+            if audio is not None or end or s.backlog:
+                work.append((s, audio, end))
+        return work
+
+    def _tick(self, work: List[Tuple[Session, Optional[np.ndarray], bool]]
+              ) -> Tuple[List[_Advanced], List[Tuple[Session, str]]]:
+        """In the worker thread: the new audio accepted, one batched step of the ready streams."""
+        t0 = time.perf_counter()
+        rec, failed, fed = self.recognizer, [], 0.0
+        for s, audio, end in work:
+            try:
+                if audio is not None:
+                    s.stream.accept_waveform(audio, s.rate)
+                    fed += audio.size / s.rate
+                if end:
+                    s.stream.input_finished()
+            except Exception as exc:  # this stream's input alone is refused
+                failed.append((s, f"stream {s.name}: {exc}"))
+        bad = {id(s) for s, _ in failed}
+        ready = [s for s, _, _ in work if id(s) not in bad and rec.is_ready(s.stream)]
+        advanced = []
+        if ready:
+            try:
+                rec.step([s.stream for s in ready])
+            except Exception as exc:
+                log.exception("inference loop: a step of %d streams failed", len(ready))
+                return [], failed + [(s, f"internal error: {exc}") for s in ready]
+            for s in ready:
+                done = s.stream.done
+                advanced.append(_Advanced(s, s.stream.pop_finals(), s.stream.partial_result,
+                                          s.stream.result() if done else None))
+                s.backlog = not done and rec.is_ready(s.stream)
+        self.metrics.add(compute_seconds=time.perf_counter() - t0, audio_seconds=fed, ticks=bool(ready),
+                         chunks=len(ready))
+        return advanced, failed
+
+    def _dispatch(self, advanced: List[_Advanced], failed: List[Tuple[Session, str]]) -> None:
+        """On the event loop: each advanced stream's messages to its outbox."""
+        now = time.perf_counter()
+        for a in advanced:
+            s = a.session
+            if s.closed:
+                continue
+            for segment in a.finals:
+                s.outbox.put_nowait(final_message(segment))
+            s.outbox.put_nowait(partial_message(a.partial))
+            if not s.end_fed:
+                self._observe_latency(s, a.partial.end, now)
+            if a.result is not None:
+                s.outbox.put_nowait(done_message(a.result))
+                s.outbox.put_nowait(Close(CLOSE_NORMAL))
+                self.close(s)
+        for s, message in failed:
+            if not s.closed:
+                self.metrics.add(errors=1)
+                s.outbox.put_nowait(error_message(message))
+                s.outbox.put_nowait(Close(CLOSE_INTERNAL, "internal error"))
+                self.close(s)
+
+    def _observe_latency(self, s: Session, heard: float, now: float) -> None:
+        """The partial that heard ``heard`` seconds of the stream: from the arrival of the piece that held its last
+        sample to now."""
+        if heard <= 0:
+            return
+        while s.arrivals and s.arrivals[0][0] < heard - 1e-6:  # pieces wholly heard before
+            s.arrivals.popleft()
+        if s.arrivals:
+            self.metrics.observe_latency(now - s.arrivals[0][1])
