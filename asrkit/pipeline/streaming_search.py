@@ -22,7 +22,7 @@ import torch
 
 from asrkit.config import ConfigError, DecodeConfig
 from asrkit.search import Hypothesis, NBest, attention_rescore
-from asrkit.search.interfaces import BLANK_ID
+from asrkit.search.greedy import collapse, trailing_blanks
 
 STREAMING_MODES = ("greedy", "ctc_prefix", "rescore")
 
@@ -59,20 +59,18 @@ class GreedyStreamSearch:
     def advance(self, states: Sequence[GreedyState], log_probs: torch.Tensor, lengths: torch.Tensor) -> None:
         """log_probs (B, T, V) the next frames of B streams, lengths (B,) valid frames of each row."""
         best, ids = log_probs.max(-1)  # (B, T) each
-        best, ids, lengths = best.float().cpu(), ids.cpu(), lengths.cpu().tolist()
-        for b, st in enumerate(states):
-            n = lengths[b]
+        best, ids, lengths = best.float().cpu(), ids.cpu(), lengths.cpu().long()
+        tokens, counts, frames, valid = collapse(ids, lengths, previous=torch.tensor([st.last for st in states]))
+        runs = trailing_blanks(ids, lengths, torch.tensor([st.blank_run for st in states])).tolist()
+        scores = torch.where(valid, best, 0.0).sum(1).tolist()  # (B,) the path's log-probability in the chunk
+        for b, (st, n, k) in enumerate(zip(states, lengths.tolist(), counts.tolist())):
             if n == 0:
                 continue
-            row = ids[b, :n]
-            prev = torch.cat([row.new_tensor([st.last]), row[:-1]])
-            emit = ((row != BLANK_ID) & (row != prev)).nonzero().flatten()
-            st.tokens += row[emit].tolist()
-            st.frames += (emit + st.seen).tolist()
-            st.score += float(best[b, :n].sum())
-            spoken = (row != BLANK_ID).nonzero().flatten()
-            st.blank_run = st.blank_run + n if spoken.numel() == 0 else n - 1 - int(spoken[-1])
-            st.last, st.seen = int(row[-1]), st.seen + n
+            st.tokens += tokens[b, :k].tolist()
+            st.frames += (frames[b, :k] + st.seen).tolist()
+            st.score += scores[b]
+            st.blank_run = runs[b]
+            st.last, st.seen = int(ids[b, n - 1]), st.seen + n
 
     def partial(self, states: Sequence[GreedyState]) -> List[Hypothesis]:
         return [Hypothesis(list(st.tokens), st.score, st.score, list(st.frames)) for st in states]

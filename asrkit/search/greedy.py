@@ -1,7 +1,8 @@
-"""Batched greedy CTC decoding: best token per frame, collapse repeats, drop blanks."""
+"""Batched greedy CTC decoding: best token per frame, collapse repeats, drop blanks; and the two rules live
+streams carry across chunks (:func:`collapse` from the frame before a chunk, :func:`trailing_blanks`)."""
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 
@@ -45,7 +46,7 @@ def greedy_search(log_probs: torch.Tensor, lengths: torch.Tensor) -> NBest:
     """
     check_ctc_inputs(log_probs, lengths)
     best, ids = log_probs.max(-1)  # (B, T) each
-    tokens, counts, token_frames, valid = _collapse(ids, lengths.to(ids.device, torch.long), BLANK_ID)
+    tokens, counts, token_frames, valid = collapse(ids, lengths.to(ids.device, torch.long))
     path_score = torch.where(valid, best, torch.zeros((), dtype=best.dtype, device=best.device)).sum(1)
     return NBest(
         tokens=tokens[:, None],
@@ -63,20 +64,41 @@ def ctc_greedy_search(log_probs: torch.Tensor, lengths: torch.Tensor,
     The tuple form used by the pipeline; :func:`greedy_search` returns the same decoding as an
     :class:`NBest` with path scores.
     """
-    tokens, counts, frames, _ = _collapse(log_probs.argmax(-1), lengths.to(log_probs.device, torch.long), blank)
+    tokens, counts, frames, _ = collapse(log_probs.argmax(-1), lengths.to(log_probs.device, torch.long), blank)
     return tokens, counts, frames
 
 
-def _collapse(ids: torch.Tensor, lengths: torch.Tensor, blank: int) -> Tuple[torch.Tensor, ...]:
-    """ids (B, T) best token per frame -> tokens (B, L), counts (B,), first frames (B, L), valid (B, T).
+def collapse(ids: torch.Tensor, lengths: torch.Tensor, blank: int = BLANK_ID,
+             previous: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, ...]:
+    """ids (B, T) best token per frame -> tokens (B, L) padded with -1, counts (B,), first frames (B, L),
+    valid (B, T) (the frames within each row's length).
 
     A token is emitted at frame t when ids[t] is not blank and differs from ids[t-1]; frames past
-    an utterance's length never emit.
+    an utterance's length never emit. ``previous`` (B,): the id of the frame before each row's first
+    (a stream's chunk continues the one before it, so a repeat across the cut is one token); default -1, none.
     """
     batch, frames = ids.shape
     valid = torch.arange(frames, device=ids.device) < lengths[:, None]  # (B, T)
-    prev = torch.nn.functional.pad(ids[:, :-1], (1, 0), value=-1)
+    before = torch.full((batch, 1), -1, dtype=ids.dtype, device=ids.device) if previous is None \
+        else previous.to(ids.device, ids.dtype)[:, None]
+    prev = torch.cat([before, ids[:, :-1]], 1)  # (B, T)
     emit = (ids != blank) & (ids != prev) & valid
     frame_ids = torch.arange(frames, device=ids.device).expand(batch, frames)
     tokens, token_frames, counts = pack_emissions(torch.where(emit, ids, -1), frame_ids)
     return tokens, counts, token_frames, valid
+
+
+def trailing_blanks(ids: torch.Tensor, lengths: torch.Tensor, before: Optional[torch.Tensor] = None,
+                    blank: int = BLANK_ID) -> torch.Tensor:
+    """(B,) int64: the blank frames that end each row's first lengths[b] frames of the best path ids (B, T)
+    (the trailing silence a live stream's endpointing reads). ``before`` (B,): the run that ended each
+    stream's frames before these, which a row with no spoken frame extends; default 0."""
+    lengths = lengths.to(ids.device, torch.long)
+    t = torch.arange(ids.shape[1], device=ids.device)
+    spoken = (ids != blank) & (t < lengths[:, None])  # (B, T)
+    # one past the last spoken frame (0: none); a zero column so that a chunk of no frames has a maximum
+    end = torch.nn.functional.pad(torch.where(spoken, t + 1, 0), (1, 0)).amax(1)  # (B,)
+    run = lengths - end
+    if before is None:
+        return run
+    return torch.where(end == 0, before.to(run.device, torch.long) + run, run)

@@ -29,9 +29,9 @@ import torch
 
 from asrkit.search import native_loop
 from asrkit.search.ctc_prefix import BeamRows, check_options, fresh_rows, resume_search, search_threads
-from asrkit.search.greedy import check_ctc_inputs
+from asrkit.search.greedy import check_ctc_inputs, trailing_blanks
 from asrkit.search.hypotheses import Hypothesis, NBest, pack_emissions, trace_rows
-from asrkit.search.interfaces import BLANK_ID, BatchScorer, active_scorers
+from asrkit.search.interfaces import BatchScorer, active_scorers
 from asrkit.search.scorers import index_rows
 
 NEG_INF = float("-inf")
@@ -89,16 +89,6 @@ def _shapes(tree: Any) -> Tuple[Any, ...]:
     if isinstance(tree, (tuple, list)):
         return tuple(s for x in tree for s in _shapes(x))
     return ()
-
-
-def _trailing_blanks(lp: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """(B,) the blank frames (most likely class the blank) that end each row's first lengths[b] frames: all of
-    them where none is spoken."""
-    if lp.shape[1] == 0:
-        return lengths
-    t = torch.arange(lp.shape[1], device=lp.device)
-    spoken = (lp.argmax(2) != BLANK_ID) & (t < lengths[:, None])  # (B, T)
-    return lengths - torch.where(spoken, t + 1, 0).amax(1)  # the frames after the last spoken one
 
 
 def _pad_cat(parts: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -183,7 +173,8 @@ class StreamingCtcSearch:
         lp = log_probs.to(self.dtype)
         lengths = lengths.to(self.device, torch.long)
         with search_threads(self.device):
-            runs = _trailing_blanks(lp, lengths).tolist()
+            before = torch.tensor([st.blank_frames for st in states], device=self.device)
+            runs = trailing_blanks(lp.argmax(2), lengths, before).tolist()
             for group in [] if self.native else self._groups(states):
                 index = torch.tensor(group, device=self.device)
                 self._advance([states[b] for b in group], lp.index_select(0, index), lengths.index_select(0, index))
@@ -191,7 +182,7 @@ class StreamingCtcSearch:
             native_loop.stream_advance([st.native for st in states], lp, lengths, topk=self.topk,
                                        min_logp=self.min_logp, skip=self.skip)
         for st, n, run in zip(states, lengths.tolist(), runs):
-            st.blank_frames = st.blank_frames + n if run == n else run
+            st.blank_frames = run
             st.frames += n
             st.vocab = vocab
 

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from asrkit.search.greedy import ctc_greedy_search, greedy_search
+from asrkit.search.greedy import collapse, ctc_greedy_search, greedy_search, trailing_blanks
 from asrkit.search.hypotheses import NBest
 
 
@@ -16,6 +16,14 @@ def reference_greedy(lp, n, blank=0):
         prev = k
     score = float(lp[:n].max(-1).values.double().sum()) if n else 0.0
     return out, frames, score
+
+
+def reference_trailing_blanks(ids, blank=0):
+    """The blank frames at the end of a list of frame ids."""
+    k = len(ids)
+    while k > 0 and ids[k - 1] == blank:
+        k -= 1
+    return len(ids) - k
 
 
 def test_batched_greedy_matches_a_per_utterance_loop():
@@ -69,3 +77,49 @@ def test_nbest_cat_pads_and_keeps_order():
 def test_bad_inputs_are_named(lp, lens, match):
     with pytest.raises(ValueError, match=match):
         greedy_search(lp, lens)
+
+
+def test_collapse_in_pieces_carries_the_previous_frame_and_the_blank_run():
+    # streams cut at random frames: each piece collapsed and counted with what the frames before it left equals
+    # the whole path's tokens, token frames and trailing blanks (repeats across a cut are one token)
+    g = torch.Generator().manual_seed(3)
+    for trial in range(30):
+        b, t, v = 1 + trial % 4, 1 + (trial * 5) % 30, 2 + trial % 3
+        ids = torch.randint(0, v, (b, t), generator=g)
+        ids[:, : t // 3] = torch.where(torch.rand(b, t // 3, generator=g) < 0.6, 0, ids[:, : t // 3])  # blank runs
+        lens = torch.randint(0, t + 1, (b,), generator=g)
+        tokens = [[] for _ in range(b)]
+        frames = [[] for _ in range(b)]
+        last = torch.full((b,), -1)
+        run = torch.zeros(b, dtype=torch.long)
+        start = 0
+        while start < t:
+            n = int(torch.randint(1, 8, (1,), generator=g))
+            piece = ids[:, start:start + n]
+            valid = (lens - start).clamp(0, piece.shape[1])
+            toks, counts, firsts, mask = collapse(piece, valid, previous=last)
+            assert torch.equal(mask, torch.arange(piece.shape[1]) < valid[:, None])
+            run = trailing_blanks(piece, valid, run)
+            for i in range(b):
+                tokens[i] += toks[i, : counts[i]].tolist()
+                frames[i] += (firsts[i, : counts[i]] + start).tolist()
+                if valid[i] > 0:
+                    last[i] = piece[i, valid[i] - 1]
+            start += n
+        for i in range(b):
+            n = int(lens[i])
+            lp = torch.nn.functional.one_hot(ids[i], v).float().log()
+            ref_tokens, ref_frames, _ = reference_greedy(lp, n)
+            assert (tokens[i], frames[i]) == (ref_tokens, ref_frames), (trial, i)
+            assert int(run[i]) == reference_trailing_blanks(ids[i, :n].tolist()), (trial, i)
+
+
+def test_trailing_blanks_without_frames_or_a_run_before():
+    ids = torch.tensor([[2, 0, 0, 0], [0, 0, 3, 0], [0, 0, 0, 0], [1, 1, 0, 1]])
+    lens = torch.tensor([4, 4, 3, 2])
+    assert trailing_blanks(ids, lens).tolist() == [3, 1, 3, 0]  # no run before: a silent row counts its own frames
+    assert trailing_blanks(ids, lens, torch.tensor([5, 5, 5, 5])).tolist() == [3, 1, 8, 0]
+    assert trailing_blanks(ids, torch.tensor([0, 0, 0, 0]), torch.tensor([7, 0, 2, 1])).tolist() == [7, 0, 2, 1]
+    assert trailing_blanks(ids[:, :0], torch.tensor([0, 0, 0, 0]), torch.tensor([4, 0, 1, 2])).tolist() == [4, 0, 1, 2]
+    assert trailing_blanks(ids[:, :0], torch.tensor([0, 0, 0, 0])).tolist() == [0, 0, 0, 0]
+    assert trailing_blanks(torch.tensor([[5, 5, 2]]), torch.tensor([3]), blank=2).tolist() == [1]
