@@ -19,6 +19,8 @@ SUBCOMMANDS = {
     "decode": ("asrkit.cli.decode", "decode a Kaldi data dir with a trained model into a Kaldi text file"),
     "export": ("asrkit.cli.export", "export a model's frontend + encoder + CTC head to ONNX or TorchScript"),
     "score": ("asrkit.cli.score", "WER/CER of a hypothesis text against a reference, sclite-style reports"),
+    "stream-client": ("asrkit.cli.stream_client", "send recordings to 'asrkit serve' as live streams, print partials "
+                                                  "and finals (JSONL)"),
     "train": ("asrkit.cli.train", "train a model from a YAML config into an experiment dir"),
     "train-lm": ("asrkit.cli.train_lm", "train a neural LM (LSTM or Transformer) on text into an LM dir"),
     "train-ngram": ("asrkit.cli.train_ngram", "train an ARPA n-gram LM (word or token units) with KenLM's lmplz"),
