@@ -155,7 +155,7 @@ def decode_ctc(log_probs: Any, lengths: Any = None, tokens: Optional[Sequence[st
                length_bonus: float = 0.0, blank_id: Optional[int] = None, unk_id: Optional[int] = None,
                eos_id: Optional[int] = None, token_topk: Optional[int] = 8,
                token_min_logp: Optional[float] = -12.0, blank_skip_threshold: Optional[float] = 0.999,
-               cuda_graph: bool = False, native: Optional[bool] = None,
+               cuda_graph: Optional[bool] = None, native: Optional[bool] = None,
                hotwords: Optional[Sequence[PhraseSpec]] = None, hotword_weight: float = 1.5) -> List[List[Decoded]]:
     """CTC prefix beam search with checked inputs; per utterance, up to `nbest` :class:`Decoded`, best first.
 

@@ -1,473 +1,41 @@
-"""Frame-synchronous CTC prefix beam search, batched over (utterance, beam) tensors.
+"""Frame-synchronous CTC prefix beam search with shallow fusion: the entry point and its batch handling.
 
-Every hypothesis is a distinct label prefix with two log-probabilities (Hannun et al., 2014):
-``pb`` (all alignments ending in blank) and ``pnb`` (ending in its last token). Per frame each of
-the K hypotheses of an utterance offers C "extension" candidates (prefix + a pre-selected token)
-and one "stay" candidate (same prefix: blank or a repeat of its last token); a repeat of the last
-token right after a blank is an extension, a repeat without blank is not. One ``topk`` over the
-K*(C+1) candidate scores of each utterance picks the next beam.
-
-Merging without dictionaries: an extension ``p + c`` can only duplicate a stay, namely of the
-hypothesis whose prefix is ``p + c``. Each hypothesis carries a rolling hash of its prefix and of
-its parent prefix (prefix minus last token); a (B, K, K) comparison (a sorted search for beams
-over 20) finds, for every hypothesis, its parent inside the beam, whose extension is folded into
-the stay (logaddexp) and removed. Hashes are int64 polynomials mod 2**64 (torch integer
-arithmetic wraps); a false merge needs two different prefixes with equal hashes, about
-K*K*T / 2**64 per utterance.
-
-Shallow fusion: a candidate's score is ``ctc + sum_k w_k * scorer_k``; scorers see only the
-(N, C) pre-selected extension tokens of the frame and their states follow the hypotheses through
-``select_state``. A stay never re-scores its unchanged prefix: its fused score is carried.
-``weights["length_bonus"]`` without a scorer of that name adds a constant per emitted token.
-
-Pruning (approximate; all three off gives the exact search): ``token_topk`` keeps the best C
-non-blank tokens per frame and ``token_min_logp`` drops tokens below a log-probability; both
-limit which *new* prefixes a frame creates, while probability flowing into a prefix already in
-the beam is always counted. ``blank_skip_threshold`` treats frames whose blank probability
-exceeds it as pure blank frames (no emissions, repeat paths dropped); runs of such frames
-collapse into one state update, so the loop only visits the other ("compacted") frames.
-On peaky CTC outputs the defaults agree with the exact search on >= 99% of utterances (tested).
-
-Cost model (why the code looks like this). The (B, T, V) input is read once, before the loop: the
-best C tokens of each kept frame (:func:`asrkit.search.candidates.top_tokens`) give the (B, T', C)
-candidate table, and everything else works on that
-table and on the blank column. The loop reads the full input only for the K "own last token"
-log-probabilities per frame (a gather of B*K numbers). A run of skipped blank frames adds the same
-log-probability to every hypothesis of an utterance, which changes no ranking: it is applied once,
-at the end, and the loop only moves the mass of ``pnb`` into ``pb`` (folded into the gather of the
-new beam). A frame step is about 25 small torch ops (it was 70-95), since each costs a few
-microseconds of dispatch on CPU; the candidate tables of a step are built whole (ids, hashes,
-scores) and the new beam is one gather from them.
-
-The per-frame loop (:func:`_frame_loop`) reads no tensor value on the host; results are converted
-once at the end. With ``cuda_graph=True`` on CUDA the loop is captured as one CUDA graph and
-replayed (one launch instead of thousands); elsewhere the flag runs the same eager loop. Measured on an
-H200 it gains nothing: the capture is made per batch and replayed once, and capturing costs the host
-about what the eager loop does (docs/benchmarks.md). The GPU's lever is the batch size. On CUDA,
-a batch that runs out of memory is split in half and retried. On CPU the search runs with one
-intra-op thread (its tensors are tiny) and restores the setting after. On CPU, by default, the same
-search runs as one C++ call per batch instead of this loop (:mod:`asrkit.search.native_loop`, ~5x faster
-with a word LM; ``native=`` chooses).
+The algorithm, its cost model and its tensors are :mod:`asrkit.search.prefix_loop`'s (the torch frame loop). A
+batch is searched by one of three runners with equal results: on the CPU, by default, one C++ call per batch
+(:mod:`asrkit.search.native_loop`, ~5x faster with a word LM; ``native=`` chooses); on a GPU the torch loop
+captured once per bucket of batch shapes and replayed (:mod:`asrkit.search.prefix_graph`; ``cuda_graph=``
+chooses); else the torch loop run eagerly. On CUDA, a batch that runs out of memory is split in half and
+retried. On CPU the search runs with one intra-op thread (its tensors are tiny) and restores the setting after.
 
 Streaming: :func:`resume_search` runs the same loop from a state the caller holds (:class:`BeamRows`) over
 the next frames of B streams, for :class:`asrkit.search.streaming.StreamingCtcSearch`.
 """
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Mapping, NamedTuple, Optional
 
 import torch
 
-from asrkit.search import native_loop
-from asrkit.search.candidates import top_tokens
-from asrkit.search.compaction import compact_frames
+from asrkit.search import native_loop, prefix_graph, prefix_loop
 from asrkit.search.greedy import check_ctc_inputs
-from asrkit.search.hypotheses import NBest, backtrack, pack_emissions
-from asrkit.search.interfaces import BLANK_ID, BatchScorer, active_scorers
+from asrkit.search.hypotheses import NBest
+from asrkit.search.interfaces import BatchScorer, active_scorers
+from asrkit.search.prefix_loop import BeamRows, fresh_rows, search_threads
 
-_HASH_MUL = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64; odd, so the hash mixes all bits
-_SENT_HASH = -0x3C6EF372FE94F82B  # hash of an impossible hypothesis: never equals a parent hash
-_SENT_PARENT = 0x5BE0CD19137E2179  # parent hash of the empty prefix and of impossible hypotheses
-NEG_INF = float("-inf")
-_DENSE_MATCH_MAX_BEAM = 20  # measured crossover of the two parent searches (CPU)
-_WIDE_MIN = 32  # exact search over more tokens than this: per-pick hash bookkeeping (measured, CPU)
-
-
-def _steps(x: torch.Tensor) -> List[torch.Tensor]:
-    """(B, T', ...) -> T' contiguous per-step tensors (B, ...)."""
-    return list(x.transpose(0, 1).contiguous().unbind(0))
-
-
-class _Frames:
-    """Per-batch tables, built once before the loop (host syncs allowed here).
-
-    Compacted frame i of utterance b is original frame ``frame[b, i]`` (-1 = padding, a frame that
-    changes nothing). Candidate columns per hypothesis: 0..C-1 = extension by token ``tokx[i][b, c]``,
-    C = stay (token -1). Per-frame tensors are lists so the loop only picks an element; the Python
-    bool lists ``pad_steps`` / ``run_steps`` say which steps need padding or skipped-run handling.
-    """
-
-    def __init__(self, lp: torch.Tensor, lengths: torch.Tensor, beam: int, topk: Optional[int],
-                 min_logp: Optional[float], skip_threshold: Optional[float], rows_out: int) -> None:
-        batch, frames, vocab = lp.shape
-        dev = lp.device
-        frame, skip, offset, identity = compact_frames(lp, lengths, BLANK_ID, skip_threshold)
-        self.skip = skip
-        self.steps = width = frame.shape[1]
-        blank = lp[..., BLANK_ID]  # (B, T)
-        self.frame = frame
-        real = frame >= 0  # (B, T')
-        at = frame.clamp(min=0)
-        rows = (torch.arange(batch, device=dev)[:, None] * frames + at).flatten()  # (B*T',) input rows
-        flat = lp.reshape(batch * frames, vocab)
-        self.n_cand = n_cand = vocab - 1 if topk is None else max(1, min(topk, vocab - 1))
-        if n_cand < vocab - 1:
-            # The one full-size read: the best C tokens of each kept frame (candidates.top_tokens:
-            # cheaper than torch.topk per row; kept rows are copied in cache-sized chunks).
-            cval, cidx = top_tokens(flat, None if identity else rows, n_cand, BLANK_ID)  # (B*T', C)
-            ctok = cidx.view(batch, width, n_cand)
-        else:  # exact search: every token is a candidate
-            cval = (flat if identity else flat.index_select(0, rows))[:, 1:]
-            ctok = torch.arange(1, vocab, device=dev).expand(batch, width, n_cand)
-        cval = cval.reshape(batch, width, n_cand)
-        drop = ~real[..., None]  # padding frames create nothing
-        if min_logp is not None:
-            drop = drop | (cval < min_logp)
-        cval = cval.masked_fill(drop, NEG_INF)
-        tok_all = torch.full((batch, width, n_cand + 1), -1, dtype=torch.long, device=dev)
-        tok_all[..., :n_cand] = ctok
-        self.tok_all = tok_all.transpose(0, 1)  # (T', B, C+1): column C (stay) is -1
-        self.tokx = _steps(tok_all)  # (B, C+1)
-        self.ctok = [t[:, None, :n_cand] for t in self.tokx]  # (B, 1, C)
-        self.ctok_k = [t.expand(batch, beam, n_cand) for t in self.ctok]  # (B, K, C) views
-        self.cval = [c[:, None] for c in _steps(cval)]  # (B, 1, C): broadcasts over the beam
-        lpb = blank.gather(1, at).masked_fill(~real, 0.0)  # padding: P(blank) = 1 changes nothing
-        self.lpb = _steps(lpb[..., None])  # (B, 1)
-        # log P(own last token) per step: a gather from the input frame's (B, V) rows.
-        if identity:
-            self.lp_rows: Optional[List[torch.Tensor]] = list(lp.unbind(1))  # (B, V) views
-            self.flat_lp, self.base = None, []
-        else:
-            self.lp_rows, self.flat_lp = None, lp.reshape(-1)
-            self.base = _steps(rows.view(batch, width, 1) * vocab)  # (B, 1) offsets of the rows
-        pad = ~real
-        self.pad_steps: List[bool] = pad.any(0).tolist()
-        self.pad_bias = _steps(torch.zeros_like(lpb).masked_fill(pad, NEG_INF)[..., None])  # (B, 1)
-        # Skipped blank frames: their log P(blank) is the same for every hypothesis of an utterance,
-        # so it is added once at the end (offset); after a run, pnb's mass moves into pb, which the
-        # gather of the new beam does by reading other table rows (roff) on the steps before a run.
-        self.offset = offset
-        self.run_steps: List[bool] = [False] * width
-        self.roff: List[Optional[torch.Tensor]] = [None] * width
-        if skip is not None:
-            nxt = torch.nn.functional.pad(frame[:, 1:], (0, 1), value=-1)  # next kept frame
-            run_after = (nxt - frame > 1) & (nxt >= 0)  # (B, T'): skipped frames between i and i+1
-            self.run_steps = run_after.any(0).tolist()
-            cols = n_cand + 1
-            stride = (beam + 1) * cols  # one row of the candidate table
-            plain = torch.arange(rows_out, device=dev) * stride  # rows pnb, pb, tot, fused
-            moved = plain.clone()
-            moved[:2] = torch.tensor([4 * stride, 2 * stride])  # pnb <- the -inf row, pb <- tot
-            roff = torch.where(run_after[..., None], moved, plain)  # (B, T', R)
-            self.roff = [r[..., None] if any_run else None for r, any_run in zip(_steps(roff), self.run_steps)]
-
-
-class BeamRows(NamedTuple):
-    """The search state that carries from one frame to the next (a stream holds it between chunks).
-
-    st: (B, 4, K+1) rows pnb, pb, tot (their logaddexp), fused (sum of weighted scorer scores), slot K -inf;
-    ints: (B, 4, K) rows prefix hash, parent-prefix hash, last token (blank for the empty prefix), "single" = 1
-    unless the last two tokens are equal (a merge into a prefix comes from its parent's total, or only from the
-    parent's pb when the prefix ends in a doubled token); states: each scorer's state, B*K rows.
-    """
-
-    st: torch.Tensor
-    ints: torch.Tensor
-    states: Dict[str, Any]
-
-
-def fresh_rows(batch: int, beam: int, dtype: torch.dtype, device: torch.device,
-               scorers: Mapping[str, BatchScorer]) -> BeamRows:
-    """The state before the first frame: one live hypothesis, the empty prefix."""
-    st = torch.full((batch, 4, beam + 1), NEG_INF, dtype=dtype, device=device)
-    st[:, 1:3, 0] = 0.0
-    st[:, 3, :beam] = 0.0
-    ints = torch.zeros((batch, 4, beam), dtype=torch.long, device=device)
-    ints[:, 0, 1:] = _SENT_HASH
-    ints[:, 1] = _SENT_PARENT
-    return BeamRows(st, ints, {name: sc.init_state(batch, beam, device) for name, sc in scorers.items()})
-
-
-class _Beam:
-    """Search state for B utterances x K hypotheses, in buffers updated in place.
-
-    Views into the buffers are made once here, so a frame step creates few tensors. Index K
-    stands for "no parent in the beam": it addresses a -inf slot and a trash hypothesis.
-    """
-
-    def __init__(self, batch: int, beam: int, steps: int, n_cand: int, dtype: torch.dtype,
-                 device: torch.device, scorers: Mapping[str, BatchScorer], bonus: float, wide: bool = False,
-                 start: Optional[BeamRows] = None) -> None:
-        full: Dict[str, Any] = dict(dtype=dtype, device=device)
-        long: Dict[str, Any] = dict(dtype=torch.long, device=device)
-        if start is None:
-            start = fresh_rows(batch, beam, dtype, device, scorers)
-        cols = n_cand + 1
-        self.beam, self.cols = beam, cols
-        self.fusion = bool(scorers) or bonus != 0.0
-        self.rows = rows = 4 if self.fusion else 3  # table rows the new beam is gathered from
-        # (B, 4, K+1) rows: pnb, pb, tot (their logaddexp), fused (sum of weighted scorer scores); slot K -inf.
-        self.st = start.st
-        self.pnb, self.pb, self.tot, self.fused = self.st[:, :, :beam].unbind(1)
-        self.pnb3, self.pb3, self.tot3, self.fused3 = (x[:, :, None] for x in (self.pnb, self.pb, self.tot, self.fused))
-        self.new = self.st[:, :rows, :beam]  # gather target of the new beam
-        self.nb_tot = self.st[:, 0:3:2, :beam]  # pnb, tot: cleared on dead picks
-        self.pb_tot = self.st.view(batch, 4 * (beam + 1), 1)[:, beam + 1:]  # pb at k, tot at K+1+k
-        # Candidate table (B, 5, (K+1)*(C+1)) rows: pnb, pb (-inf but for stays), tot, fused, -inf;
-        # hypothesis k owns columns k*(C+1) .. k*(C+1)+C of a row, the last being its stay.
-        width = beam * cols
-        self.tab = torch.full((batch, 5, (beam + 1) * cols), NEG_INF, **full)
-        tnb = self.tnb = self.tab[:, 0, :width].view(batch, beam, cols)
-        self.ext_nb, self.stay_nb3 = tnb[:, :, :n_cand], tnb[:, :, n_cand:]
-        self.stay_b3 = self.tab[:, 1, :width].view(batch, beam, cols)[:, :, n_cand:]
-        self.stay_b = self.stay_b3[:, :, 0]
-        self.stay_tot3 = self.tab[:, 2, :width].view(batch, beam, cols)[:, :, n_cand:]
-        self.nb_row, self.b_row, self.tot_row = self.tab[:, 0, :width], self.tab[:, 1, :width], self.tab[:, 2, :width]
-        self.nb_cells = self.tab[:, 0, :, None]  # (B, (K+1)*(C+1), 1) scatter target
-        self.tab_r = self.tab[:, :rows]
-        self.tab_x = self.tab.view(batch, 1, 5 * (beam + 1) * cols).expand(batch, rows, 5 * (beam + 1) * cols)
-        self.cand = self.tot_row
-        if self.fusion:
-            self.fus = self.tab[:, 3, :width].view(batch, beam, cols)
-            self.cand = torch.empty((batch, width), **full)
-            # What an extension adds to the fused score besides scorers: the length bonus (not the stay).
-            self.bonus = torch.full((1, 1, cols), bonus, **full)
-            self.bonus[..., n_cand] = 0.0
-            self.fusion_buf = self.bonus.expand(batch, beam, cols).clone()  # + weighted scorer scores
-            self.fusion_ext = self.fusion_buf[:, :, :n_cand]
-            self.bonus_ext = self.bonus[:, :, :n_cand]  # a view made once: indexing costs microseconds per step
-        self.ints = start.ints
-        self.hash, self.parent_hash, self.last, self.single = self.ints.unbind(1)
-        self.hash3, self.last3, self.single3 = self.hash[:, :, None], self.last[:, :, None], self.single[:, :, None]
-        self.child_view = self.ints[:, 1, :, None]  # (B, K1, 1) parent-prefix hash of k1
-        self.parent_view = self.ints[:, 0, None, :]  # (B, 1, K2) prefix hash of k2
-        self.match = torch.ones((batch, beam, beam + 1), dtype=torch.bool, device=device)  # column K: "none"
-        self.match_real = self.match[:, :, :beam]
-        self.sentinel = torch.tensor([_SENT_HASH, _SENT_PARENT, BLANK_ID, 0], device=device)[None, :, None]
-        # Candidate ints (B, 4, K, C+1), the same rows as ints: built whole per step, then gathered;
-        # with every token a candidate (wide) only the K picks get ints (see _pick_ints).
-        self.wide = wide
-        self.cint = torch.empty((batch, 4, beam, cols if not wide else 1), **long)
-        self.ci_hash, self.ci_par, self.ci_last, self.ci_single = self.cint[..., :n_cand].unbind(1)
-        self.ci_stay = self.cint[..., -1]
-        self.cint_flat = self.cint.view(batch, 4, beam * (cols if not wide else 1))
-        # eq[b, k, c]: candidate c is hypothesis k's own last token; column C is always True ("none").
-        self.eq = torch.ones((batch, beam, cols if not wide else 1), dtype=torch.bool, device=device)
-        self.eq_ext = self.eq[:, :, :n_cand]
-        self.col_any = torch.empty((batch, beam, 1), dtype=torch.bool, device=device)  # max's values
-        self.col = torch.empty((batch, beam, 1), **long)
-        self.par_any, self.par = torch.empty_like(self.col_any), torch.empty_like(self.col)
-        self.hash_ext = self.hash3.expand(batch, beam, n_cand)
-        self.hist = torch.zeros((steps, batch, beam), **long)  # topk picks
-        self.hist_steps = self.hist.unbind(0)
-        self.pick_r = self.hist[:, :, None, :].expand(steps, batch, rows, beam).unbind(0)
-        self.pick4 = self.hist[:, :, None, :].expand(steps, batch, 4, beam).unbind(0)
-        self.top = torch.empty((batch, beam), **full)
-        self.lp_last = torch.empty((batch, beam), **full)
-        self.lp_last3 = self.lp_last[:, :, None]
-        self.parent = torch.empty((batch, beam), **long)
-        self.dead = torch.empty((batch, beam), dtype=torch.bool, device=device)
-        self.dead4 = self.dead[:, None, :]
-        self.row0 = torch.arange(batch, device=device)[:, None] * beam  # (B, 1) flat row offsets
-        self.states = dict(start.states)
-        # Streaming (resume_search): per step, (B, 1) rows that are padding, whose pnb/pb split a step must keep.
-        self.hold: Optional[List[torch.Tensor]] = None
-        self.nb_b = self.st[:, :2, :beam]  # pnb, pb
-        self.held = torch.empty_like(self.nb_b)
-        self.graph: Any = None  # a captured CUDA graph, kept alive until the results are read
-
-
-def _step(i: int, s: _Beam, fr: _Frames, scorers: Mapping[str, BatchScorer],
-          weights: Mapping[str, float]) -> None:
-    """Advance every utterance by compacted frame i (no host sync)."""
-    beam, cols = s.beam, s.cols
-    if fr.lp_rows is not None:  # (B, K) log P(own last token) this frame
-        torch.gather(fr.lp_rows[i], 1, s.last, out=s.lp_last)
-    else:
-        torch.take(fr.flat_lp, torch.add(fr.base[i], s.last), out=s.lp_last)
-    if fr.pad_steps[i]:
-        s.lp_last.add_(fr.pad_bias[i])
-    # Extensions: from pb and pnb, but a repeat of the own last token only from pb.
-    ctok = fr.ctok[i]  # (B, 1, C)
-    if s.wide:  # every token is a candidate, token v in column v-1: fix the one repeat column per hypothesis
-        torch.add(s.tot3, fr.cval[i], out=s.ext_nb)
-        col = torch.remainder(torch.sub(s.last3, 1), cols)  # (B, K, 1); the empty prefix's blank -> C
-        s.tnb.scatter_(2, col, s.pb3 + s.lp_last3)  # column C (the stay) is rewritten below
-    else:
-        torch.eq(ctok, s.last3, out=s.eq_ext)  # (B, K, C)
-        torch.where(s.eq_ext, s.pb3, s.tot3, out=s.ext_nb)
-        s.ext_nb.add_(fr.cval[i])
-        col = torch.max(s.eq, 2, True, out=(s.col_any, s.col))[1]  # (B, K, 1) own last token's column; C: none
-    # Merge: k2 is the parent of k1 when hash[k2] == parent_hash[k1]; extension (k2, last[k1]) is
-    # then k1's prefix: it folds into k1's stay and leaves the candidates. par = K: no parent.
-    par = _find_parents(s)  # (B, K, 1)
-    s.nb_cells.scatter_(1, torch.add(col, par, alpha=cols), NEG_INF)  # K*cols+: trash; stays rewritten below
-    src = s.pb_tot.gather(1, torch.add(par, s.single3, alpha=beam + 1))  # parent's pb or total
-    torch.add(torch.logaddexp(s.pnb3, src), s.lp_last3, out=s.stay_nb3)
-    torch.add(s.tot, fr.lpb[i], out=s.stay_b)  # stay via blank
-    if s.cols > 16:  # logaddexp is costly per element: pb is -inf but for the stays
-        s.tot_row.copy_(s.nb_row)
-        torch.logaddexp(s.stay_nb3, s.stay_b3, out=s.stay_tot3)
-    else:
-        torch.logaddexp(s.nb_row, s.b_row, out=s.tot_row)
-    if s.fusion:
-        if scorers:
-            _score_candidates(i, s, fr, scorers, weights)
-        torch.add(s.fusion_buf, s.fused3, out=s.fus)
-        torch.add(s.tot_row, s.fus.view(s.cand.shape), out=s.cand)
-    top, pick = torch.topk(s.cand, beam, 1, True, False, out=(s.top, s.hist_steps[i]))
-
-    # The new beam: (pnb, pb, tot[, fused]) of the chosen candidates; before a run of skipped
-    # blank frames pnb reads the -inf row and pb the total.
-    hold = s.hold is not None and fr.pad_steps[i]
-    if hold:
-        s.held.copy_(s.nb_b)
-    if fr.run_steps[i]:
-        torch.gather(s.tab_x, 2, torch.add(s.pick_r[i], fr.roff[i]), out=s.new)
-    else:
-        torch.gather(s.tab_r, 2, s.pick_r[i], out=s.new)
-    torch.isneginf(top, out=s.dead)  # fewer live candidates than K: no hash, no merges
-    if hold:
-        _keep_padded(s, pick, s.hold[i])
-    if scorers or s.wide:
-        parent = torch.div(pick, cols, rounding_mode="floor", out=s.parent)
-        token = fr.tokx[i].gather(1, torch.sub(pick, parent, alpha=cols))  # (B, K), -1 for stays
-    if scorers:
-        s.nb_tot.masked_fill_(s.dead4, NEG_INF)  # a scorer's -inf leaves a finite CTC score on a dead pick
-        rows = (parent + s.row0).view(-1)
-        for name, sc in scorers.items():
-            s.states[name] = sc.select_state(s.states[name], rows, token.view(-1))
-    if s.wide:  # hash bookkeeping of the K picks only (the candidate tables would be (B, 4, K, V))
-        _pick_ints(s, parent, token)
-        return
-    # Hash bookkeeping: the ints of every candidate, then one gather.
-    torch.add(ctok, s.hash3, alpha=_HASH_MUL, out=s.ci_hash)
-    s.ci_par.copy_(s.hash_ext)
-    s.ci_last.copy_(fr.ctok_k[i])
-    torch.ne(ctok, s.last3, out=s.ci_single)
-    s.ci_stay.copy_(s.ints)
-    torch.gather(s.cint_flat, 2, s.pick4[i], out=s.ints)
-    torch.where(s.dead4, s.sentinel, s.ints, out=s.ints)
-
-
-def _keep_padded(s: _Beam, pick: torch.Tensor, pad: torch.Tensor) -> None:
-    """Streaming: on a padding step (pad (B, 1)) a live pick is a stay with the same total, but the stay moved
-    pnb into pb (a blank frame). A stream resumes after its padding, so its rows get their own split back."""
-    parent = torch.div(pick, s.cols, rounding_mode="floor")[:, None, :].expand_as(s.held)
-    kept = torch.logical_and(pad, torch.logical_not(s.dead))[:, None, :]  # (B, 1, K)
-    s.nb_b.copy_(torch.where(kept, s.held.gather(2, parent), s.nb_b))
-
-
-def _pick_ints(s: _Beam, parent: torch.Tensor, token: torch.Tensor) -> None:
-    """Ints of the new beam from the parents' (wide candidate sets): token -1 = a stay."""
-    old = torch.gather(s.ints, 2, parent[:, None, :].expand_as(s.ints))  # (B, 4, K) the parents' ints
-    old_hash, old_parent, old_last, old_single = old.unbind(1)
-    is_ext = token >= 0
-    torch.where(is_ext, torch.add(token, old_hash, alpha=_HASH_MUL), old_hash, out=s.hash)
-    torch.where(is_ext, old_hash, old_parent, out=s.parent_hash)
-    torch.where(is_ext, token, old_last, out=s.last)
-    torch.where(is_ext, (token != old_last).long(), old_single, out=s.single)
-    torch.where(s.dead4, s.sentinel, s.ints, out=s.ints)
-
-
-def _find_parents(s: _Beam) -> torch.Tensor:
-    """(B, K, 1): the beam index of each hypothesis's parent prefix, or K if it is not in the beam."""
-    beam = s.beam
-    if beam <= _DENSE_MATCH_MAX_BEAM:  # a (B, K, K) comparison is the fewest ops
-        torch.eq(s.child_view, s.parent_view, out=s.match_real)
-        return torch.max(s.match, 2, True, out=(s.par_any, s.par))[1]  # first True; column K is always True
-    # Larger beams: binary search of each parent hash among the sorted hashes, O(K log K).
-    hashes, order = s.hash.sort(1)
-    parent_hash = s.parent_hash.contiguous()
-    at = torch.searchsorted(hashes, parent_hash).clamp_(max=beam - 1)
-    return torch.where(hashes.gather(1, at) == parent_hash, order.gather(1, at), beam)[:, :, None]
-
-
-def _score_candidates(i: int, s: _Beam, fr: _Frames, scorers: Mapping[str, BatchScorer],
-                      weights: Mapping[str, float]) -> None:
-    """Weighted scorer scores (+ length bonus) of this frame's extension tokens into s.fusion_ext."""
-    batch, beam = s.pnb.shape
-    n_cand = fr.n_cand
-    tokens = fr.ctok_k[i].reshape(batch * beam, n_cand)  # (N, C): a copy of the expanded (B, K, C) view
-    for j, (name, sc) in enumerate(scorers.items()):
-        scores = sc.score(s.states[name], tokens).view(batch, beam, n_cand).to(s.fusion_buf.dtype)
-        if j == 0:
-            torch.add(s.bonus_ext, scores, alpha=weights[name], out=s.fusion_ext)
-        else:
-            s.fusion_ext.add_(scores, alpha=weights[name])
-
-
-def _frame_loop(s: _Beam, fr: _Frames, scorers: Mapping[str, BatchScorer],
-                weights: Mapping[str, float]) -> None:
-    """All frames; tests run this under patches that fail on any host sync."""
-    for i in range(fr.steps):
-        _step(i, s, fr, scorers, weights)
-
-
-def _run_loop(s: _Beam, fr: _Frames, scorers: Mapping[str, BatchScorer], weights: Mapping[str, float],
-              cuda_graph: bool) -> None:
-    """The frame loop, eagerly or (cuda_graph on a CUDA device) captured as one graph and replayed.
-
-    Capture records the same ops without running them; every buffer already exists, so the replay
-    computes exactly what the eager loop would. Scorer states reassigned during capture are graph
-    tensors, filled by the replay.
-    """
-    if not (cuda_graph and s.st.is_cuda and fr.steps):
-        _frame_loop(s, fr, scorers, weights)
-        return
-    torch.cuda.synchronize(s.st.device)
-    s.graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(s.graph):
-        _frame_loop(s, fr, scorers, weights)
-    s.graph.replay()
-
-
-def _finish(s: _Beam, fr: _Frames, scorers: Mapping[str, BatchScorer], weights: Mapping[str, float],
-            nbest: int) -> NBest:
-    """End-of-sentence scores, sort, backtrack into an NBest."""
-    ctc = s.tot + fr.offset[:, None]  # + the skipped blank frames
-    total = ctc + s.fused
-    for name, sc in scorers.items():
-        total = total + weights[name] * sc.final_score(s.states[name]).view(total.shape).to(total.dtype)
-    total, order = total.topk(nbest, 1)  # best first
-    ctc = ctc.gather(1, order)
-    paths = backtrack(*_backpointers(s, fr), order)  # (B, N, T')
-    dead = total == NEG_INF
-    paths = paths.masked_fill(dead[:, :, None], -1)
-    tokens, token_frames, lengths = pack_emissions(paths, fr.frame[:, None, :].expand_as(paths))
-    return NBest(tokens, lengths, total, ctc.masked_fill(dead, NEG_INF), token_frames)
-
-
-def _backpointers(s: _Beam, fr: _Frames) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(T', B, K) each hypothesis's row in the previous step's beam, and the token it appended there (-1: none)."""
-    parents = torch.div(s.hist, s.cols, rounding_mode="floor")
-    return parents, fr.tok_all.gather(2, s.hist - parents * s.cols)
-
-
-@contextlib.contextmanager
-def search_threads(device: torch.device) -> Iterator[None]:
-    """One intra-op thread on the CPU for the search, the setting restored after."""
-    threads = torch.get_num_threads()
-    if device.type == "cpu" and threads > 1:
-        # Nearly every op works on a few thousand numbers: intra-op threads only add barriers
-        # (2-5x slower measured on a loaded 2-core machine).
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        if torch.get_num_threads() != threads:
-            torch.set_num_threads(threads)
-
-
-def _prepare(lp: torch.Tensor, lengths: torch.Tensor, beam: int, scorers: Mapping[str, BatchScorer], bonus: float,
-             topk: Optional[int], min_logp: Optional[float], skip: Optional[float],
-             start: Optional[BeamRows] = None) -> Tuple[_Beam, _Frames]:
-    rows = 4 if scorers or bonus != 0.0 else 3
-    fr = _Frames(lp.contiguous(), lengths, beam, topk, min_logp, skip, rows)
-    # Every token a candidate and many of them: per-pick bookkeeping beats whole candidate tables.
-    wide = fr.n_cand == lp.shape[2] - 1 and fr.n_cand > _WIDE_MIN
-    return _Beam(lp.shape[0], beam, fr.steps, fr.n_cand, lp.dtype, lp.device, scorers, bonus, wide, start), fr
+__all__ = ["BeamRows", "Chunk", "check_options", "ctc_prefix_beam_search", "fresh_rows", "resume_search",
+           "search_threads"]
 
 
 def _search_batch(lp: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: int,
                   scorers: Mapping[str, BatchScorer], weights: Mapping[str, float], bonus: float,
                   topk: Optional[int], min_logp: Optional[float], skip: Optional[float],
                   cuda_graph: bool = False) -> NBest:
-    with search_threads(lp.device):
-        s, fr = _prepare(lp, lengths, beam, scorers, bonus, topk, min_logp, skip)
-        _run_loop(s, fr, scorers, weights, cuda_graph)
-        return _finish(s, fr, scorers, weights, nbest)
+    with prefix_loop.search_threads(lp.device):
+        if cuda_graph:
+            return prefix_graph.search(lp, lengths, beam, nbest, scorers, weights, bonus, topk, min_logp, skip)
+        s, fr = prefix_loop.prepare(lp, lengths, beam, scorers, bonus, topk, min_logp, skip)
+        prefix_loop.frame_loop(s, fr, scorers, weights)
+        return prefix_loop.finish(s, fr, scorers, weights, nbest)
 
 
 class Chunk(NamedTuple):
@@ -491,22 +59,15 @@ def resume_search(lp: torch.Tensor, lengths: torch.Tensor, start: BeamRows, scor
     whose piece is shorter, or has fewer kept frames) change nothing, and a run of skipped blank frames at
     either end of a piece moves pnb's mass into pb as it would between two kept frames of one call.
     """
-    with search_threads(lp.device):
-        s, fr = _prepare(lp, lengths, start.ints.shape[2], scorers, bonus, topk, min_logp, skip, start)
-        s.hold = _steps((fr.frame < 0)[..., None])  # (B, 1) per step
+    with prefix_loop.search_threads(lp.device):
+        s, fr = prefix_loop.prepare(lp, lengths, start.ints.shape[2], scorers, bonus, topk, min_logp, skip, start)
+        s.hold = list((fr.frame < 0).t()[..., None].unbind(0))  # (B, 1) per step
         if fr.skip is not None:
-            _blank_run(s, fr.skip[:, 0])  # skipped frames before the first kept frame
-        _frame_loop(s, fr, scorers, weights)
+            prefix_loop.blank_run(s, fr.skip[:, 0])  # skipped frames before the first kept frame
+        prefix_loop.frame_loop(s, fr, scorers, weights)
         if fr.skip is not None:  # after the last kept frame (the next piece may start with a kept one)
-            _blank_run(s, fr.skip.gather(1, (lengths - 1).clamp(min=0)[:, None])[:, 0])
-        return Chunk(BeamRows(s.st, s.ints, s.states), *_backpointers(s, fr), fr.frame, fr.offset)
-
-
-def _blank_run(s: _Beam, rows: torch.Tensor) -> None:
-    """After skipped blank frames (rows (B,) bool): all of a hypothesis's mass ends in blank, pnb in pb."""
-    ran = rows[:, None]
-    s.pb.copy_(torch.where(ran, s.tot, s.pb))
-    s.pnb.masked_fill_(ran, NEG_INF)
+            prefix_loop.blank_run(s, fr.skip.gather(1, (lengths - 1).clamp(min=0)[:, None])[:, 0])
+        return Chunk(BeamRows(s.st, s.ints, s.states), *prefix_loop.backpointers(s, fr), fr.frame, fr.offset)
 
 
 def _search_split(lp: torch.Tensor, lengths: torch.Tensor, **kw: Any) -> NBest:
@@ -533,7 +94,7 @@ def ctc_prefix_beam_search(
     token_topk: Optional[int] = 8,
     token_min_logp: Optional[float] = -12.0,
     blank_skip_threshold: Optional[float] = 0.999,
-    cuda_graph: bool = False,
+    cuda_graph: Optional[bool] = None,
     native: Optional[bool] = None,
 ) -> NBest:
     """CTC prefix beam search over a padded batch, with optional shallow fusion.
@@ -542,9 +103,11 @@ def ctc_prefix_beam_search(
     anything else in float32); lengths: (B,) valid frames per utterance (later frames are ignored).
     scorers/weights: e.g. ``scorers={"lm": ngram}, weights={"lm": 0.5, "length_bonus": 1.0}`` gives
     ``score = log P_ctc + 0.5 log P_lm + 1.0 * #tokens`` (each scorer needs a weight; a weight of 0
-    disables its scorer). Pruning: see the module docstring; ``token_topk=None,
-    token_min_logp=None, blank_skip_threshold=None`` searches exactly. ``cuda_graph``: on CUDA,
-    capture the frame loop as a CUDA graph and replay it (same results; no effect elsewhere).
+    disables its scorer). Pruning: see :mod:`asrkit.search.prefix_loop`; ``token_topk=None,
+    token_min_logp=None, blank_skip_threshold=None`` searches exactly. ``cuda_graph`` (torch loop): True runs
+    the loop of :mod:`asrkit.search.prefix_graph` (captured once per bucket of batch shapes and replayed on CUDA;
+    the same bucketed loop run eagerly elsewhere), False the plain eager loop, None (auto) the first on CUDA
+    devices and the second elsewhere. Results are the same.
     Returns an :class:`NBest` (B, nbest) on the input's device, best first; ``to_lists()`` converts.
     Its token_frames are the input frame at which each token was emitted on the hypothesis's own
     surviving path. On CPU the call runs with ``torch.set_num_threads(1)`` and restores the setting.
@@ -576,7 +139,8 @@ def check_options(beam: int, nbest: Optional[int], token_topk: Optional[int],
 def _checked_search(log_probs: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: Optional[int],
                     scorers: Optional[Mapping[str, BatchScorer]], weights: Optional[Mapping[str, float]],
                     token_topk: Optional[int], token_min_logp: Optional[float],
-                    blank_skip_threshold: Optional[float], cuda_graph: bool, native: Optional[bool] = None) -> NBest:
+                    blank_skip_threshold: Optional[float], cuda_graph: Optional[bool],
+                    native: Optional[bool] = None) -> NBest:
     """ctc_prefix_beam_search after its input checks (decode_ctc makes its own, in one pass)."""
     nbest = check_options(beam, nbest, token_topk, blank_skip_threshold)
     active, active_weights, bonus = active_scorers(scorers or {}, weights or {})
@@ -592,4 +156,5 @@ def _checked_search(log_probs: torch.Tensor, lengths: torch.Tensor, beam: int, n
             raise ValueError(f"native=True, but the native search cannot run: {why}")
     return _search_split(lp, lengths, beam=beam, nbest=nbest, scorers=active,
                          weights=active_weights, bonus=bonus, topk=token_topk,
-                         min_logp=token_min_logp, skip=blank_skip_threshold, cuda_graph=bool(cuda_graph))
+                         min_logp=token_min_logp, skip=blank_skip_threshold,
+                         cuda_graph=lp.is_cuda if cuda_graph is None else cuda_graph)

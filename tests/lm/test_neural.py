@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import asrkit.search.ctc_prefix as ctc_prefix
+import asrkit.search.prefix_loop as prefix_loop
 from asrkit.config import LMModelConfig, load_lm_config
 from asrkit.lm import (LSTMLM, NeuralLMScorer, TransformerLM, build_lm, load_neural_lm, make_lm_batch,
                        sentence_log_likelihood)
@@ -169,7 +170,7 @@ def test_scorer_never_syncs_with_the_host(kind: str, monkeypatch: pytest.MonkeyP
     scorer = NeuralLMScorer(make_lm(kind))
 
     ran: list = []
-    monkeypatch.setattr(ctc_prefix, "_frame_loop", no_host_sync(ctc_prefix._frame_loop, ran))
+    monkeypatch.setattr(prefix_loop, "frame_loop", no_host_sync(prefix_loop.frame_loop, ran))
     gen = torch.Generator().manual_seed(5)
     lp = (torch.randn(3, 30, V, generator=gen) * 3).log_softmax(-1)
     for settings in ({}, EXACT):

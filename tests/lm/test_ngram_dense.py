@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import asrkit.search.ctc_prefix as ctc_prefix
+import asrkit.search.prefix_loop as prefix_loop
 from asrkit.lm import NgramScorer, load_ngram, ngram_scorer
 from asrkit.search import ctc_prefix_beam_search
 from gain_bound import worst_gain
@@ -229,14 +230,14 @@ def test_dense_scorer_in_prefix_search_never_syncs_and_equals_lookup(tmp_path, m
     dense, lookup = both_paths(lm, tokens)
 
     ran: list = []
-    guarded = no_host_sync(ctc_prefix._frame_loop, ran)
+    guarded = no_host_sync(prefix_loop.frame_loop, ran)
     gen = torch.Generator().manual_seed(4)
     lp = torch.randn(3, 40, len(tokens), generator=gen).mul(3).log_softmax(-1)
     lengths = torch.tensor([40, 17, 33])
     results = []
     for scorer in (dense, lookup):
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(ctc_prefix, "_frame_loop", guarded)
+            mp.setattr(prefix_loop, "frame_loop", guarded)
             results.append(ctc_prefix_beam_search(lp, lengths, beam=6, scorers={"lm": scorer},
                                                   weights={"lm": 0.7, "length_bonus": 0.5}, native=False))
     assert len(ran) == 2

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import asrkit.search.ctc_prefix as ctc_prefix
+import asrkit.search.prefix_loop as prefix_loop
 from asrkit.lm import WordNgramScorer, load_ngram, ngram_scorer
 from asrkit.search import ctc_prefix_beam_search
 from host_sync import no_host_sync
@@ -61,7 +62,7 @@ def test_word_state_is_context_state_ids():
 
 def forbid_host_sync(monkeypatch, scorer, ran):
     """Make any host sync raise inside the search's frame loop and the scorer's final_score."""
-    monkeypatch.setattr(ctc_prefix, "_frame_loop", no_host_sync(ctc_prefix._frame_loop, ran))
+    monkeypatch.setattr(prefix_loop, "frame_loop", no_host_sync(prefix_loop.frame_loop, ran))
     monkeypatch.setattr(scorer, "final_score", no_host_sync(scorer.final_score, ran))
 
 
@@ -90,7 +91,7 @@ def test_word_scorer_in_prefix_search_never_syncs_and_matches_reference(tmp_path
     lengths = torch.tensor([frames, 41, 52])
     out = ctc_prefix_beam_search(lp, lengths, beam=5, nbest=3, scorers={"lm": scorer}, weights={"lm": weight},
                                  native=False)  # the torch loop's host-sync guard
-    assert ran == ["_frame_loop", "final_score"]
+    assert ran == ["frame_loop", "final_score"]
     texts = []
     for hyps in out.to_lists():
         assert hyps

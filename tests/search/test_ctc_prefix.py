@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import asrkit.search.ctc_prefix as ctc_prefix
+import asrkit.search.prefix_loop as prefix_loop
 from asrkit.search import LengthBonus, NBest, WordCount, ctc_prefix_beam_search, greedy_search
 from host_sync import no_host_sync
 from reference_ctc_prefix import reference_prefix_search
@@ -218,7 +219,7 @@ def test_default_pruning_agrees_with_exact_search_on_peaky_inputs() -> None:
 
 def test_frame_loop_never_syncs_with_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
     ran: list = []
-    monkeypatch.setattr(ctc_prefix, "_frame_loop", no_host_sync(ctc_prefix._frame_loop, ran))
+    monkeypatch.setattr(prefix_loop, "frame_loop", no_host_sync(prefix_loop.frame_loop, ran))
     gen = torch.Generator().manual_seed(10)
     lp = peaky_log_probs(3, 40, 30, gen, dtype=torch.float32)
     lengths = torch.tensor([40, 17, 33])
@@ -509,13 +510,13 @@ def test_large_vocab_reads_own_tokens_from_the_right_input_frames(lengths: list,
     lp = peaky_log_probs(3, 180, 2000, gen, dtype=torch.float32)
     lengths_t = torch.tensor(lengths)
     made = []
-    real = ctc_prefix._Frames
+    real = prefix_loop.FrameTables
 
     def spy(*args, **kwargs):
         made.append(real(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(ctc_prefix, "_Frames", spy)
+    monkeypatch.setattr(prefix_loop, "FrameTables", spy)
     got = ctc_prefix_beam_search(lp, lengths_t, beam=4, token_topk=4, token_min_logp=None, blank_skip_threshold=skip,
                                  native=False)
     assert (made[0].lp_rows is not None) == (skip is None)  # frame views (+ padding bias) or flat offsets
@@ -531,7 +532,7 @@ def test_cpu_search_runs_on_one_thread_and_restores_the_setting(monkeypatch: pyt
     # Catches: the thread count not lowered to 1 for the search (or lowered to another count), not
     # restored after it, or not restored when the search raises.
     seen = []
-    real = ctc_prefix._frame_loop
+    real = prefix_loop.frame_loop
 
     def spy(*args, **kwargs):
         seen.append(torch.get_num_threads())
@@ -542,14 +543,14 @@ def test_cpu_search_runs_on_one_thread_and_restores_the_setting(monkeypatch: pyt
     old = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        monkeypatch.setattr(ctc_prefix, "_frame_loop", spy)
+        monkeypatch.setattr(prefix_loop, "frame_loop", spy)
         ctc_prefix_beam_search(lp, torch.tensor([10, 7]), beam=3, native=False)
         assert seen == [1] and torch.get_num_threads() == 2
 
         def boom(*args, **kwargs):
             raise RuntimeError("boom")
 
-        monkeypatch.setattr(ctc_prefix, "_frame_loop", boom)
+        monkeypatch.setattr(prefix_loop, "frame_loop", boom)
         with pytest.raises(RuntimeError, match="boom"):
             ctc_prefix_beam_search(lp, torch.tensor([10, 7]), beam=3, native=False)
         assert torch.get_num_threads() == 2
@@ -604,7 +605,7 @@ def test_cuda_graph_flag_gives_the_same_results(device: str, settings: dict) -> 
     lm.table, lm.eos = lm.table.to(device), lm.eos.to(device)
     for scorers, weights in (({}, {}), ({"lm": lm}, {"lm": 0.5, "length_bonus": 0.4})):
         kw = dict(beam=6, scorers=scorers, weights=weights, **settings)
-        eager = ctc_prefix_beam_search(lp, lengths, **kw)
+        eager = ctc_prefix_beam_search(lp, lengths, cuda_graph=False, **kw)
         graph = ctc_prefix_beam_search(lp, lengths, cuda_graph=True, **kw)
         assert torch.equal(eager.tokens, graph.tokens) and torch.equal(eager.token_frames, graph.token_frames)
         assert torch.allclose(eager.scores, graph.scores, atol=1e-5)

@@ -304,6 +304,7 @@ def test_native_chooses_the_frame_loop_with_the_same_results(monkeypatch: pytest
     # n-best (scores to rounding, on a blank moved from another id too); True runs the C++ loop and
     # False the torch frame loop, seen through which of them is called.
     import asrkit.search.ctc_prefix as ctc_prefix
+    import asrkit.search.prefix_loop as prefix_loop
     from asrkit.search import native_build
 
     if native_build.load() is None:
@@ -312,8 +313,8 @@ def test_native_chooses_the_frame_loop_with_the_same_results(monkeypatch: pytest
     lp = random_log_probs(3, 16, 9, gen, scale=0.6)
     tokens = ["a", "b", "c", "<blank>", "d", "e", "f", "g", "h"]  # the blank at id 3: moved to 0 and back
     ran: list = []
-    real_loop, real_native = ctc_prefix._frame_loop, ctc_prefix.native_loop.search
-    monkeypatch.setattr(ctc_prefix, "_frame_loop", lambda *a, **k: ran.append("torch") or real_loop(*a, **k))
+    real_loop, real_native = prefix_loop.frame_loop, ctc_prefix.native_loop.search
+    monkeypatch.setattr(prefix_loop, "frame_loop", lambda *a, **k: ran.append("torch") or real_loop(*a, **k))
     monkeypatch.setattr(ctc_prefix.native_loop, "search", lambda *a, **k: ran.append("native") or real_native(*a, **k))
     on = decode_ctc(lp, [16, 11, 0], tokens, nbest=4, native=True)
     assert ran == ["native"]

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import asrkit.search.ctc_prefix as ctc_prefix
+import asrkit.search.prefix_loop as prefix_loop
 from asrkit.search import ctc_prefix_beam_search
 import asrkit.search.lexicon as lexicon_module
 from asrkit.search.lexicon import LexiconScorer
@@ -134,7 +135,7 @@ def test_with_word_lm_no_host_sync_and_lm_scores_unchanged(monkeypatch):
     lm = ngram_scorer(FIXTURES / "words_3gram.arpa", tokens, units="word", unk_offset=-5.0)
     lex = LexiconScorer(words, tokens)
     ran = []
-    monkeypatch.setattr(ctc_prefix, "_frame_loop", no_host_sync(ctc_prefix._frame_loop, ran))
+    monkeypatch.setattr(prefix_loop, "frame_loop", no_host_sync(prefix_loop.frame_loop, ran))
     gen = torch.Generator().manual_seed(2)
     ids = {t: i for i, t in enumerate(tokens)}
     lp = torch.randn(2, 30, len(tokens), generator=gen)
@@ -144,7 +145,7 @@ def test_with_word_lm_no_host_sync_and_lm_scores_unchanged(monkeypatch):
     lp = lp.log_softmax(-1)
     out = ctc_prefix_beam_search(lp, torch.tensor([30, 30]), beam=8, nbest=3, scorers={"lm": lm, "lexicon": lex},
                                  weights={"lm": 0.5, "lexicon": 1.0}, native=False)  # the torch loop's guard
-    assert ran == ["_frame_loop"]
+    assert ran == ["frame_loop"]
     for hyps in out.to_lists():
         for h in hyps:
             assert allowed(tokens, h.tokens, words)

@@ -19,6 +19,7 @@ import torch
 from asrkit.lm import ngram_scorer
 from asrkit.lm.ngram import NgramScorer, load_ngram
 import asrkit.search.ctc_prefix as ctc_prefix
+import asrkit.search.prefix_loop as prefix_loop
 from asrkit.search import WordCount, ctc_prefix_beam_search, hotword_scorer, native_build
 from asrkit.search.hotwords import spell_with_tokens
 from asrkit.search.interfaces import NativeScorer
@@ -272,8 +273,8 @@ def test_environment_turns_the_automatic_choice_off(monkeypatch: pytest.MonkeyPa
     with pytest.raises(ValueError, match="native=True.*ASRKIT_NATIVE=0"):
         ctc_prefix_beam_search(lp, torch.tensor([20, 9]), beam=3, native=True)
     ran = []
-    real = ctc_prefix._frame_loop
-    monkeypatch.setattr(ctc_prefix, "_frame_loop", lambda *a, **k: ran.append(1) or real(*a, **k))
+    real = prefix_loop.frame_loop
+    monkeypatch.setattr(prefix_loop, "frame_loop", lambda *a, **k: ran.append(1) or real(*a, **k))
     ctc_prefix_beam_search(lp, torch.tensor([20, 9]), beam=3)
     assert ran == [1]  # the torch loop ran
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import asrkit.search.ctc_prefix as ctc_prefix
+import asrkit.search.prefix_loop as prefix_loop
 from asrkit.lm import ngram_scorer
 from asrkit.lm.ngram import NgramScorer, load_ngram
 from asrkit.lm.neural import LSTMLM, NeuralLMScorer, TransformerLM
@@ -326,7 +327,7 @@ def test_memory_is_bounded_by_the_tokens_not_the_frames() -> None:
 
 def test_the_frame_loop_never_syncs_with_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
     ran: list = []
-    monkeypatch.setattr(ctc_prefix, "_frame_loop", no_host_sync(ctc_prefix._frame_loop, ran))
+    monkeypatch.setattr(prefix_loop, "frame_loop", no_host_sync(prefix_loop.frame_loop, ran))
     gen = torch.Generator().manual_seed(10)
     lp = peaky_log_probs(3, 20, 12, gen, dtype=torch.float32)
     for settings in ({}, EXACT):

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from asrkit.lm import LSTMLM, NeuralLMScorer, TransformerLM, ngram_scorer
-from asrkit.search import ctc_prefix_beam_search
+from asrkit.search import ctc_prefix_beam_search, prefix_graph
 from asrkit.search.hotwords import hotword_scorer, spell_with_tokens
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -99,16 +99,24 @@ def test_prefix_search_with_lm_on_cuda_equals_cpu(lm: str, pruned: bool, cuda_gr
     torch.testing.assert_close(gpu.ctc_scores.cpu(), cpu.ctc_scores, atol=2e-4, rtol=0)
 
 
-def test_captured_searches_of_several_batches_share_one_scorer() -> None:
-    # Two batches of the same shape and a third of another through one scorer: each search captures its own
-    # graph, and a replay never sees a previous batch's inputs or LM states.
-    scorer = _word_lm("cuda")
-    for seed in (1, 2, 3):
-        lp, lengths = spelled_log_probs(TOKENS, WORDS, batch=4 if seed < 3 else 7, seed=seed)
+@pytest.mark.parametrize("lm", sorted(LMS))
+def test_batches_of_one_bucket_replay_one_captured_loop(lm: str) -> None:
+    # Three batches of one shape bucket through one scorer replay the graph captured for the first (a fourth, of
+    # another batch size, captures its own): a replay never sees a previous batch's tables or LM states.
+    build, tokens, words = LMS[lm]
+    scorer, ref = build("cuda"), build("cpu")
+    prefix_graph.clear()
+    first = spelled_log_probs(tokens, words, batch=4, seed=1)
+    for seed, order in ((1, [0, 1, 2, 3]), (2, [2, 0, 3, 1]), (3, [3, 2, 1, 0]), (4, None)):
+        # the first batch's rows reordered (the same steps: one bucket), then a batch of another size
+        lp, lengths = (first[0][order], first[1][order]) if order else spelled_log_probs(tokens, words, 7, seed)
         kw = dict(beam=5, weights={"lm": 0.8, "length_bonus": 0.5})
-        want = ctc_prefix_beam_search(lp, lengths, scorers={"lm": _word_lm("cpu")}, native=False, **kw)
-        got = ctc_prefix_beam_search(lp.cuda(), lengths.cuda(), scorers={"lm": scorer}, cuda_graph=True, **kw)
+        want = ctc_prefix_beam_search(lp, lengths, scorers={"lm": ref}, native=False, **kw)
+        got = ctc_prefix_beam_search(lp.cuda(), lengths.cuda(), scorers={"lm": scorer}, **kw)  # auto: captured
         assert torch.equal(got.tokens.cpu(), want.tokens), f"batch {seed}"
+        torch.testing.assert_close(got.scores.cpu(), want.scores, atol=2e-4, rtol=0)
+    assert sorted(e.runs for e in prefix_graph._CACHE.values()) == [1, 3]
+    prefix_graph.clear()
 
 
 @pytest.mark.parametrize("cuda_graph", [False, True])

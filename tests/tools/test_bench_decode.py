@@ -194,13 +194,13 @@ def test_api_row_and_a_registered_decoder_row(tool, monkeypatch, tmp_path, capsy
 def test_split_times_cover_the_search_parts(tool):
     # Catches: a part of the search (checks, setup, loop, end) not timed, or the real functions not
     # restored after timing.
-    real = tool.ctc_prefix._run_loop
+    real = tool.prefix_loop.frame_loop
     lp = torch.randn(2, 20, 9).log_softmax(-1)
     split = tool.split_times(lambda: ctc_prefix_beam_search(lp, torch.tensor([20, 12]), beam=3, native=False),
                              repeats=2)  # the torch loop's parts
     assert set(split) == {"checks", "setup", "loop", "end", "total"}
     assert all(v > 0 for v in split.values()) and split["total"] >= split["loop"] + split["setup"]
-    assert tool.ctc_prefix._run_loop is real
+    assert tool.prefix_loop.frame_loop is real
 
 
 def test_lexicon_rows(tool, lm_dir, tmp_path, capsys):

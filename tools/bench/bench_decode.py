@@ -80,6 +80,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(_TOOLS)))  # asrkit from a ch
 if _TOOLS not in sys.path:  # the bench_decode_* siblings (tools/bench); appended, so they shadow nothing
     sys.path.append(_TOOLS)
 import asrkit.search.ctc_prefix as ctc_prefix  # noqa: E402
+import asrkit.search.prefix_loop as prefix_loop  # noqa: E402
 from asrkit.search.api import decode_ctc  # noqa: E402
 from asrkit.search.ctc_prefix import ctc_prefix_beam_search  # noqa: E402
 from asrkit.search.greedy import greedy_search  # noqa: E402
@@ -179,9 +180,10 @@ def _traced(scorer: Any) -> Any:
 def split_times(run: Callable[[], Any], repeats: int = 3) -> Dict[str, float]:
     """Best-of-`repeats` seconds of the parts of ctc_prefix_beam_search in one call of `run`: input
     checks, per-batch setup (top-k candidate tables), the frame loop, the end (sort, backtrack)."""
-    parts = {"checks": "check_ctc_inputs", "setup": "_Frames", "loop": "_run_loop", "end": "_finish"}
+    parts = {"checks": (ctc_prefix, "check_ctc_inputs"), "setup": (prefix_loop, "FrameTables"),
+             "loop": (prefix_loop, "frame_loop"), "end": (prefix_loop, "finish")}
     best = {k: float("inf") for k in parts}
-    real = {k: getattr(ctc_prefix, attr) for k, attr in parts.items()}
+    real = {k: getattr(module, attr) for k, (module, attr) in parts.items()}
     for _ in range(repeats):
         spent = {k: 0.0 for k in parts}
 
@@ -195,14 +197,14 @@ def split_times(run: Callable[[], Any], repeats: int = 3) -> Dict[str, float]:
             return call
 
         try:
-            for key, attr in parts.items():
-                setattr(ctc_prefix, attr, timed(key))
+            for key, (module, attr) in parts.items():
+                setattr(module, attr, timed(key))
             start = time.perf_counter()
             run()
             total = time.perf_counter() - start
         finally:
-            for key, attr in parts.items():
-                setattr(ctc_prefix, attr, real[key])
+            for key, (module, attr) in parts.items():
+                setattr(module, attr, real[key])
         for key in parts:
             best[key] = min(best[key], spent[key])
         best["total"] = min(best.get("total", float("inf")), total)

@@ -1,0 +1,100 @@
+"""The torch frame loop captured once per bucket of batch shapes and replayed for each batch of it (the GPU path).
+
+On a GPU the eager loop is host bound: each frame step launches a few dozen tiny kernels, and the host's time to
+launch them, not the GPU's to run them, sets the pace. Here a batch's tables are built eagerly (compaction and
+candidate pre-selection: host syncs allowed there), bucketed (:class:`~asrkit.search.prefix_loop.FrameTables`:
+steps padded, every per-frame branch data-driven) and copied into the tensors that a captured CUDA graph of the
+whole loop (every frame step, then the end-of-sentence scores, the sort and the backtracking) reads; the graph is
+replayed: one launch per batch. The first batch of a bucket pays the capture (about one eager run of the host);
+later ones pay only the copies and the replay.
+
+A bucket is (device, dtype, batch size, vocabulary, beam, candidates per frame, padded steps, blank skipping,
+N-best size, length bonus, and each scorer object with its weight): a scorer is kept alive by the cache entry
+that captured it, so an entry is never reused for another object at the same address. The
+:data:`MAX_ENTRIES` most recently used buckets are kept (each holds its batch's tables on the device);
+:func:`clear` drops them.
+
+Elsewhere than on CUDA (the CPU, in tests) the same bucketed tables, the same refills and the same loop run
+eagerly, so everything but the capture itself is tested without a GPU; the capture was checked on GPUs by
+``tools/bench/run_cuda_checks.sh``.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Mapping, Optional, Tuple
+
+import torch
+
+from asrkit.search import prefix_loop
+from asrkit.search.hypotheses import NBest
+from asrkit.search.interfaces import BatchScorer
+
+MAX_ENTRIES = 8
+
+
+class _Entry:
+    """One bucket's captured loop: its beam and tables (the graph's inputs), the ranked result (its outputs)."""
+
+    def __init__(self, s: prefix_loop.BeamState, fr: prefix_loop.FrameTables, scorers: Mapping[str, BatchScorer],
+                 weights: Mapping[str, float], nbest: int) -> None:
+        self.s, self.fr = s, fr
+        self.scorers, self.weights, self.nbest = dict(scorers), dict(weights), nbest
+        self.graph: Optional[Any] = None
+        self.ranked: Optional[prefix_loop.Ranked] = None
+        self.runs = 0
+
+    def run(self) -> prefix_loop.Ranked:
+        """Search the tables now loaded: replay the graph (captured on the first run), or run the loop eagerly."""
+        s, fr = self.s, self.fr
+        self.runs += 1
+        if not s.st.is_cuda:
+            s.states = dict(s.start_states)
+            prefix_loop.frame_loop(s, fr, self.scorers, self.weights)
+            self.ranked = prefix_loop.rank(s, fr, self.scorers, self.weights, self.nbest)
+        elif self.graph is None:
+            torch.cuda.synchronize(s.st.device)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                prefix_loop.frame_loop(s, fr, self.scorers, self.weights)
+                self.ranked = prefix_loop.rank(s, fr, self.scorers, self.weights, self.nbest)
+            self.graph = graph
+            graph.replay()
+        else:
+            self.graph.replay()
+        assert self.ranked is not None
+        return self.ranked
+
+
+_CACHE: "OrderedDict[Tuple[Any, ...], _Entry]" = OrderedDict()
+
+
+def clear() -> None:
+    """Drop every captured loop (and the device memory its tables hold)."""
+    _CACHE.clear()
+
+
+def cached_entries() -> int:
+    return len(_CACHE)
+
+
+def search(lp: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: int, scorers: Mapping[str, BatchScorer],
+           weights: Mapping[str, float], bonus: float, topk: Optional[int], min_logp: Optional[float],
+           skip: Optional[float]) -> NBest:
+    """One batch through its bucket's captured loop (arguments as ``ctc_prefix._search_batch``'s)."""
+    fr = prefix_loop.tables(lp, lengths, beam, scorers, bonus, topk, min_logp, skip, bucketed=True)
+    start = prefix_loop.fresh_rows(lp.shape[0], beam, lp.dtype, lp.device, scorers)
+    key = (lp.device, lp.dtype, lp.shape[0], lp.shape[2], beam, fr.n_cand, fr.steps, skip is not None, nbest, bonus,
+           tuple((name, id(sc), float(weights[name])) for name, sc in scorers.items()))
+    entry = _CACHE.get(key)
+    if entry is None:
+        entry = _Entry(prefix_loop.beam_state(fr, lp, beam, scorers, bonus, start), fr, scorers, weights, nbest)
+        _CACHE[key] = entry
+        while len(_CACHE) > MAX_ENTRIES:
+            _CACHE.popitem(last=False)
+    else:
+        _CACHE.move_to_end(key)
+        entry.fr.load(fr)
+        entry.s.restart(start)
+    ranked = entry.run()
+    # The entry's outputs are overwritten by its next batch: the result gets its own tensors.
+    return prefix_loop.to_nbest(prefix_loop.Ranked(*(t.clone() for t in ranked)), fr.frame)

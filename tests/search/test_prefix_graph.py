@@ -1,0 +1,107 @@
+"""The loop captured once per bucket (asrkit.search.prefix_graph), run on the CPU: everything but the capture.
+
+The reference is the plain eager torch loop (``cuda_graph=False``), itself tested against a dict-based reference
+search. Several batches go through one bucket's entry in turn (the tables refilled, the beam and the scorers'
+states restarted), with every scorer kind; each must give the eager loop's n-best. With the graph captured and
+replayed on a CUDA device: tests/search/test_search_on_cuda.py.
+"""
+from __future__ import annotations
+
+from typing import List
+
+import pytest
+import torch
+
+import asrkit.search.prefix_graph as prefix_graph
+import asrkit.search.prefix_loop as prefix_loop
+from asrkit.search import ctc_prefix_beam_search
+from asrkit.search.hypotheses import Hypothesis
+from host_sync import no_host_sync
+from test_ctc_prefix import EXACT, peaky_log_probs, random_log_probs
+from test_resumable_search import KINDS, PRUNING, assert_same_lists, fusion, inputs, word_lm  # noqa: F401
+
+@pytest.fixture(autouse=True)
+def empty_cache():
+    prefix_graph.clear()
+    yield
+    prefix_graph.clear()
+
+
+def search(lp: torch.Tensor, lengths: torch.Tensor, graph: bool, **kw) -> List[List[Hypothesis]]:
+    return ctc_prefix_beam_search(lp, lengths, native=False, cuda_graph=graph, **kw).to_lists()
+
+
+def test_bucket_steps() -> None:
+    # Catches: a bucket smaller than the batch's steps, or buckets so coarse that most steps are padding.
+    assert [prefix_loop.bucket_steps(w) for w in (0, 1, 16, 17, 100, 128, 129, 250, 256, 300, 1000)] == \
+        [16, 16, 16, 32, 112, 128, 144, 256, 256, 320, 1024]
+    for w in range(1, 3000):
+        b = prefix_loop.bucket_steps(w)
+        assert w <= b <= max(16, w * 1.125 + 16)
+
+
+@pytest.mark.filterwarnings("ignore:.*no word of the LM contains", "ignore:.*tokens are not in the LM")
+@pytest.mark.parametrize("kind", ["none"] + KINDS)
+@pytest.mark.parametrize("pruning", ["exact", "default", "tight"])
+def test_batches_of_one_bucket_equal_the_eager_loop(word_lm, kind: str, pruning: str) -> None:
+    # Catches: tables not refilled (the second batch searched with the first's), the beam or a scorer's state
+    # not restarted, a padding step or a data-driven blank run that changes a result, a result tensor shared
+    # with the next batch.
+    tokens, _ = inputs("word_ngram" if kind == "none" else kind, 1, 1, seed=0)
+    kw = dict(beam=5, nbest=3, **PRUNING[pruning], **({} if kind == "none" else fusion(kind, word_lm, tokens)))
+    for seed, lengths in ((1, [40, 31, 40]), (2, [38, 40, 12]), (3, [40, 40, 40])):
+        _, lp = inputs("word_ngram" if kind == "none" else kind, 3, 40, seed=seed + len(kind))
+        want = search(lp, torch.tensor(lengths), False, **kw)
+        assert sum(len(h[0].tokens) for h in want if h) > 5  # the search emits: a real comparison
+        assert_same_lists(search(lp, torch.tensor(lengths), True, **kw), want)
+    entries = list(prefix_graph._CACHE.values())
+    assert sum(e.runs for e in entries) == 3 and len(entries) < 3  # batches shared an entry
+
+
+def test_skipping_and_non_skipping_batches_share_a_bucket() -> None:
+    # A bucket of a blank-skipping search serves batches with skipped frames and without any (flat inputs):
+    # every step reads the data-driven run offsets. Catches: offsets of the first batch kept for the second.
+    gen = torch.Generator().manual_seed(4)
+    kw = dict(beam=4, nbest=2, blank_skip_threshold=0.6, weights={"length_bonus": 0.3})
+    peaky = peaky_log_probs(4, 30, 9, gen)
+    flat = random_log_probs(4, 30, 9, gen, scale=0.3)
+    lengths = torch.tensor([30, 25, 30, 9])
+    for lp in (peaky, flat, peaky.flip(1)):
+        assert_same_lists(search(lp, lengths, True, **kw), search(lp, lengths, False, **kw))
+    assert prefix_graph.cached_entries() <= 2
+
+
+def test_the_loop_and_the_ranking_read_nothing_on_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On a GPU both are captured: a host sync there would fail the capture. Catches one added to either.
+    ran: List[str] = []
+    monkeypatch.setattr(prefix_loop, "frame_loop", no_host_sync(prefix_loop.frame_loop, ran))
+    monkeypatch.setattr(prefix_loop, "rank", no_host_sync(prefix_loop.rank, ran))
+    lp = peaky_log_probs(3, 25, 7, torch.Generator().manual_seed(8))
+    for _ in range(2):
+        search(lp, torch.tensor([25, 20, 3]), True, beam=3, weights={"length_bonus": 0.5})
+    assert ran == ["frame_loop", "rank"] * 2
+
+
+def test_the_cache_keeps_the_most_recent_buckets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prefix_graph, "MAX_ENTRIES", 2)
+    gen = torch.Generator().manual_seed(9)
+    shapes = [(2, 20), (3, 20), (2, 20), (2, 60), (3, 20)]  # batch sizes and frames: buckets A B A C B
+    for batch, frames in shapes:
+        lp = random_log_probs(batch, frames, 6, gen)
+        search(lp, torch.full((batch,), frames), True, beam=3, **EXACT)
+    keys = list(prefix_graph._CACHE)
+    assert [(k[2], k[6]) for k in keys] == [(2, 64), (3, 32)]  # (batch, steps): A evicted by C, then B refreshed
+
+
+def test_auto_runs_the_captured_loop_on_cuda_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = prefix_graph.search
+    monkeypatch.setattr(prefix_graph, "search", lambda *a, **k: calls.append(a[0].device.type) or real(*a, **k))
+    lp = peaky_log_probs(2, 12, 5, torch.Generator().manual_seed(3))
+    ctc_prefix_beam_search(lp, torch.tensor([12, 7]), beam=3, native=False)
+    assert calls == []
+    ctc_prefix_beam_search(lp, torch.tensor([12, 7]), beam=3, native=False, cuda_graph=True)
+    assert calls == ["cpu"]
+    if torch.cuda.is_available():
+        ctc_prefix_beam_search(lp.cuda(), torch.tensor([12, 7]).cuda(), beam=3)
+        assert calls == ["cpu", "cuda"]

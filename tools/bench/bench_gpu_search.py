@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""The GPU search side by side with its peers on the same inputs, in one run sized for a 15-minute GPU lease.
+
+Usage: tools/bench/bench_gpu_search.py [--device cuda] [--lm-dir .bench_lm] [--out results.md]
+           [--sections search lm e2e] [--batches 32 2048] [--lm-batches 32 512] [--e2e-batches 32 256]
+           [--frames 250] [--beam 10] [--repeats 3] [--config conf/mini_medium.yaml]
+
+Every row is one batch of 10 s utterances (250 frames of 40 ms), timed best of --repeats after a warm-up call
+(which captures the graph of a new bucket), hypotheses read back to the host inside the timing. Figures:
+utterances per second and RTFx (audio seconds per wall second).
+
+* ``search``: the search alone, no LM, beam --beam, on peaky random log-probs (tools/bench/bench_decode_inputs.py)
+  of V = 29 and V = 500 at each of --batches: greedy; asrkit's torch loop eager (``cuda_graph=False``) and
+  captured once per bucket and replayed (``cuda_graph=True``, the default on CUDA); torchaudio's
+  ``cuda_ctc_decoder`` (no LM) at the same beam and blank-skip threshold (0.999); asrkit's C++ loop on one CPU
+  core (first batch size only). "agree": top-1 equal to asrkit's exact search (no pruning, C++ loop, CPU) at the
+  first batch size.
+* ``lm``: the BPE-500 text inputs of --lm-dir (tools/bench/make_bench_lm.py --order 3) with the word 3-gram:
+  eager, captured, and the C++ loop on one CPU core, at each of --lm-batches.
+* ``e2e``: waveform to text with the --config model (random weights: speed only; the CTC head's posteriors are
+  flat, so no frame is skipped as blank and every frame is searched) at each of --e2e-batches: the frontend,
+  the encoder and the search; greedy, CTC prefix without LM, with the char-unit word 3-gram, with a 2 x 512 LSTM
+  LM; RTFx and its ratio to greedy's.
+
+``--device cpu`` runs the same code on the CPU (a smoke test; torchaudio's CUDA decoder is left out).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+_TOOLS = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(_TOOLS)))  # asrkit from a checkout without installing
+if _TOOLS not in sys.path:
+    sys.path.append(_TOOLS)
+
+from asrkit.config import load_config  # noqa: E402
+from asrkit.lm import LSTMLM, NeuralLMScorer, ngram_scorer  # noqa: E402
+from asrkit.models.registry import build_model  # noqa: E402
+from asrkit.search import ctc_prefix_beam_search, greedy_search, native_build  # noqa: E402
+from asrkit.text.tokenizer import load_tokenizer  # noqa: E402
+from bench_decode_inputs import AUDIO_SECONDS, peaky_log_probs, pick_texts, text_log_probs  # noqa: E402
+
+SKIP = 0.999
+Tokens = List[List[int]]
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn: Callable[[], Tokens], device: torch.device, repeats: int) -> Tuple[float, Tokens]:
+    """Best-of-`repeats` seconds of fn() after one warm-up call, and its last output."""
+    out = fn()
+    best = float("inf")
+    for _ in range(repeats):
+        sync(device)
+        start = time.perf_counter()
+        out = fn()
+        sync(device)
+        best = min(best, time.perf_counter() - start)
+    return best, out
+
+
+def prefix(lp: torch.Tensor, lens: torch.Tensor, beam: int, graph: Optional[bool], native: Optional[bool] = None,
+           scorers: Optional[Dict[str, Any]] = None, weights: Optional[Dict[str, float]] = None,
+           exact: bool = False) -> Tokens:
+    prune: Dict[str, Any] = dict(token_topk=None, token_min_logp=None, blank_skip_threshold=None) if exact else \
+        dict(blank_skip_threshold=SKIP)
+    nbest = ctc_prefix_beam_search(lp, lens, beam=beam, nbest=1, scorers=scorers, weights=weights,
+                                   cuda_graph=graph, native=native, **prune)
+    return [h.tokens for h in nbest.best()]
+
+
+def greedy(lp: torch.Tensor, lens: torch.Tensor) -> Tokens:
+    return [h.tokens for h in greedy_search(lp, lens).best()]
+
+
+def torchaudio_decoder(vocab: int, beam: int) -> Optional[Callable[[torch.Tensor, torch.Tensor], Tokens]]:
+    """torchaudio's CUDA CTC beam search (blank 0, no LM), or None where the wheel lacks it."""
+    try:
+        from torchaudio.models.decoder import cuda_ctc_decoder
+        dec = cuda_ctc_decoder([f"t{i}" for i in range(vocab)], nbest=1, beam_size=beam, blank_skip_threshold=SKIP)
+    except Exception as err:  # noqa: BLE001 - any failure to build it is reported as a missing row
+        print(f"  torchaudio cuda_ctc_decoder unavailable: {type(err).__name__}: {err}", flush=True)
+        return None
+
+    def run(lp: torch.Tensor, lens: torch.Tensor) -> Tokens:
+        return [hyps[0].tokens for hyps in dec(lp, lens.to(torch.int32))]
+    return run
+
+
+class Table:
+    def __init__(self, title: str, columns: Sequence[str]) -> None:
+        self.lines = [f"\n### {title}\n", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+    def row(self, *cells: Any) -> None:
+        line = "| " + " | ".join(str(c) for c in cells) + " |"
+        self.lines.append(line)
+        print(line, flush=True)
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def agree(got: Tokens, ref: Tokens) -> str:
+    return f"{100.0 * sum(g == r for g, r in zip(got, ref)) / max(1, len(ref)):.1f}%"
+
+
+def cpu_label() -> str:
+    """The CPU row's name: the C++ loop, or the torch loop where the C++ library does not build."""
+    return "asrkit C++ loop, 1 CPU core" if native_build.load() is not None else "asrkit torch loop, 1 CPU core"
+
+
+def cpu_one_core(fn: Callable[[], Tokens], repeats: int) -> Tuple[float, Tokens]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return timed(fn, torch.device("cpu"), repeats)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def section_search(args: argparse.Namespace, dev: torch.device) -> str:
+    table = Table(f"Search alone, no LM, beam {args.beam} ({args.frames} frames = 10 s per utterance)",
+                  ["V", "batch", "decoder", "utt/s", "RTFx", "ms/batch", "agree (exact)"])
+    for vocab in (29, 500):
+        for i, batch in enumerate(args.batches):
+            lp_cpu = peaky_log_probs(batch, args.frames, vocab, seed=vocab + batch)
+            lens_cpu = torch.full((batch,), args.frames, dtype=torch.long)
+            lp, lens = lp_cpu.to(dev), lens_cpu.to(dev)
+            ref = prefix(lp_cpu, lens_cpu, args.beam, False, native=None, exact=True) if i == 0 else None
+            rows: List[Tuple[str, Callable[[], Tokens], torch.device]] = [
+                ("greedy", lambda: greedy(lp, lens), dev),
+                ("asrkit eager", lambda: prefix(lp, lens, args.beam, False, native=False), dev),
+                ("asrkit captured", lambda: prefix(lp, lens, args.beam, True, native=False), dev)]
+            if dev.type == "cuda":
+                ta = torchaudio_decoder(vocab, args.beam)
+                if ta is not None:
+                    rows.append(("torchaudio cuda_ctc_decoder", lambda: ta(lp, lens), dev))
+            if i == 0:
+                rows.append((cpu_label(), lambda: prefix(lp_cpu, lens_cpu, args.beam, False), None))
+            for name, fn, where in rows:
+                secs, out = cpu_one_core(fn, args.repeats) if where is None else timed(fn, dev, args.repeats)
+                table.row(vocab, batch, name, f"{batch / secs:.0f}", f"{batch * AUDIO_SECONDS / secs:.0f}",
+                          f"{secs * 1000:.1f}", agree(out, ref) if ref is not None and name != "greedy" else "")
+    return table.text()
+
+
+def lm_inputs(args: argparse.Namespace, batch: int, name: str) -> Tuple[Any, torch.Tensor]:
+    tok = load_tokenizer(os.path.join(args.lm_dir, name, "tokenizer.json"))
+    with open(os.path.join(args.lm_dir, "heldout.txt"), encoding="utf-8") as fh:
+        sentences = [line.strip() for line in fh if line.strip()]
+    texts = pick_texts(sentences, batch, int(15 * AUDIO_SECONDS), seed=batch)
+    lp = text_log_probs([tok.encode(t) for t in texts], args.frames, tok.vocab_size, seed=batch,
+                        competitors=range(3, tok.vocab_size))
+    return tok, lp
+
+
+def section_lm(args: argparse.Namespace, dev: torch.device) -> str:
+    table = Table(f"Search alone with the word 3-gram, BPE 500, beam {args.beam}",
+                  ["batch", "decoder", "utt/s", "RTFx", "ms/batch", "agree (CPU)"])
+    arpa = os.path.join(args.lm_dir, "word_3gram.arpa")
+    for i, batch in enumerate(args.lm_batches):
+        tok, lp_cpu = lm_inputs(args, batch, "bpe500")
+        lens_cpu = torch.full((batch,), args.frames, dtype=torch.long)
+        lp, lens = lp_cpu.to(dev), lens_cpu.to(dev)
+        kw = dict(unk_offset=-10.0, units="word")
+        gpu_lm = {"lm": ngram_scorer(arpa, tok.token_list, device=dev, **kw)}
+        cpu_lm = {"lm": ngram_scorer(arpa, tok.token_list, **kw)}
+        weights = {"lm": 0.5}
+        ref_secs, ref = cpu_one_core(lambda: prefix(lp_cpu, lens_cpu, args.beam, False, scorers=cpu_lm,
+                                                    weights=weights), args.repeats if i == 0 else 1)
+        for name, graph in (("asrkit eager", False), ("asrkit captured", True)):
+            secs, out = timed(lambda: prefix(lp, lens, args.beam, graph, native=False, scorers=gpu_lm,
+                                             weights=weights), dev, args.repeats)
+            table.row(batch, name, f"{batch / secs:.0f}", f"{batch * AUDIO_SECONDS / secs:.0f}", f"{secs * 1000:.1f}",
+                      agree(out, ref))
+        table.row(batch, cpu_label(), f"{batch / ref_secs:.0f}",
+                  f"{batch * AUDIO_SECONDS / ref_secs:.0f}", f"{ref_secs * 1000:.1f}", "")
+    return table.text()
+
+
+def section_e2e(args: argparse.Namespace, dev: torch.device) -> str:
+    tok = load_tokenizer(os.path.join(args.lm_dir, "char", "tokenizer.json"))
+    cfg = load_config(args.config)
+    torch.manual_seed(0)
+    model = build_model(cfg, tok.vocab_size).to(dev).eval()
+    lstm = NeuralLMScorer(LSTMLM(tok.vocab_size, embed_dim=256, hidden_size=512, num_layers=2, dropout=0.0).to(dev))
+    word = ngram_scorer(os.path.join(args.lm_dir, "word_3gram.arpa"), tok.token_list, units="word",
+                        unk_offset=-10.0, device=dev)
+    table = Table(f"End to end: {os.path.basename(args.config)} (random weights), waveform to text, beam {args.beam}",
+                  ["batch", "decoding", "RTFx", "ms/batch", "x greedy", "search share"])
+    samples = int(AUDIO_SECONDS * cfg.frontend.sample_rate)
+    for batch in args.e2e_batches:
+        wav = 0.1 * torch.randn(batch, samples, generator=torch.Generator().manual_seed(batch)).to(dev)
+        wav_lens = torch.full((batch,), samples, dtype=torch.long, device=dev)
+
+        @torch.inference_mode()
+        def encode() -> Tuple[torch.Tensor, torch.Tensor]:
+            enc, lens = model.encode(wav, wav_lens)
+            return model.ctc_log_probs(enc).float(), lens
+
+        enc_secs, _ = timed(lambda: (encode(), [])[1], dev, args.repeats)
+        greedy_secs = None
+        decodings: List[Tuple[str, Callable[[torch.Tensor, torch.Tensor], Tokens]]] = [
+            ("greedy", greedy),
+            ("CTC prefix, no LM", lambda lp, lens: prefix(lp, lens, args.beam, None, native=False)),
+            ("CTC prefix + word 3-gram", lambda lp, lens: prefix(lp, lens, args.beam, None, native=False,
+                                                                 scorers={"lm": word}, weights={"lm": 0.5})),
+            ("CTC prefix + LSTM LM", lambda lp, lens: prefix(lp, lens, args.beam, None, native=False,
+                                                             scorers={"lm": lstm}, weights={"lm": 0.3}))]
+        for name, search in decodings:
+            def run(search: Callable[[torch.Tensor, torch.Tensor], Tokens] = search) -> Tokens:
+                lp, lens = encode()
+                with torch.inference_mode():
+                    return search(lp, lens)
+            secs, _ = timed(run, dev, args.repeats)
+            greedy_secs = greedy_secs or secs
+            table.row(batch, name, f"{batch * AUDIO_SECONDS / secs:.0f}", f"{secs * 1000:.1f}",
+                      f"{greedy_secs / secs:.2f}", f"{max(0.0, secs - enc_secs) / secs:.0%}")
+    return table.text()
+
+
+SECTIONS = {"search": section_search, "lm": section_lm, "e2e": section_e2e}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--lm-dir", default=".bench_lm")
+    p.add_argument("--out", default=None, help="append the markdown tables to this file")
+    p.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=list(SECTIONS))
+    p.add_argument("--batches", nargs="+", type=int, default=[32, 2048])
+    p.add_argument("--lm-batches", nargs="+", type=int, default=[32, 512])
+    p.add_argument("--e2e-batches", nargs="+", type=int, default=[32, 256])
+    p.add_argument("--frames", type=int, default=250)
+    p.add_argument("--beam", type=int, default=10)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--config", default=os.path.join(os.path.dirname(os.path.dirname(_TOOLS)), "conf",
+                                                   "mini_medium.yaml"))
+    args = p.parse_args(argv)
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        print("bench_gpu_search.py: no CUDA device is visible (--device cpu for a smoke test)", file=sys.stderr)
+        return 2
+    where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
+    header = f"\n## bench_gpu_search.py on {where}, torch {torch.__version__}\n"
+    print(header, flush=True)
+    parts = [header]
+    for name in args.sections:
+        parts.append(SECTIONS[name](args, dev))
+    if args.out:
+        with open(args.out, "a", encoding="utf-8") as fh:
+            fh.write("".join(parts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
