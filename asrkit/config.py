@@ -588,11 +588,6 @@ class LMExperimentConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
 
-# What a scalar field of each type takes, for the error of a Union field that none of its types takes.
-_EXPECTED = {bool: "true/false", str: "a string", int: "an integer", float: "a number"}
-
-
-def _convert(value: Any, tp: Any, where: str) -> Any:
 @dataclass(frozen=True)
 class ServeConfig:
     """``asrkit serve`` (asrkit.serve): where it listens and the limits that keep one client from harming the others.
@@ -618,6 +613,11 @@ class ServeConfig:
             raise ConfigError("serve.token is empty: give a token, or none for no authentication")
 
 
+# What a scalar field of each type takes, for the error of a Union field that none of its types takes.
+_EXPECTED = {bool: "true/false", str: "a string", int: "an integer", float: "a number"}
+
+
+def _convert(value: Any, tp: Any, where: str) -> Any:
     """Check/convert one YAML value against a field type; ``where`` names the key for errors."""
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
