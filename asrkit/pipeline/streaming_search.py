@@ -59,7 +59,7 @@ class GreedyStreamSearch:
     def advance(self, states: Sequence[GreedyState], log_probs: torch.Tensor, lengths: torch.Tensor) -> None:
         """log_probs (B, T, V) the next frames of B streams, lengths (B,) valid frames of each row."""
         best, ids = log_probs.max(-1)  # (B, T) each
-        best, ids, lengths = best.float().cpu(), ids.cpu(), lengths.cpu().long()
+        best, ids, lengths = best.float().cpu(), ids.cpu(), lengths.cpu()
         tokens, counts, frames, valid = collapse(ids, lengths, previous=torch.tensor([st.last for st in states]))
         runs = trailing_blanks(ids, lengths, torch.tensor([st.blank_run for st in states])).tolist()
         scores = torch.where(valid, best, 0.0).sum(1).tolist()  # (B,) the path's log-probability in the chunk

@@ -122,6 +122,8 @@ def test_greedy_rows_without_frames_leave_their_state_and_not_the_others():
     search.advance([waiting, going], lp, torch.tensor([0, 3]))
     assert (waiting.tokens, waiting.seen, waiting.score) == ([], 0, 0.0)
     assert (going.tokens, going.frames, going.seen) == ([2], [0], 3) and going.score == pytest.approx(-0.3)
+    search.advance([waiting, going], lp[:, :1], torch.tensor([1, 1]))  # the padding's 2 was not its last frame
+    assert (waiting.tokens, waiting.frames, going.tokens) == ([2], [0], [2])
 
 
 def test_the_decode_mode_picks_the_first_pass():
