@@ -39,7 +39,8 @@ setup(
     python_requires=">=3.10",  # webdataset 1.x (the shards extra)
     packages=find_packages(include=["asrkit", "asrkit.*"]),
     # the native CTC prefix search's C++ source, compiled on first use (asrkit/search/native_build.py)
-    package_data={"asrkit.search": ["native/*.cpp", "native/*.h"]},
+    # ... and the browser page of asrkit serve (served from the installed package: no CDN, no build step)
+    package_data={"asrkit.search": ["native/*.cpp", "native/*.h"], "asrkit.serve": ["static/*"]},
     install_requires=[
         # torch and torchaudio must be builds that load together (docs/getting-started.md, Installing by hand).
         "torch>=2.1,<=2.14.1",
@@ -63,6 +64,8 @@ setup(
             "kenlm>=0.2", "librosa>=0.10",
             # independent SRT and WebVTT parsers for the output-format tests
             "srt>=3.5", "webvtt-py>=0.6",
+            # tests/serve/test_page.py drives Debian's chromium (tools/install/install_system_deps.sh) with it
+            "selenium>=4.11",
             # make docs and tests/test_docs.py: the documentation site (mkdocs.yml, docs/)
             "mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26"],
         # Peer CTC decoders for tools/bench/bench_decode.py only (pyctcdecode pins numpy<2: use a separate
