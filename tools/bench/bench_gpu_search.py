@@ -2,7 +2,8 @@
 """The GPU search side by side with its peers on the same inputs, in one run sized for a 15-minute GPU lease.
 
 Usage: tools/bench/bench_gpu_search.py [--device cuda] [--lm-dir .bench_lm] [--out results.md]
-           [--sections search lm e2e] [--batches 32 2048] [--lm-batches 32 512] [--e2e-batches 32 256]
+           [--sections search lm e2e] [--batches 32 2048] [--lm-batches 32 512] [--lm-units bpe500]
+           [--e2e-batches 32 256]
            [--frames 250] [--beam 10] [--repeats 3] [--config conf/mini_medium.yaml]
 
 Every row is one batch of 10 s utterances (250 frames of 40 ms), timed best of --repeats after a warm-up call
@@ -157,18 +158,18 @@ def lm_inputs(args: argparse.Namespace, batch: int, name: str) -> Tuple[Any, tor
     tok = load_tokenizer(os.path.join(args.lm_dir, name, "tokenizer.json"))
     with open(os.path.join(args.lm_dir, "heldout.txt"), encoding="utf-8") as fh:
         sentences = [line.strip() for line in fh if line.strip()]
-    texts = pick_texts(sentences, batch, int(15 * AUDIO_SECONDS), seed=batch)
+    texts = pick_texts(sentences, batch, int(15 * AUDIO_SECONDS * args.frames / 250), seed=batch)  # 15 chars a second
     lp = text_log_probs([tok.encode(t) for t in texts], args.frames, tok.vocab_size, seed=batch,
                         competitors=range(3, tok.vocab_size))
     return tok, lp
 
 
 def section_lm(args: argparse.Namespace, dev: torch.device) -> str:
-    table = Table(f"Search alone with the word 3-gram, BPE 500, beam {args.beam}",
+    table = Table(f"Search alone with the word 3-gram, {args.lm_units} tokens, beam {args.beam}",
                   ["batch", "decoder", "utt/s", "RTFx", "ms/batch", "agree (CPU)"])
     arpa = os.path.join(args.lm_dir, "word_3gram.arpa")
     for i, batch in enumerate(args.lm_batches):
-        tok, lp_cpu = lm_inputs(args, batch, "bpe500")
+        tok, lp_cpu = lm_inputs(args, batch, args.lm_units)
         lens_cpu = torch.full((batch,), args.frames, dtype=torch.long)
         lp, lens = lp_cpu.to(dev), lens_cpu.to(dev)
         kw = dict(unk_offset=-10.0, units="word")
@@ -239,6 +240,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=list(SECTIONS))
     p.add_argument("--batches", nargs="+", type=int, default=[32, 2048])
     p.add_argument("--lm-batches", nargs="+", type=int, default=[32, 512])
+    p.add_argument("--lm-units", default="bpe500", help="the lm section's tokenizer: LM_DIR/NAME/tokenizer.json")
     p.add_argument("--e2e-batches", nargs="+", type=int, default=[32, 256])
     p.add_argument("--frames", type=int, default=250)
     p.add_argument("--beam", type=int, default=10)
