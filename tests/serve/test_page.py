@@ -1,25 +1,26 @@
 """The browser page of ``asrkit serve`` in a real browser: Debian's Chromium, headless, driven by Selenium, with a
-fake microphone that plays an espeak-ng recording. The page's transcript must be what the server gives for the very
-audio the page sent (read back from the page's own player), and an uploaded file's what POST /v1/transcribe gives.
+fake microphone that plays an espeak-ng recording. The page's transcript must be what the stream API (``transcribe
+--streaming``) gives for the very audio the page sent (read back from the page's own player), and an uploaded
+file's (sent by POST /v1/transcribe) what ``transcribe`` gives.
 Skipped, with the reason, where Chromium, its driver or Selenium is missing (tools/install/install_system_deps.sh
 installs them)."""
 from __future__ import annotations
 
-import asyncio
 import base64
 import io
-import json
 import shutil
 import socket
 import subprocess
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile as sf
+from scipy.signal import correlate, resample_poly
+
+from asrkit.pipeline.formats import result_to_dict
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 STATIC = Path(__file__).resolve().parents[2] / "asrkit" / "serve" / "static"
@@ -39,7 +40,8 @@ def _missing() -> str:
     return ""
 
 
-pytestmark = pytest.mark.skipif(bool(_missing()), reason=_missing() or "ok")
+MISSING = _missing()
+pytestmark = pytest.mark.skipif(bool(MISSING), reason=MISSING or "installed")
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +50,6 @@ def speech(tmp_path_factory) -> Path:
     rate its header says (espeak-ng's 22.05 kHz would play twice as fast); the page resamples to 16 kHz."""
     if shutil.which("espeak-ng") is None:
         pytest.skip("espeak-ng is not installed (make test installs it)")
-    from scipy.signal import resample_poly
-
     root = tmp_path_factory.mktemp("page")
     subprocess.run(["espeak-ng", "-s", "150", "-w", str(root / "espeak.wav"), SENTENCE], check=True)
     x, rate = sf.read(root / "espeak.wav", dtype="float32")
@@ -71,9 +71,9 @@ class Server:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
-        self.token = token
-        app = build_app(asrkit.load_model(exp), ServeConfig(port=self.port, token=token))
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws_max_size=1 << 21))
+        self.model = asrkit.load_model(exp)
+        app = build_app(self.model, ServeConfig(port=self.port, token=token))
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + WAIT
@@ -86,34 +86,6 @@ class Server:
         self.server.should_exit = True
         self.thread.join(timeout=10)
         self.sock.close()
-
-    def transcribe(self, audio: bytes) -> dict:
-        """POST /v1/transcribe?format=json."""
-        req = urllib.request.Request(f"{self.url}v1/transcribe?format=json", data=audio, method="POST",
-                                     headers={"Authorization": f"Bearer {self.token}"})
-        with urllib.request.urlopen(req, timeout=WAIT) as r:
-            return json.load(r)
-
-    def stream(self, pcm: bytes, frame_bytes: int = 3200) -> dict:
-        """16 kHz s16le ``pcm`` over WS /v1/stream as fast as it goes: the done message's result."""
-        import websockets
-
-        async def run() -> dict:
-            url = f"ws://127.0.0.1:{self.port}/v1/stream?token={self.token}"
-            async with websockets.connect(url, max_size=None) as ws:
-                await ws.send(json.dumps({"type": "start", "sample_rate": 16000, "format": "s16le"}))
-                assert json.loads(await ws.recv())["type"] == "ready"
-                for i in range(0, len(pcm), frame_bytes):
-                    await ws.send(pcm[i:i + frame_bytes])
-                await ws.send(json.dumps({"type": "end"}))
-                async for message in ws:
-                    msg = json.loads(message)
-                    if msg["type"] == "done":
-                        return msg["result"]
-                    assert msg["type"] in ("partial", "final"), msg
-            raise AssertionError("the stream closed without a done message")
-
-        return asyncio.run(run())
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +116,7 @@ def browser(speech):
 def _wait(driver, what, message: str, timeout: float = WAIT):
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(lambda d: what(d), message=message)
+    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(what, message=message)
 
 
 def _page_words(driver) -> list:
@@ -164,8 +136,9 @@ def _player_bytes(driver) -> bytes:
     return base64.b64decode(b64)
 
 
-def _open(driver, server, token: str = TOKEN) -> None:
-    driver.get(f"{server.url}?token={token}" if token else server.url)
+def _open(driver, server) -> None:
+    """The page, with the server's token in its address (the page passes it on to every request)."""
+    driver.get(f"{server.url}?token={TOKEN}")
     _wait(driver, lambda d: d.find_element("id", "model").text not in ("…", ""), "the model's name never showed")
 
 
@@ -190,8 +163,7 @@ def test_the_resampler_keeps_speech_band_and_removes_what_16k_cannot_hold(browse
     assert np.sqrt(np.mean(high[inner] ** 2)) < 1e-3  # > 57 dB down from the sine's 0.707
 
 
-def test_microphone_partials_then_a_transcript_of_word_buttons_equal_to_the_server_on_that_audio(browser, server,
-                                                                                                    speech):
+def test_microphone_partials_then_word_buttons_equal_to_the_stream_api_on_the_audio_sent(browser, server, speech):
     from selenium.webdriver.common.keys import Keys
 
     _open(browser, server)
@@ -214,8 +186,6 @@ def test_microphone_partials_then_a_transcript_of_word_buttons_equal_to_the_serv
     source, rate = sf.read(speech, dtype="float32")
     assert rate == 44100 and len(recorded) > 16000
     # it is the source, resampled: its best match in the (looped) source correlates almost perfectly
-    from scipy.signal import correlate, resample_poly
-
     ref = np.tile(resample_poly(source, 160, 441), 2)
     piece = recorded[len(recorded) // 2 - 8000: len(recorded) // 2 + 8000]
     corr = correlate(ref, piece, mode="valid")
@@ -223,9 +193,10 @@ def test_microphone_partials_then_a_transcript_of_word_buttons_equal_to_the_serv
     energy = np.sqrt((power[len(piece):] - power[:-len(piece)]) * np.sum(piece ** 2))  # per window of ref
     assert np.max(corr / np.maximum(energy, 1e-9)) > 0.95
 
-    # the transcript is the server's on that very audio, words and times
-    pcm = wav[44:]
-    result = server.stream(pcm)
+    # the transcript is what the stream API (transcribe --streaming) gives for that very audio, words and times
+    stream = server.model.stream()
+    stream.accept_waveform(recorded, 16000)
+    result = result_to_dict(stream.finish())
     assert result["text"] and [w[0] for w in shown] == [w["word"] for w in result["words"]]
     np.testing.assert_allclose([w[1] for w in shown], [w["start"] for w in result["words"]], atol=1e-3)
 
@@ -237,12 +208,12 @@ def test_microphone_partials_then_a_transcript_of_word_buttons_equal_to_the_serv
                                               shown[-1][1]), "the word did not play")
 
 
-def test_an_uploaded_file_shows_what_post_transcribe_gives(browser, server, speech):
+def test_an_uploaded_file_shows_what_transcribe_gives(browser, server, speech):
     _open(browser, server)
     browser.find_element("id", "file").send_keys(str(speech))
     browser.find_element("id", "upload").click()
     _wait(browser, lambda d: "Done" in d.find_element("id", "status").text, "the upload never finished")
-    expected = server.transcribe(speech.read_bytes())
+    expected = result_to_dict(server.model.transcribe(speech))  # what asrkit transcribe gives for the file
     shown = _page_words(browser)
     assert expected["text"] and [w[0] for w in shown] == [w["word"] for w in expected["words"]]
     np.testing.assert_allclose([w[1] for w in shown], [w["start"] for w in expected["words"]], atol=1e-3)
@@ -251,12 +222,15 @@ def test_an_uploaded_file_shows_what_post_transcribe_gives(browser, server, spee
 
 
 def test_the_page_fits_a_phone_screen(browser, server):
-    _open(browser, server)
-    browser.set_window_size(360, 740)
+    """On a 360-pixel-wide phone (emulated) nothing scrolls sideways and the buttons stay a finger's size."""
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": 360, "height": 740, "deviceScaleFactor": 2, "mobile": True})
     try:
-        width = browser.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
-        assert width[0] <= width[1]  # nothing scrolls sideways
-        assert browser.execute_script("return document.querySelector('meta[name=viewport]').content") == \
-            "width=device-width, initial-scale=1"
+        _open(browser, server)
+        inner, scroll, record_height = browser.execute_script(
+            "return [window.innerWidth, document.documentElement.scrollWidth,"
+            " document.getElementById('record').getBoundingClientRect().height]")
+        assert inner == 360 and scroll <= inner
+        assert record_height >= 40  # CSS pixels: a comfortable touch target
     finally:
-        browser.set_window_size(900, 1000)
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
