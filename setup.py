@@ -23,9 +23,9 @@ EXTRAS = {
     "synth": ["scipy>=1.8"],
     # augment.reverb without a rir_list: impulse responses of simulated rooms (the image-source method)
     "augment": ["pyroomacoustics>=0.7"],
-    # asrkit serve: the ASGI app (starlette) on uvicorn, WebSockets (the server's and the Python client's); httpx
-    # backs starlette's TestClient (the serving tests)
-    "serve": ["starlette>=0.37,<2", "uvicorn>=0.30", "websockets>=12", "httpx>=0.27"],
+    # asrkit serve: the ASGI app (starlette) on uvicorn, WebSockets (uvicorn's websockets-sansio protocol and the
+    # Python client); httpx backs starlette's TestClient (the serving tests)
+    "serve": ["starlette>=0.37,<2", "uvicorn>=0.35", "websockets>=13", "httpx>=0.27"],
 }
 
 setup(

@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "decode": ("asrkit.cli.decode", "decode a Kaldi data dir with a trained model into a Kaldi text file"),
     "export": ("asrkit.cli.export", "export a model's frontend + encoder + CTC head to ONNX or TorchScript"),
     "score": ("asrkit.cli.score", "WER/CER of a hypothesis text against a reference, sclite-style reports"),
+    "serve": ("asrkit.cli.serve", "serve a model: live WebSocket streams, file uploads, a browser page, metrics"),
     "stream-client": ("asrkit.cli.stream_client", "send recordings to 'asrkit serve' as live streams, print partials "
                                                   "and finals (JSONL)"),
     "train": ("asrkit.cli.train", "train a model from a YAML config into an experiment dir"),

@@ -145,6 +145,14 @@ def build_app(transcriber: Transcriber, cfg: Optional[ServeConfig] = None, *, na
     return app
 
 
+def run_server(app: "Starlette", cfg: ServeConfig, log_level: str = "info") -> None:
+    """Serve ``app`` on ``cfg.host:cfg.port`` with uvicorn until interrupted (one process: one inference loop)."""
+    uvicorn = require("uvicorn", "asrkit serve")
+    # uvicorn's own message limit above the app's, so that the app answers a large message with its reason
+    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level=log_level, ws="websockets-sansio",
+                ws_max_size=2 * cfg.max_message_bytes, timeout_graceful_shutdown=5)
+
+
 class TokenAuth:
     """ASGI middleware: a request without the token gets HTTP 401; a WebSocket is accepted, told why and closed
     with 1008 (a refused handshake would tell a browser nothing)."""

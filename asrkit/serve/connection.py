@@ -51,12 +51,12 @@ class StreamConnection:
             if receiver.done() and not receiver.cancelled() and receiver.result() and not sender.done():
                 # the reading stopped with a close queued (an error, or the client's end): let it go out, in time
                 await asyncio.wait([sender], timeout=max(0.0, self.deadline - loop.time()) + 1.0)
-        finally:
+        finally:  # before any await: a cancelled connection (its server task cancelled) still lets its stream go
+            if self.session is not None:
+                self.engine.close(self.session)
             for task in (sender, receiver):
                 task.cancel()
             await asyncio.gather(sender, receiver, return_exceptions=True)
-            if self.session is not None:
-                self.engine.close(self.session)
 
     # -- sending ------------------------------------------------------------------------------------------------
     async def _send_all(self) -> None:
