@@ -371,3 +371,26 @@ def test_hotword_class_score_default_and_null():
     assert DecodeConfig().hotword_class_score == -9.0
     assert load_decode_config(None, ["hotword_class_score=null"]).hotword_class_score is None
     assert load_decode_config(None, ["hotword_class_score=-4.5"]).hotword_class_score == -4.5
+
+
+def test_serve_limits_are_checked_at_their_least_values():
+    from asrkit.config import ServeConfig
+
+    cfg = ServeConfig()
+    assert (cfg.host, cfg.port, cfg.token, cfg.max_streams) == ("127.0.0.1", 8000, None, 64)
+    assert "token" not in repr(ServeConfig(token="s3cret"))  # kept out of logs
+    edge = ServeConfig(port=65535, max_streams=1, max_message_bytes=1024, max_upload_bytes=1, max_stream_seconds=0.01,
+                       idle_timeout_s=0.01, token="t")
+    assert (edge.port, edge.max_streams, edge.max_message_bytes) == (65535, 1, 1024)
+    assert ServeConfig(port=0).port == 0  # any free port
+    for key, least in (("port", 0), ("max_streams", 1), ("max_message_bytes", 1024), ("max_upload_bytes", 1)):
+        with pytest.raises(ConfigError, match=rf"^serve.{key} must be at least {least}, got {least - 1}$"):
+            ServeConfig(**{key: least - 1})
+    with pytest.raises(ConfigError, match=r"^serve.port must be at most 65535, got 65536$"):
+        ServeConfig(port=65536)
+    for key in ("max_stream_seconds", "idle_timeout_s"):
+        with pytest.raises(ConfigError, match=rf"^serve.{key} must be > 0, got 0.0$"):
+            ServeConfig(**{key: 0.0})
+    for empty in ("", "  "):
+        with pytest.raises(ConfigError, match=r"^serve.token is empty: give a token, or none for no authentication$"):
+            ServeConfig(token=empty)
