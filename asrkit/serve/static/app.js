@@ -162,8 +162,7 @@
     } else if (msg.type === "done") {
       live.done = true;
       showResult(msg.result);
-      if (Number.isFinite(msg.rtf)) showRtf(msg.rtf, "compute seconds per audio second of this stream");
-      else loadServerRtf();
+      loadServerRtf();
       setStatus(`Done: ${seconds(msg.result.duration)} of audio. Select a word to play from there.`);
     } else if (msg.type === "error") {
       showError(msg.message);
@@ -173,7 +172,7 @@
   function onClose(e) {
     const rec = live;
     if (!rec) return;
-    if (!rec.done) showError(`The stream ended early (${e.code}${e.reason ? `: ${e.reason}` : ""}).`);
+    if (!rec.done && ui.error.hidden) showError(`The stream ended early (${e.code}${e.reason ? `: ${e.reason}` : ""}).`);
     release(rec);
     live = null;
     ui.record.textContent = "Record";
