@@ -509,7 +509,12 @@ class DecodeConfig:
     mode: str = "greedy"  # greedy | ctc_prefix | attention | joint | rescore (above)
     beam: int = 10  # hypotheses kept per utterance
     nbest: int = 1  # hypotheses written per utterance (OUT/nbest when > 1)
-    batch_size: int = 16  # utterances per search batch
+    # utterances per batch of `asrkit decode`; null: 16, or on CUDA as many as fill gpu_memory_fraction of the free
+    # memory, by seconds of audio (asrkit.pipeline.autobatch; `transcribe` without --batch-seconds likewise)
+    batch_size: Optional[int] = None
+    # null batch_size (or batch_seconds) on CUDA: the share of the free GPU memory a batch may take, by the peak
+    # memory one utterance's decoding was measured at; the rest is margin for the allocator's fragmentation
+    gpu_memory_fraction: float = 0.6
     ctc_weight: float = 0.3  # joint: weight of the CTC prefix score; rescore: weight of the CTC score
     # LM shallow fusion: an ARPA file (.arpa or .arpa.gz) or a neural LM dir from 'asrkit train-lm'.
     # Relative: to the working directory; a decode.yaml that asrkit writes holds it absolute (save_config).

@@ -27,7 +27,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--data", required=True, help="Kaldi data dir to decode")
     p.add_argument("--out", required=True, help="output dir; hypotheses go to OUT/text, settings to OUT/decode.yaml")
     p.add_argument("--checkpoint", help="checkpoint file (default: MODEL/model.pt)")
-    p.add_argument("--batch-size", type=int, help="utterances per batch (default: the config's batch_size)")
+    p.add_argument("--batch-size", type=int,
+                   help="utterances per batch (default: the config's batch_size; when that is null, 16, or on CUDA "
+                        "as many as fill decode.gpu_memory_fraction of the free GPU memory, by seconds of audio)")
     add_device_option(p, "with --nj, cuda spreads the shards over the visible GPUs")
     p.add_argument("--nj", type=int, default=1,
                    help="number of shards, each decoded by its own local process with cpus/N threads "

@@ -52,8 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="let --model be a TorchScript file: loading one runs code stored in it, so give this only "
                         "for files from an author you trust (ONNX files need no trust; a .onnx must be ONNX)")
     add_device_option(p)
-    p.add_argument("--batch-seconds", type=float, default=120.0,
-                   help="audio per batch, counting padding (default 120)")
+    p.add_argument("--batch-seconds", type=float,
+                   help="audio per batch, counting padding (default 120; on CUDA as much as fills "
+                        "decode.gpu_memory_fraction of the free GPU memory)")
     p.add_argument("--num-workers", type=int, default=min(2, max(0, (os.cpu_count() or 1) - 1)),
                    help="loader processes reading audio and computing features (0: in the main process)")
     p.add_argument("--segmenter", choices=SEGMENTERS, default="energy",
@@ -79,7 +80,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except DeviceError as exc:
         print(f"asrkit transcribe: {exc}", file=sys.stderr)
         return 2
-    if args.batch_seconds <= 0:
+    if args.batch_seconds is not None and args.batch_seconds <= 0:
         p.error("--batch-seconds must be > 0")
     if args.num_workers < 0:
         p.error("--num-workers must be >= 0")

@@ -56,7 +56,7 @@ def decode_data_dir(transcriber: Transcriber, data_dir: str, out_dir: str, batch
     max_samples = max_seconds * transcriber.sample_rate
     nbest: Dict[str, List[Alternative]] = {}
     failed: Dict[str, str] = {}
-    for names, wavs in transcriber.data_dir_batches(data_dir, batch_size, failed):
+    for names, wavs in transcriber.data_dir_batches(data_dir, batch_size, failed, max_seconds):
         short = [(name, wav) for name, wav in zip(names, wavs) if wav.numel() <= max_samples]
         for name, wav in zip(names, wavs):
             if wav.numel() > max_samples:

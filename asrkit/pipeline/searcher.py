@@ -68,8 +68,10 @@ def check_decode_config(cfg: DecodeConfig, model: Optional[AsrModel]) -> None:
         raise ConfigError(f"decode.nbest must be in [1, decode.beam={cfg.beam}], got {cfg.nbest}")
     if cfg.mode == "greedy" and cfg.nbest != 1:
         raise ConfigError("decode.nbest > 1 needs a beam search (decode.mode is greedy)")
-    if cfg.batch_size < 1:
-        raise ConfigError(f"decode.batch_size must be >= 1, got {cfg.batch_size}")
+    if cfg.batch_size is not None and cfg.batch_size < 1:
+        raise ConfigError(f"decode.batch_size must be >= 1 or null (sized by the device), got {cfg.batch_size}")
+    if not 0.0 < cfg.gpu_memory_fraction <= 1.0:
+        raise ConfigError(f"decode.gpu_memory_fraction must be in (0, 1], got {cfg.gpu_memory_fraction}")
     if cfg.token_topk is not None and cfg.token_topk < 1:
         raise ConfigError(f"decode.token_topk must be >= 1 or null (no pruning), got {cfg.token_topk}")
     if cfg.blank_skip_threshold is not None and not 0.0 < cfg.blank_skip_threshold < 1.0:

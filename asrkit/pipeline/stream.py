@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from asrkit.audio import silero
 from asrkit.audio.io import AudioError, audio_info, load_audio, load_audio_bytes, resample
 from asrkit.audio.vad import VadConfig, Window, energy_threshold, frame_energies, frame_geometry, plan_segments
+from asrkit.pipeline.autobatch import BatchLimit
 from asrkit.pipeline.inputs import AudioInput
 
 # energy and silero split at pauses (asrkit.audio.vad.plan_segments; "vad" is energy's old name), fixed into
@@ -161,14 +162,13 @@ def segment_loader(dataset: SegmentDataset, num_workers: int) -> DataLoader:
                       prefetch_factor=16 if num_workers > 0 else None, persistent_workers=False)
 
 
-def seconds_batches(items: List[SegmentItem], frames_per_second: float, batch_seconds: float
+def seconds_batches(items: List[SegmentItem], frames_per_second: float, limit: BatchLimit
                     ) -> Iterator[List[SegmentItem]]:
-    """Longest first; each batch's padded size (count x longest) stays within ``batch_seconds`` of audio
-    (a single longer segment is a batch of its own)."""
+    """Longest first; each batch's padded size (count x longest) stays within ``limit`` (seconds of audio,
+    and GPU memory where it is sized from that); a single longer segment is a batch of its own."""
     items = sorted(items, key=lambda it: -it.length)
     i = 0
     while i < len(items):
-        longest = items[i].length / frames_per_second
-        count = max(1, int(batch_seconds // max(longest, 1e-3)))
+        count = limit.count(items[i].length / frames_per_second)
         yield items[i: i + count]
         i += count

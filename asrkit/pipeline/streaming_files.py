@@ -17,6 +17,7 @@ import torch
 
 from asrkit.config import save_config
 from asrkit.data.datadir import read_data_dir
+from asrkit.pipeline.autobatch import CPU_BATCH_SIZE
 from asrkit.pipeline.decode_dir import nbest_lines, write_outputs
 from asrkit.pipeline.inputs import AudioInput
 from asrkit.pipeline.results import Alternative, Result
@@ -109,11 +110,11 @@ def stream_inputs(recognizer: StreamingRecognizer, inputs: Sequence[AudioInput],
 def transcribe_streaming(transcriber: Transcriber, inputs: Sequence[AudioInput], *, num_workers: int = 0,
                          on_partial: Optional[PartialCallback] = None, **options: object) -> Iterator[Result]:
     """:func:`stream_inputs` with a recognizer of ``transcriber`` (``options``: DecodeConfig keys), up to
-    ``decode.batch_size`` inputs at once; ``transcriber.stats`` says where the time went."""
+    ``decode.batch_size`` inputs at once (null: 16); ``transcriber.stats`` says where the time went."""
     recognizer = transcriber.streaming_recognizer(**options)
     transcriber.stats = TranscribeStats()
-    return stream_inputs(recognizer, inputs, max_streams=recognizer.cfg.batch_size, num_workers=num_workers,
-                         on_partial=on_partial, stats=transcriber.stats)
+    return stream_inputs(recognizer, inputs, max_streams=recognizer.cfg.batch_size or CPU_BATCH_SIZE,
+                         num_workers=num_workers, on_partial=on_partial, stats=transcriber.stats)
 
 
 def decode_data_dir_streaming(transcriber: Transcriber, data_dir: str, out_dir: str,
@@ -130,6 +131,8 @@ def decode_data_dir_streaming(transcriber: Transcriber, data_dir: str, out_dir: 
     save_config(used, os.path.join(out_dir, "decode.yaml"))
     nbest: Dict[str, List[Alternative]] = {}
     failed: Dict[str, str] = {}
+    # the streams' memory is not what the offline probe measures (asrkit.pipeline.autobatch): 16 unless set
+    batch_size = batch_size or transcriber.decode_cfg.batch_size or CPU_BATCH_SIZE
     for names, wavs in transcriber.data_dir_batches(data_dir, batch_size, failed):
         _decode_streams(recognizer, [AudioInput(name, waveform=wav) for name, wav in zip(names, wavs)], nbest, failed)
     write_outputs(out_dir, {u: alts[0].text for u, alts in nbest.items()}, failed,

@@ -17,8 +17,9 @@ from tqdm import tqdm
 from asrkit.audio.io import AudioError, load_audio
 from asrkit.audio.vad import VadConfig, Window
 from asrkit.config import ConfigError, DecodeConfig, ExperimentConfig, from_dict, to_dict
-from asrkit.data.datadir import read_data_dir
+from asrkit.data.datadir import Utterance, read_data_dir
 from asrkit.models.asr import AsrModel
+from asrkit.pipeline.autobatch import CPU_BATCH_SECONDS, CPU_BATCH_SIZE, AutoBatch, BatchLimit
 from asrkit.pipeline.inputs import AudioInput, Inputlike, as_inputs, is_one_input
 from asrkit.pipeline.model_dir import load_from_dir
 from asrkit.pipeline.results import Alternative, Result, Segment, Word
@@ -153,12 +154,15 @@ class Transcriber:
     voice activity, see :mod:`asrkit.audio.vad`) and returns :class:`~asrkit.pipeline.results.Result` objects with
     words, times and confidences; :meth:`transcribe_nbest` decodes waveforms as single utterances.
     ``segmenter``: ``vad`` (default) | ``fixed`` (overlapping windows, stitched) | ``none`` (whole input).
+    ``batch_seconds``: padded audio per batch of :meth:`transcribe`; None: 120 s, or on CUDA what fills
+    ``decode.gpu_memory_fraction`` of the free memory (:mod:`asrkit.pipeline.autobatch`), as ``decode.batch_size``
+    null does for :meth:`data_dir_batches`.
     """
 
     def __init__(self, model: Optional[AsrModel], cfg: Optional[ExperimentConfig], tokenizer: Tokenizer,
                  device: str | torch.device = "cpu", decode: Optional[DecodeConfig] = None, *,
                  exported: Optional["ExportedModel"] = None, segmenter: str = "vad",
-                 vad: Optional[VadConfig] = None, batch_seconds: float = 120.0,
+                 vad: Optional[VadConfig] = None, batch_seconds: Optional[float] = None,
                  hotwords: Optional[Sequence[PhraseSpec]] = None):
         if (model is None) == (exported is None):
             raise ValueError("give a model or an exported model, not both")
@@ -179,9 +183,14 @@ class Transcriber:
         self.frame_shift = self.acoustic.frame_shift
         if segmenter not in SEGMENTERS:
             raise ValueError(f"segmenter must be one of {', '.join(SEGMENTERS)}, got '{segmenter}'")
-        if batch_seconds <= 0:
+        if batch_seconds is not None and batch_seconds <= 0:
             raise ValueError(f"batch_seconds must be > 0, got {batch_seconds}")
         self.segmenter, self.vad, self.batch_seconds = segmenter, vad or VadConfig(), batch_seconds
+        # batches sized from GPU memory where the user set no size; an exported model's runtime (ONNX Runtime)
+        # allocates outside torch, where the probe cannot see it, so it keeps the CPU's sizes
+        self.auto_batch: Optional[AutoBatch] = None
+        if self.device.type == "cuda" and model is not None:
+            self.auto_batch = AutoBatch.on_device(self.device, self.decode_cfg.gpu_memory_fraction)
         self.stats = TranscribeStats()
 
     @classmethod
@@ -238,6 +247,8 @@ class Transcriber:
                 raise
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
+            if self.auto_batch is not None:
+                self.auto_batch.shrink()
             log.warning("out of memory on a batch of %d: decoding it in halves", len(items))
             half = len(items) // 2
             return self._split_on_oom(decode, items[:half]) + self._split_on_oom(decode, items[half:])
@@ -338,7 +349,9 @@ class Transcriber:
         done: Dict[int, InputDone] = {}
         segments: Dict[int, Dict[int, _Decoded]] = {}
         pending: List[SegmentItem] = []
-        buffered, next_out = 0.0, 0
+        buffered, longest, next_out = 0.0, 0.0, 0
+        auto = self.auto_batch if self.batch_seconds is None else None
+        limit = BatchLimit(self.batch_seconds or CPU_BATCH_SECONDS)
         bar = _AudioProgress(items, self.sample_rate, progress)
 
         def finished() -> Iterator[Result]:
@@ -366,23 +379,36 @@ class Transcriber:
                 stats.load += item.load_seconds
                 stats.features += item.feature_seconds
                 buffered += item.window.end - item.window.start
-            if buffered >= 2 * self.batch_seconds or (isinstance(item, InputDone) and not pending):
-                self._decode_items(searcher, pending, segments)
+                seconds = item.length / self.acoustic.frames_per_second
+                longest = max(longest, seconds)
+                if auto is not None:  # probed on the first segment and on any longer than those probed
+                    limit = auto.limit(seconds, self._segment_probe(searcher, item), searcher) or limit
+            if buffered >= 2 * limit.audio(longest) or (isinstance(item, InputDone) and not pending):
+                self._decode_items(searcher, pending, segments, limit)
                 bar.decoded(pending)
-                pending, buffered = [], 0.0
+                pending, buffered, longest = [], 0.0, 0.0
             yield from finished()
-        self._decode_items(searcher, pending, segments)
+        self._decode_items(searcher, pending, segments, limit)
         bar.decoded(pending)
         yield from finished()
         bar.close()
         stats.wall = time.perf_counter() - start
 
-    def _decode_items(self, searcher: Searcher, items: List[SegmentItem], out: Dict[int, Dict[int, "_Decoded"]]
-                      ) -> None:
+    def _segment_probe(self, searcher: Searcher, item: SegmentItem) -> Callable[[float], object]:
+        """Decode the first ``seconds`` of ``item`` alone (for :class:`AutoBatch`'s memory probe)."""
+        def decode_one(seconds: float) -> object:
+            data = item.data[: max(1, round(seconds * self.acoustic.frames_per_second))]
+            enc, enc_lens, log_probs = self.acoustic(data[None], torch.tensor([data.shape[0]]))
+            return searcher.search(self.model, enc, enc_lens, log_probs)
+
+        return decode_one
+
+    def _decode_items(self, searcher: Searcher, items: List[SegmentItem], out: Dict[int, Dict[int, "_Decoded"]],
+                      limit: BatchLimit) -> None:
         def decode(batch: List[SegmentItem]) -> List[_Decoded]:
             return self._decode_batch(searcher, batch)
 
-        for batch in seconds_batches(items, self.acoustic.frames_per_second, self.batch_seconds):
+        for batch in seconds_batches(items, self.acoustic.frames_per_second, limit):
             for item, decoded in zip(batch, self._split_on_oom(decode, batch)):
                 out.setdefault(item.index, {})[item.number] = decoded
         self.stats.segments += len(items)
@@ -465,22 +491,63 @@ class Transcriber:
             out.append(Segment(d.window.start, d.window.end, " ".join(x.text for x in mine), mine, d.segment.nbest))
         return out
 
-    def data_dir_batches(self, data_dir: str, batch_size: Optional[int], failed: Dict[str, str]
-                         ) -> Iterator[Tuple[List[str], List[torch.Tensor]]]:
+    def data_dir_batches(self, data_dir: str, batch_size: Optional[int], failed: Dict[str, str],
+                         max_seconds: float = math.inf) -> Iterator[Tuple[List[str], List[torch.Tensor]]]:
         """(utterance ids, waveforms) of a Kaldi data dir, longest first (less padding, memory problems show
-        early), with progress; unreadable utterances are logged and recorded in ``failed``, not raised."""
+        early), with progress; unreadable utterances are logged and recorded in ``failed``, not raised.
+
+        ``batch_size`` (else ``decode.batch_size``) utterances a batch; when both are None, 16, or on CUDA as
+        many as fill the free memory (:mod:`asrkit.pipeline.autobatch`), where an utterance over
+        ``max_seconds`` (one the caller segments) is a batch of its own and sizes none."""
         utts = sorted(read_data_dir(data_dir).utterances(), key=lambda u: -(u.duration or 0.0))
         batch_size = batch_size or self.decode_cfg.batch_size
-        for chunk in tqdm(list(_chunks(utts, batch_size)), desc="decode", dynamic_ncols=True):
-            wavs, names = [], []
-            for u in chunk:
-                try:
-                    wavs.append(load_audio(u.source, self.sample_rate, start=u.start, end=u.end, name=u.utt))
-                    names.append(u.utt)
-                except AudioError as exc:
-                    log.warning("skipping %s", exc)
-                    failed[u.utt] = str(exc).replace("\n", " ")
+        if batch_size is None and self.auto_batch is not None:
+            yield from self._memory_batches(utts, failed, self.auto_batch, max_seconds)
+            return
+        for chunk in tqdm(list(_chunks(utts, batch_size or CPU_BATCH_SIZE)), desc="decode", dynamic_ncols=True):
+            loaded = [(u.utt, self._load_utterance(u, failed)) for u in chunk]
+            yield [name for name, wav in loaded if wav is not None], [wav for _, wav in loaded if wav is not None]
+
+    def _memory_batches(self, utts: List[Utterance], failed: Dict[str, str], auto: AutoBatch, max_seconds: float
+                        ) -> Iterator[Tuple[List[str], List[torch.Tensor]]]:
+        """:meth:`data_dir_batches` sized by ``auto``: an utterance joins the batch while the batch, padded to its
+        longest, stays within the limit (the memory probed on the first utterance and on any longer one)."""
+        names: List[str] = []
+        wavs: List[torch.Tensor] = []
+        longest = 0.0
+        for u in tqdm(utts, desc="decode", dynamic_ncols=True):
+            wav = self._load_utterance(u, failed)
+            if wav is None:
+                continue
+            seconds = wav.numel() / self.sample_rate
+            if seconds > max_seconds:  # segmented by the caller
+                yield [u.utt], [wav]
+                continue
+            limit = auto.limit(seconds, self._waveform_probe(wav), self.searcher)
+            if limit is None:  # it runs out of memory alone
+                yield [u.utt], [wav]
+                continue
+            if names and len(names) + 1 > limit.count(max(longest, seconds)):
+                yield names, wavs
+                names, wavs, longest = [], [], 0.0
+            names.append(u.utt)
+            wavs.append(wav)
+            longest = max(longest, seconds)
+        if names:
             yield names, wavs
+
+    def _waveform_probe(self, wav: torch.Tensor) -> Callable[[float], object]:
+        """Decode the first ``seconds`` of ``wav`` alone (for :class:`AutoBatch`'s memory probe)."""
+        return lambda seconds: self.transcribe_nbest([wav[: max(1, round(seconds * self.sample_rate))]])
+
+    def _load_utterance(self, u: Utterance, failed: Dict[str, str]) -> Optional[torch.Tensor]:
+        """The utterance's waveform, or None when it cannot be read (logged and recorded in ``failed``)."""
+        try:
+            return load_audio(u.source, self.sample_rate, start=u.start, end=u.end, name=u.utt)
+        except AudioError as exc:
+            log.warning("skipping %s", exc)
+            failed[u.utt] = str(exc).replace("\n", " ")
+            return None
 
 
 def _pause_seam(a: "_Decoded", lo: float, hi: float) -> Tuple[float, bool]:
