@@ -9,22 +9,25 @@ from __future__ import annotations
 import base64
 import io
 import shutil
-import socket
 import subprocess
-import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import soundfile as sf
 from scipy.signal import correlate, resample_poly
 
+import asrkit
+from asrkit.config import ServeConfig
 from asrkit.pipeline.formats import result_to_dict
+from tests.serve.live_server import serving
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 STATIC = Path(__file__).resolve().parents[2] / "asrkit" / "serve" / "static"
 TOKEN = "page-test-token"
+MODEL_NAME = "page-model"
 SENTENCE = "The cat sat on the mat. A dog ran in the park."
 WAIT = 20.0  # seconds any one thing on the page may take (a loaded 2-core machine)
 
@@ -58,43 +61,12 @@ def speech(tmp_path_factory) -> Path:
     return root / "speech.wav"
 
 
-class Server:
-    """``asrkit serve``'s app on uvicorn in a thread, on a free loopback port."""
-
-    def __init__(self, exp: Path, token: str):
-        import uvicorn
-
-        import asrkit
-        from asrkit.config import ServeConfig
-        from asrkit.serve import build_app
-
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.model = asrkit.load_model(exp)
-        app = build_app(self.model, ServeConfig(port=self.port, token=token))
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + WAIT
-        while not self.server.started:
-            assert self.thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{self.port}/"
-
-    def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        self.sock.close()
-
-
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    from tests.pipeline.streaming_exp import make_streaming_exp
-
-    srv = Server(make_streaming_exp(tmp_path_factory.mktemp("page_exp") / "exp"), TOKEN)
-    yield srv
-    srv.close()
+def server(serve_exp):
+    """The served model (``.model``, greedy search) and the page's address (``.url``); every request needs TOKEN."""
+    model = asrkit.load_model(serve_exp)
+    with serving(model, ServeConfig(token=TOKEN), name=MODEL_NAME) as address:
+        yield SimpleNamespace(model=model, url=f"http://{address}/")
 
 
 @pytest.fixture(scope="module")
@@ -137,9 +109,10 @@ def _player_bytes(driver) -> bytes:
 
 
 def _open(driver, server) -> None:
-    """The page, with the server's token in its address (the page passes it on to every request)."""
+    """The page, with the server's token in its address (the page passes it on to every request), once it shows
+    the model's name (from GET /v1/info)."""
     driver.get(f"{server.url}?token={TOKEN}")
-    _wait(driver, lambda d: d.find_element("id", "model").text not in ("…", ""), "the model's name never showed")
+    _wait(driver, lambda d: d.find_element("id", "model").text == MODEL_NAME, "the model's name never showed")
 
 
 def test_the_resampler_keeps_speech_band_and_removes_what_16k_cannot_hold(browser):
