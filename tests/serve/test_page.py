@@ -148,6 +148,7 @@ def test_microphone_partials_then_word_buttons_equal_to_the_stream_api_on_the_au
     record.send_keys(Keys.SPACE)
     _wait(browser, lambda d: "Done" in d.find_element("id", "status").text, "no done message")
     assert not browser.find_element("id", "error").is_displayed(), browser.find_element("id", "error").text
+    assert browser.switch_to.active_element == record  # the keyboard focus stayed on the button through it all
     shown = _page_words(browser)
     assert shown, "no words"
 

@@ -13,7 +13,8 @@
   };
   const token = new URLSearchParams(location.search).get("token");
   const auth = token ? {Authorization: `Bearer ${token}`} : {};
-  let live = null;  // the recording in progress: {media, ctx, node, ws, pcm: [ArrayBuffer], done, rtfTimer}
+  let live = null;  // the recording in progress: {media, ctx, node, ws, pcm: [ArrayBuffer], done, stopping, rtfTimer}
+  let busy = false;  // a recording or an upload is under way
   let words = [];  // [{start, end, el}] of the transcript shown
   let audioUrl = null;
 
@@ -23,6 +24,14 @@
     ui.error.hidden = !text;
   }
   const seconds = (t) => `${Number(t).toFixed(2)} s`;
+
+  // Buttons are marked aria-disabled, not disabled, while they cannot act: a disabled button loses the keyboard
+  // focus (Space on Record, then Space again to stop, must find it where it was).
+  const enabled = (button) => button.getAttribute("aria-disabled") !== "true";
+  function updateButtons() {
+    ui.record.setAttribute("aria-disabled", String(busy && !(live && !live.stopping)));
+    ui.upload.setAttribute("aria-disabled", String(busy || ui.file.files.length === 0));
+  }
 
   // -- server facts ----------------------------------------------------------------------------------------------
   async function loadInfo() {
@@ -175,10 +184,10 @@
     if (!rec.done && ui.error.hidden) showError(`The stream ended early (${e.code}${e.reason ? `: ${e.reason}` : ""}).`);
     release(rec);
     live = null;
+    busy = false;
     ui.record.textContent = "Record";
     ui.record.setAttribute("aria-pressed", "false");
-    ui.record.disabled = false;
-    ui.upload.disabled = !ui.file.files.length;
+    updateButtons();
     if (rec.pcm.length) setAudio(wavBlob(rec.pcm));
   }
 
@@ -195,8 +204,8 @@
     }
     showError("");
     clearTranscript();
-    ui.record.disabled = true;
-    ui.upload.disabled = true;
+    busy = true;
+    updateButtons();
     setStatus("Starting the microphone…");
     let media = null, ctx = null;
     try {
@@ -206,7 +215,7 @@
       await ctx.audioWorklet.addModule("static/worklet.js");
       const ws = await openStream();
       const node = new AudioWorkletNode(ctx, "asrkit-pcm-sender", {processorOptions: {targetRate: RATE, frameMs: FRAME_MS}});
-      live = {media, ctx, node, ws, pcm: [], done: false, rtfTimer: setInterval(loadServerRtf, 2000)};
+      live = {media, ctx, node, ws, pcm: [], done: false, stopping: false, rtfTimer: setInterval(loadServerRtf, 2000)};
       ws.onmessage = onMessage;
       ws.onclose = onClose;
       node.port.onmessage = (e) => {
@@ -221,7 +230,7 @@
       node.connect(ctx.destination);  // silent output: keeps the node pulled by the audio graph
       ui.record.textContent = "Stop";
       ui.record.setAttribute("aria-pressed", "true");
-      ui.record.disabled = false;
+      updateButtons();
       setStatus(`Recording at ${ctx.sampleRate} Hz, sent at 16 kHz. Press Stop to finish.`);
     } catch (e) {
       if (media) media.getTracks().forEach((t) => t.stop());
@@ -229,30 +238,35 @@
       live = null;
       showError(`Cannot record: ${e.message}`);
       setStatus("");
-      ui.record.disabled = false;
-      ui.upload.disabled = !ui.file.files.length;
+      busy = false;
+      updateButtons();
     }
   }
 
   function stopRecording() {
-    ui.record.disabled = true;
+    live.stopping = true;
+    updateButtons();
     setStatus("Finishing the transcript…");
     live.media.getTracks().forEach((t) => t.stop());
     live.node.port.postMessage("flush");  // the worklet posts its last samples, then {flushed}: then "end"
   }
 
-  ui.record.addEventListener("click", () => (live ? stopRecording() : startRecording()));
+  ui.record.addEventListener("click", () => {
+    if (!enabled(ui.record)) return;
+    if (live) stopRecording();
+    else startRecording();
+  });
 
   // -- a file ----------------------------------------------------------------------------------------------------
-  ui.file.addEventListener("change", () => { ui.upload.disabled = !ui.file.files.length || live !== null; });
+  ui.file.addEventListener("change", updateButtons);
 
   async function transcribeFile() {
     const file = ui.file.files[0];
-    if (!file) return;
+    if (!file || !enabled(ui.upload)) return;
     showError("");
     clearTranscript();
-    ui.upload.disabled = true;
-    ui.record.disabled = true;
+    busy = true;
+    updateButtons();
     setStatus(`Transcribing ${file.name}…`);
     setAudio(file);
     const began = performance.now();
@@ -270,8 +284,8 @@
       showError(`Cannot transcribe ${file.name}: ${e.message}`);
       setStatus("");
     } finally {
-      ui.upload.disabled = false;
-      ui.record.disabled = false;
+      busy = false;
+      updateButtons();
     }
   }
 
