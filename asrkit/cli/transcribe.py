@@ -105,6 +105,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                   file=sys.stderr)
             return 1
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("asrkit.pipeline.autobatch").setLevel(logging.INFO)  # the batch chosen on a GPU, once
     for arg in args.inputs:
         if arg.endswith(".scp") and os.path.isfile(arg):
             print(f"asrkit transcribe: {arg} is an INPUT, read as audio: a wav.scp list is read with --scp FILE "

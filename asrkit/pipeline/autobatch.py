@@ -26,7 +26,7 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-log = logging.getLogger("asrkit.pipeline")
+log = logging.getLogger("asrkit.pipeline.autobatch")  # its own name: `asrkit transcribe` shows its INFO lines
 
 CPU_BATCH_SIZE = 16  # utterances per batch of ``asrkit decode`` when decode.batch_size is null, off CUDA
 CPU_BATCH_SECONDS = 120.0  # seconds of padded audio per batch of ``asrkit transcribe`` off CUDA

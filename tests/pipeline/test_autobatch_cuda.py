@@ -7,8 +7,10 @@ import logging
 import re
 
 import pytest
+import soundfile as sf
 import torch
 
+from asrkit.cli import main
 from asrkit.data.table import read_table
 from asrkit.pipeline import Transcriber
 from asrkit.pipeline.autobatch import cuda_peak
@@ -45,6 +47,15 @@ def test_transcribe_on_cuda_with_the_batch_sized_from_memory_gives_batch_one_res
     got = Transcriber.from_dir(str(exp), device="cuda", segmenter="none").transcribe(inputs)
     want = Transcriber.from_dir(str(exp), device="cuda", segmenter="none", batch_seconds=0.5).transcribe(inputs)
     assert [r.text for r in got] == [r.text for r in want] and any(r.text for r in got)
+
+
+def test_transcribe_on_cuda_says_the_batch_it_chose(exp, tmp_path, caplog, capsys):
+    path = tmp_path / "a.wav"
+    sf.write(path, AUDIO["u05"], 16000, subtype="FLOAT")
+    assert main(["transcribe", "--model", str(exp), "--device", "cuda", "--no-progress", str(path)]) == 0
+    assert capsys.readouterr().out.strip()
+    chosen = re.findall(r"batch sized from cuda memory: .*?: (\d+) utterances", caplog.text)
+    assert chosen and int(chosen[0]) > 1, caplog.text  # (as many as would fit, had there been more)
 
 
 def test_the_probed_cost_bounds_a_real_batch(exp):
