@@ -142,7 +142,7 @@ def test_microphone_partials_then_word_buttons_equal_to_the_stream_api_on_the_au
     _open(browser, server)
     record = browser.find_element("id", "record")
     record.send_keys(Keys.SPACE)  # the keyboard works the page
-    _wait(browser, lambda d: record.get_attribute("aria-pressed") == "true", "recording never started")
+    _wait(browser, lambda d: record.text == "Stop", "recording never started")
     _wait(browser, lambda d: d.find_element("id", "partial").text.strip(), "no partial text came")
     time.sleep(0.5)
     record.send_keys(Keys.SPACE)

@@ -186,7 +186,7 @@
     live = null;
     busy = false;
     ui.record.textContent = "Record";
-    ui.record.setAttribute("aria-pressed", "false");
+    ui.record.classList.remove("recording");
     updateButtons();
     if (rec.pcm.length) setAudio(wavBlob(rec.pcm));
   }
@@ -228,8 +228,8 @@
       };
       ctx.createMediaStreamSource(media).connect(node);
       node.connect(ctx.destination);  // silent output: keeps the node pulled by the audio graph
-      ui.record.textContent = "Stop";
-      ui.record.setAttribute("aria-pressed", "true");
+      ui.record.textContent = "Stop";  // its name says what it does now (no aria-pressed: the name changes)
+      ui.record.classList.add("recording");
       updateButtons();
       setStatus(`Recording at ${ctx.sampleRate} Hz, sent at 16 kHz. Press Stop to finish.`);
     } catch (e) {
