@@ -11,7 +11,11 @@ Scores, defined by a potential ``Phi = C + pend(state)``:
   the tokens of ``p`` that carry a bonus: the word-boundary token of a char model carries none); nested and
   overlapping occurrences each count ("NEW" and "NEW YORK" listed: "NEW YORK" earns both).
 * ``pend``: the provisional bonus of the partial match, for its tokens past the last whole phrase along it;
-  a token of the trie carries the largest weight of the phrases through it.
+  a token of the trie carries the largest weight of the phrases through it, except the first
+  :data:`HELD_TOKENS` bonus-carrying tokens of a phrase, which hold none (their bonus is paid when the phrase
+  completes): nearly every word begins as some phrase of a long list does, and a bonus on that first letter
+  went to each hypothesis that starts a new word, which split words in the beam ("AMUSING" -> "TO MUSING")
+  before the failure took it back.
 
 Appending a token scores ``Phi(after) - Phi(before)``: a matching token gains its bonus at once (so a
 hotword survives the beam while it is being spelled), a partial match that fails loses what it had gained
@@ -21,12 +25,14 @@ search) cancels the unfinished partial match. A finished hypothesis has scored e
 Tables (on the search's device; a compiled graph is cached by content): ``root_next`` (V,) the state after
 each token from the empty match; the arcs that differ from it, as sorted keys ``state * V + token`` with a
 sentinel, and their targets; ``reach`` (S,) ``= out + pend`` of a state (``out``: the bonus of every phrase
-that ends there) and ``pend`` (S,). Where the whole transition function fits in ``DENSE_MAX_ENTRIES`` (S x V)
-entries it is also kept as one table, ``dense_next``, and a step is three gathers per candidate, whatever the
-number of phrases; else a ``searchsorted`` over the arcs finds the move (its cost grows with the logarithm of
-the arc count: 1000 names made the demo's search 1.7-2x slower that way).
-The blank (id 0) and "prefix unchanged" (-1) score 0 and keep the state; every other token outside the
-phrases (``<unk>``, ``<sos/eos>``) leads back to the start.
+that ends there) and ``pend`` (S,). Where the whole step function fits in :data:`DENSE_MAX_ENTRIES` entries
+(S rows of V + 1: "prefix unchanged" (-1), then the V tokens) it is also kept as two tables, ``step_next``
+(the next state's row) and ``step_gain`` (the score), so a step is one add and one read per candidate on
+both loops, whatever the number of phrases; else a ``searchsorted`` over the arcs finds the move (its cost
+grows with the logarithm of the arc count: 1000 names made the demo's search 1.7-2x slower that way).
+A hypothesis's state is its row's start in those tables, ``state * (V + 1) + 1``, so that a token's entry is
+the row plus the token. The blank (id 0) and "prefix unchanged" (-1) score 0 and keep the state; every other
+token outside the phrases (``<unk>``, ``<sos/eos>``) leads back to the start.
 
 Word starts: with a word-boundary token of its own (a char model's ``▁``), a phrase is spelled with that
 token first (it carries no bonus) and a hypothesis starts as if after one, so a hotword matches at the start
@@ -57,8 +63,12 @@ class Phrase(NamedTuple):
     where: str = ""
 
 
-# The largest S x V next-state table kept whole (int64: 32 MiB); larger automata search their arcs.
+# The largest S x (V + 1) step tables kept whole (int64 + float32: 48 MiB); larger automata search their arcs.
 DENSE_MAX_ENTRIES = 1 << 22
+# Tokens at the start of a phrase that hold no provisional bonus (see the module docstring). Measured with
+# tools/bench/bench_hotwords.py on the demo (beam 100): 1000 unrelated phrases moved the test WER 21.70 ->
+# 22.70 with 0, 21.51 with 1, 21.42 with 2; the names set's recall was 50.0 / 48.3 / 42.5%.
+HELD_TOKENS = 1
 
 
 class HotwordGraph(NamedTuple):
@@ -69,22 +79,23 @@ class HotwordGraph(NamedTuple):
     arc_dst: torch.Tensor  # (E+1,) int64
     reach: torch.Tensor  # (S,) float: out + pend of reaching a state
     pend: torch.Tensor  # (S,) float: the provisional bonus held in a state
-    start: int  # the state of an empty hypothesis
+    start: int  # the state id of an empty hypothesis
     max_out: float  # the most one token can complete (the largest out)
-    dense_next: Optional[torch.Tensor] = None  # (S * V,) int64 the next state of state * V + token, if it fits
+    step_next: Optional[torch.Tensor] = None  # (S * (V + 1),) int64 at row + token: the next row, if it fits
+    step_gain: Optional[torch.Tensor] = None  # (S * (V + 1),) float at row + token: the score
 
     def to(self, device: torch.device) -> "HotwordGraph":
-        moved = {k: getattr(self, k).to(device) for k in ("root_next", "arc_keys", "arc_dst", "reach", "pend")}
-        if self.dense_next is not None:
-            moved["dense_next"] = self.dense_next.to(device)
-        return self._replace(**moved)
+        names = ("root_next", "arc_keys", "arc_dst", "reach", "pend") + (
+            ("step_next", "step_gain") if self.step_next is not None else ())
+        return self._replace(**{k: getattr(self, k).to(device) for k in names})
 
 
 def compile_hotwords(phrases: Sequence[Tuple[Sequence[int], float]], vocab: int, free: Collection[int] = (),
-                     start_token: Optional[int] = None) -> HotwordGraph:
+                     start_token: Optional[int] = None, held: int = HELD_TOKENS) -> HotwordGraph:
     """The automaton of ``phrases`` ((token ids, per-token weight) each; duplicates keep the largest weight)
     over a vocabulary of ``vocab`` ids; tokens in ``free`` carry no bonus; ``start_token``: an empty
-    hypothesis starts in the state after it (a word boundary). Cached by content."""
+    hypothesis starts in the state after it (a word boundary); the first ``held`` bonus-carrying tokens of a
+    phrase hold no provisional bonus. Cached by content."""
     merged: Dict[Tuple[int, ...], float] = {}
     for ids, weight in phrases:
         key = tuple(int(i) for i in ids)
@@ -97,15 +108,15 @@ def compile_hotwords(phrases: Sequence[Tuple[Sequence[int], float]], vocab: int,
         merged[key] = max(float(weight), merged.get(key, 0.0))
     if not merged:
         raise ValueError("compile_hotwords: no phrases")
-    return _compile(tuple(sorted(merged.items())), vocab, tuple(sorted(set(free))), start_token)
+    return _compile(tuple(sorted(merged.items())), vocab, tuple(sorted(set(free))), start_token, held)
 
 
 @functools.lru_cache(maxsize=16)
 def _compile(phrases: Tuple[Tuple[Tuple[int, ...], float], ...], vocab: int, free: Tuple[int, ...],
-             start_token: Optional[int]) -> HotwordGraph:
+             start_token: Optional[int], held: int) -> HotwordGraph:
     children: List[Dict[int, int]] = [{}]
     node_weight, end_bonus = [0.0], [0.0]
-    parent, token_of = [0], [0]
+    parent, token_of, depth = [0], [0], [0]  # depth: the bonus-carrying tokens from the phrase start
     for ids, weight in phrases:
         node = 0
         for tok in ids:
@@ -113,8 +124,8 @@ def _compile(phrases: Tuple[Tuple[Tuple[int, ...], float], ...], vocab: int, fre
             if nxt is None:
                 nxt = children[node][tok] = len(children)
                 children.append({}), node_weight.append(0.0), end_bonus.append(0.0)
-                parent.append(node), token_of.append(tok)
-            if tok not in free:
+                parent.append(node), token_of.append(tok), depth.append(depth[node] + (tok not in free))
+            if tok not in free and depth[nxt] > held:
                 node_weight[nxt] = max(node_weight[nxt], weight)
             node = nxt
         end_bonus[node] = weight * sum(tok not in free for tok in ids)
@@ -141,13 +152,18 @@ def _compile(phrases: Tuple[Tuple[Tuple[int, ...], float], ...], vocab: int, fre
     start = int(root_next[start_token]) if start_token is not None else 0
     arc_keys = torch.tensor([k for k, _ in keys] + [sentinel], dtype=torch.long)
     arc_dst = torch.tensor([d for _, d in keys] + [0], dtype=torch.long)
-    dense_next = None
-    if states * vocab <= DENSE_MAX_ENTRIES:
-        dense_next = root_next.repeat(states)  # every state moves as the root does, but for its arcs
-        dense_next[arc_keys[:-1]] = arc_dst[:-1]
-    return HotwordGraph(root_next=root_next, arc_keys=arc_keys, arc_dst=arc_dst,
-                        reach=torch.tensor(out, dtype=torch.float32) + pend, pend=pend, start=start,
-                        max_out=max(out), dense_next=dense_next)
+    reach = torch.tensor(out, dtype=torch.float32) + pend
+    step_next = step_gain = None
+    if states * (vocab + 1) <= DENSE_MAX_ENTRIES:
+        nxt = root_next.repeat(states)  # every state moves as the root does, but for its arcs
+        nxt[arc_keys[:-1]] = arc_dst[:-1]
+        nxt = nxt.view(states, vocab)
+        gain = reach[nxt] - pend[:, None]  # what HotwordScorer computes on the arcs, in the same float order
+        own = torch.arange(states)[:, None]
+        nxt, gain = torch.cat([own, own, nxt[:, 1:]], 1), torch.cat([torch.zeros(states, 2), gain[:, 1:]], 1)
+        step_next, step_gain = (nxt * (vocab + 1) + 1).view(-1), gain.view(-1)  # -1 and the blank: stay, 0
+    return HotwordGraph(root_next=root_next, arc_keys=arc_keys, arc_dst=arc_dst, reach=reach, pend=pend, start=start,
+                        max_out=max(out), step_next=step_next, step_gain=step_gain)
 
 
 def _move(arcs: List[Dict[int, int]], root_children: Dict[int, int], state: int, tok: int) -> int:
@@ -166,32 +182,40 @@ class HotwordScorer:
         self.words = tuple(words)
 
     def _next(self, state: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        """Next states of ``state`` (broadcast to tokens' shape) by ``tokens`` (>= 0)."""
+        """Next state ids of state ids ``state`` (broadcast to tokens' shape) by ``tokens`` (>= 0), from the arcs."""
         g = self.graph
         key = state * self.vocab + tokens
-        if g.dense_next is not None:
-            return g.dense_next[key]
         pos = torch.searchsorted(g.arc_keys, key.reshape(-1)).view(key.shape)
         return torch.where(g.arc_keys[pos] == key, g.arc_dst[pos], g.root_next[tokens])
 
+    def _ids(self, state: torch.Tensor) -> torch.Tensor:
+        """The state ids of states (table rows ``id * (V + 1) + 1``)."""
+        return torch.div(state, self.vocab + 1, rounding_mode="floor")
+
     def init_state(self, batch: int, beam: int, device: torch.device) -> torch.Tensor:
         self.graph = self.graph.to(device)
-        return torch.full((batch * beam,), self.graph.start, dtype=torch.long, device=device)
+        return torch.full((batch * beam,), self.graph.start * (self.vocab + 1) + 1, dtype=torch.long, device=device)
 
     def score(self, state: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """tokens (N, C) -> (N, C) the change of the potential; 0 for the blank and -1."""
-        nxt = self._next(state[:, None].expand(tokens.shape), tokens.clamp(min=0))
-        gain = self.graph.reach[nxt] - self.graph.pend[state][:, None]
+        g = self.graph
+        if g.step_gain is not None:
+            return g.step_gain.take(state[:, None] + tokens)
+        ids = self._ids(state)
+        gain = g.reach[self._next(ids[:, None].expand(tokens.shape), tokens.clamp(min=0))] - g.pend[ids][:, None]
         return gain.masked_fill(tokens <= BLANK_ID, 0.0)
 
     def select_state(self, state: torch.Tensor, index: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """Rows ``index`` (M,) extended by ``tokens`` (M,); the blank and -1 keep the row's state."""
         old = state.index_select(0, index)
-        return torch.where(tokens > BLANK_ID, self._next(old, tokens.clamp(min=0)), old)
+        if self.graph.step_next is not None:
+            return self.graph.step_next.take(old + tokens)
+        moved = self._next(self._ids(old), tokens.clamp(min=0)) * (self.vocab + 1) + 1
+        return torch.where(tokens > BLANK_ID, moved, old)
 
     def final_score(self, state: torch.Tensor) -> torch.Tensor:
         """(N,) the unfinished partial match is cancelled."""
-        return -self.graph.pend[state]
+        return -self.graph.pend[self._ids(state)]
 
     def max_gain(self) -> GainBound:
         """A token completes at most ``max_out``; a failure or the end only takes back."""
@@ -201,9 +225,9 @@ class HotwordScorer:
         """The tables the native CPU search reads (asrkit.search.interfaces.NativeScorer): kind "hotwords"."""
         g = self.graph
         tables = dict(root_next=g.root_next, arc_keys=g.arc_keys, arc_dst=g.arc_dst, reach=g.reach, pend=g.pend,
-                      vocab=torch.tensor(self.vocab), start_state=torch.tensor(g.start))
-        if g.dense_next is not None:
-            tables["dense_next"] = g.dense_next
+                      vocab=torch.tensor(self.vocab), start_state=torch.tensor(g.start * (self.vocab + 1) + 1))
+        if g.step_next is not None:
+            tables.update(step_next=g.step_next, step_gain=g.step_gain)
         return "hotwords", tables
 
 

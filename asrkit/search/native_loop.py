@@ -20,7 +20,8 @@ tables (plain CPU tensors, read through their ``data_ptr()``; dtypes are checked
 - ``word_count`` (:class:`asrkit.search.scorers.WordCount`, the word bonus beside a word LM): per token, whether
   it closes the partial word and whether a word is open after it;
 - ``hotwords`` (:class:`asrkit.search.hotwords.HotwordScorer`): the automaton's ``root_next``, its sorted
-  ``arc_keys``/``arc_dst`` and the per-state ``reach``/``pend`` bonuses.
+  ``arc_keys``/``arc_dst``, the per-state ``reach``/``pend`` bonuses and, where it is small enough, the step
+  tables ``step_next``/``step_gain`` (a state is its row in them).
 
 Streaming (resumable search): a :class:`StreamState` owns one stream's search state in C++ (the beam's prefix
 hashes and pb/pnb/fused scores, every scorer's per-hypothesis state, the emission history with frames counted
@@ -72,7 +73,7 @@ _KINDS: Dict[str, Tuple[int, Tuple[Tuple[str, torch.dtype], ...], Tuple[str, ...
     "token_ngram": (3, (("logp", _F32), ("next_state", _I32), ("eos", _F32)), ("vocab", "start_state")),
     "word_count": (4, (("closes", _BOOL), ("opens", _I64)), ()),
     "hotwords": (5, (("root_next", _I64), ("arc_keys", _I64), ("arc_dst", _I64), ("reach", _F32), ("pend", _F32),
-                     ("dense_next", _I64)),
+                     ("step_next", _I64), ("step_gain", _F32)),
                  ("vocab", "start_state")),
 }
 

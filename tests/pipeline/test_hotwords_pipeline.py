@@ -94,7 +94,7 @@ def tiny_exp(tmp_path_factory) -> Path:
 def test_load_model_and_per_call_hotwords(tiny_exp: Path, tmp_path: Path) -> None:
     wav = (0.3 * np.random.default_rng(0).standard_normal(16000)).astype(np.float32)
     # every token a candidate (the untrained model ranks I and J low), and a bonus that outweighs the model
-    decode = DecodeConfig(mode="ctc_prefix", beam=4, hotword_weight=30.0, token_topk=None, token_min_logp=None)
+    decode = DecodeConfig(mode="ctc_prefix", beam=32, hotword_weight=30.0, token_topk=None, token_min_logp=None)
     plain = asrkit.load_model(str(tiny_exp), decode=decode, segmenter="none")
     assert "HIJ" not in plain.transcribe(wav).text
     biased = asrkit.load_model(str(tiny_exp), decode=decode, segmenter="none", hotwords=["HIJ"])
@@ -164,7 +164,7 @@ def _spoken(text: str, tok=LM_TOK) -> torch.Tensor:
 def _word_lm_cfg(tmp_path: Path, **kw) -> DecodeConfig:
     words = tmp_path / "words.txt"
     words.write_text("THE\nCAT\nSAT\nON\nMAT\nA\nDOG\n")
-    return DecodeConfig(mode="ctc_prefix", beam=8, lm=str(WORD_ARPA), lm_weight=0.5, lexicon=str(words),
+    return DecodeConfig(mode="ctc_prefix", beam=16, lm=str(WORD_ARPA), lm_weight=0.5, lexicon=str(words),
                         token_topk=None, token_min_logp=None, **kw)
 
 

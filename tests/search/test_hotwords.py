@@ -2,8 +2,8 @@
 
 The reference computes a hypothesis's bonus from its token sequence directly (no automaton): the bonus of
 every phrase occurrence completed (sliding windows), plus the provisional bonus of the longest suffix that
-begins a phrase, for its tokens past the last whole phrase along it. A step's score is the change of that
-potential; the end cancels the provisional part.
+begins a phrase, for its tokens past the last whole phrase along it but the first ``held`` bonus-carrying
+tokens of the phrase. A step's score is the change of that potential; the end cancels the provisional part.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from asrkit.search import (CTCPrefixScorer, attention_rescore, beam_search, ctc_prefix_beam_search,
                            joint_beam_search)
@@ -31,7 +32,8 @@ def _merged(phrases: Phrases) -> Dict[Tuple[int, ...], float]:
     return out
 
 
-def ref_potential(seq: Sequence[int], phrases: Phrases, free: Sequence[int] = ()) -> Tuple[float, float]:
+def ref_potential(seq: Sequence[int], phrases: Phrases, free: Sequence[int] = (),
+                  held: int = hotwords.HELD_TOKENS) -> Tuple[float, float]:
     """(completed bonus C, provisional bonus pend) of a token sequence, by brute force."""
     table = _merged(phrases)
     seq = tuple(seq)
@@ -43,17 +45,18 @@ def ref_potential(seq: Sequence[int], phrases: Phrases, free: Sequence[int] = ()
     prefixes = {p[:k] for p in table for k in range(1, len(p) + 1)}
     suffix = next((seq[i:] for i in range(len(seq)) if seq[i:] in prefixes), ())
 
-    def acc(u: Tuple[int, ...]) -> float:
-        return sum(0.0 if u[j - 1] in free else max(w for p, w in table.items() if p[:j] == u[:j])
-                   for j in range(1, len(u) + 1))
+    def acc(u: Tuple[int, ...]) -> float:  # the provisional bonus of the tokens of u, from a phrase's start
+        carrying = [j for j in range(1, len(u) + 1) if u[j - 1] not in free]
+        return sum(max(w for p, w in table.items() if p[:j] == u[:j]) for j in carrying[held:])
 
     whole = [k for k in range(1, len(suffix) + 1) if suffix[:k] in table]
     return done, acc(suffix) - (acc(suffix[:whole[-1]]) if whole else 0.0)
 
 
-def ref_step(seq: Sequence[int], tok: int, phrases: Phrases, free: Sequence[int] = ()) -> float:
-    c0, p0 = ref_potential(seq, phrases, free)
-    c1, p1 = ref_potential(list(seq) + [tok], phrases, free)
+def ref_step(seq: Sequence[int], tok: int, phrases: Phrases, free: Sequence[int] = (),
+             held: int = hotwords.HELD_TOKENS) -> float:
+    c0, p0 = ref_potential(seq, phrases, free, held)
+    c1, p1 = ref_potential(list(seq) + [tok], phrases, free, held)
     return (c1 + p1) - (c0 + p0)
 
 
@@ -69,20 +72,20 @@ def run_scorer(scorer: HotwordScorer, seq: Sequence[int], vocab: int) -> Tuple[L
 
 
 def with_layout(graph: HotwordGraph, layout: str) -> HotwordGraph:
-    """``graph`` reading its moves from the whole table ("dense", what a small automaton has) or searching them
+    """``graph`` reading its steps from the whole tables ("dense", what a small automaton has) or searching them
     among its arcs ("arcs", what an automaton over DENSE_MAX_ENTRIES does)."""
-    assert graph.dense_next is not None
-    return graph if layout == "dense" else graph._replace(dense_next=None)
+    assert graph.step_next is not None and graph.step_gain is not None
+    return graph if layout == "dense" else graph._replace(step_next=None, step_gain=None)
 
 
 def check_against_reference(phrases: Phrases, seq: Sequence[int], vocab: int, free: Sequence[int] = (),
-                            layout: str = "dense") -> None:
-    scorer = HotwordScorer(with_layout(compile_hotwords(phrases, vocab, free=free), layout))
+                            layout: str = "dense", held: int = hotwords.HELD_TOKENS) -> None:
+    scorer = HotwordScorer(with_layout(compile_hotwords(phrases, vocab, free=free, held=held), layout))
     rows, final = run_scorer(scorer, seq, vocab)
     for i, row in enumerate(rows):
-        want = [0.0] + [ref_step(seq[:i], t, phrases, free) for t in range(1, vocab)]
+        want = [0.0] + [ref_step(seq[:i], t, phrases, free, held) for t in range(1, vocab)]
         assert row == pytest.approx(want, abs=1e-5), f"step {i} after {list(seq[:i])}"
-    done, pend = ref_potential(seq, phrases, free)
+    done, pend = ref_potential(seq, phrases, free, held)
     assert final == pytest.approx(-pend, abs=1e-5)
     total = sum(row[t] for row, t in zip(rows, seq)) + final
     assert total == pytest.approx(done, abs=1e-4)
@@ -99,9 +102,10 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("held", [0, 1, 2])
 @pytest.mark.parametrize("layout", ["dense", "arcs"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_every_candidate_score_equals_the_brute_force_reference(case: str, layout: str) -> None:
+def test_every_candidate_score_equals_the_brute_force_reference(case: str, layout: str, held: int) -> None:
     phrases = CASES[case]
     rng = random.Random(case)
     free = (1,) if "free" in case else ()
@@ -109,39 +113,74 @@ def test_every_candidate_score_equals_the_brute_force_reference(case: str, layou
     seqs = [list(p) for p, _ in phrases] + [list(p) + list(q) for (p, _), (q, _) in itertools.product(phrases, phrases)]
     seqs += [[rng.choice(tokens) for _ in range(12)] for _ in range(6)]
     for seq in seqs:
-        check_against_reference(phrases, seq, 8, free, layout)
+        check_against_reference(phrases, seq, 8, free, layout, held)
 
 
-def test_the_whole_next_state_table_is_kept_only_where_it_fits(monkeypatch) -> None:
+def test_the_whole_step_tables_are_kept_only_where_they_fit(monkeypatch) -> None:
     phrases = [((3, 4, 5), 1.0), ((4, 6), 2.0), ((3, 3, 4), 0.5)]  # 7 states (root, 3, 34, 345, 4, 46, 33 ...)
     graph = compile_hotwords(phrases, 8)
-    states = graph.reach.numel()
-    table = graph.dense_next
-    assert table is not None and table.shape == (states * 8,) and table.dtype == torch.long
-    # every (state, token) move of the table equals the one searched among the arcs
-    grid_state = torch.arange(states).repeat_interleave(8)
-    grid_token = torch.arange(8).repeat(states)
-    searched = HotwordScorer(graph._replace(dense_next=None))._next(grid_state, grid_token)
-    assert torch.equal(table, searched) and torch.equal(HotwordScorer(graph)._next(grid_state, grid_token), searched)
-    # the native loop reads the table where there is one (the same moves, one read each), and the arcs beside it
-    for g in (graph, graph._replace(dense_next=None)):
+    states, width = graph.reach.numel(), 9
+    assert graph.step_next.shape == graph.step_gain.shape == (states * width,)
+    assert graph.step_next.dtype == torch.long and graph.step_gain.dtype == torch.float32
+    # every (state, token) entry, -1 and the blank included, equals what the arcs give
+    rows = (torch.arange(states) * width + 1).repeat_interleave(width)
+    grid_token = torch.arange(-1, 8).repeat(states)
+    dense, arcs = HotwordScorer(graph), HotwordScorer(graph._replace(step_next=None, step_gain=None))
+    index = torch.arange(rows.numel())
+    assert torch.equal(dense.select_state(rows, index, grid_token), arcs.select_state(rows, index, grid_token))
+    assert torch.equal(dense.score(rows, grid_token[:, None]), arcs.score(rows, grid_token[:, None]))
+    assert torch.equal(dense.final_score(rows), arcs.final_score(rows))
+    assert set(arcs.select_state(rows, index, grid_token).remainder(width).tolist()) == {1}  # rows, both layouts
+    # the native loop reads the tables where they exist, and the arcs beside them; its states are rows too
+    for g in (graph, graph._replace(step_next=None, step_gain=None)):
         kind, tables = HotwordScorer(g).native_form()
         want = dict(root_next=g.root_next, arc_keys=g.arc_keys, arc_dst=g.arc_dst, reach=g.reach, pend=g.pend)
-        if g.dense_next is not None:
-            want["dense_next"] = g.dense_next
+        if g.step_next is not None:
+            want.update(step_next=g.step_next, step_gain=g.step_gain)
         assert kind == "hotwords" and set(tables) == set(want) | {"vocab", "start_state"}
         assert all(tables[k] is v for k, v in want.items())
-        assert int(tables["vocab"]) == 8 and int(tables["start_state"]) == g.start
-    assert torch.equal(graph.to(torch.device("cpu")).dense_next, table)
-    for limit, kept in ((states * 8, True), (states * 8 - 1, False)):
+        assert int(tables["vocab"]) == 8 and int(tables["start_state"]) == g.start * width + 1
+    moved = graph.to(torch.device("cpu"))
+    assert torch.equal(moved.step_next, graph.step_next) and torch.equal(moved.step_gain, graph.step_gain)
+    for limit, kept in ((states * width, True), (states * width - 1, False)):
         hotwords._compile.cache_clear()
         monkeypatch.setattr(hotwords, "DENSE_MAX_ENTRIES", limit)
-        assert (compile_hotwords(phrases, 8).dense_next is not None) == kept
+        small = compile_hotwords(phrases, 8)
+        assert (small.step_next is not None, small.step_gain is not None) == (kept, kept)
     hotwords._compile.cache_clear()
 
 
+def _torch_calls(fn) -> int:
+    """How many torch functions and tensor methods ``fn()`` calls."""
+
+    class Count(TorchFunctionMode):
+        calls = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            Count.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        fn()
+    return Count.calls
+
+
+def test_a_step_costs_the_same_few_ops_whatever_the_number_of_phrases() -> None:
+    # the torch loop is dispatch-bound: with the step tables a step is one add and one read per candidate
+    tokens = torch.tensor([[-1, 0, 3, 4, 5, 7]] * 4)
+    index, chosen = torch.tensor([0, 1, 1, 3]), torch.tensor([3, -1, 0, 5])
+    counts = []
+    for n in (1, 1000):
+        phrases = [((3 + k % 5, 3 + (k // 5) % 5, 3 + k // 25 % 5, 3 + k // 125), 1.0) for k in range(n)]
+        scorer = HotwordScorer(compile_hotwords(phrases, 8 + n // 125))
+        state = scorer.init_state(1, 4, torch.device("cpu"))
+        counts.append((_torch_calls(lambda: scorer.score(state, tokens)),
+                       _torch_calls(lambda: scorer.select_state(state, index, chosen))))
+    assert counts == [(3, 3), (3, 3)]  # score: a view, the add, the read
+
+
 def test_failure_cancels_the_partial_bonus_and_the_end_cancels_an_unfinished_match() -> None:
-    scorer = HotwordScorer(compile_hotwords([((3, 4, 5), 2.0)], 8))
+    scorer = HotwordScorer(compile_hotwords([((3, 4, 5), 2.0)], 8, held=0))  # every matched token gains at once
     rows, final = run_scorer(scorer, [3, 4], 8)
     assert final == pytest.approx(-4.0)
     rows, final = run_scorer(scorer, [3, 4, 7], 8)
@@ -155,11 +194,25 @@ def test_failure_cancels_the_partial_bonus_and_the_end_cancels_an_unfinished_mat
     assert final == 0.0 and rows[3][2] == 0.0  # a whole phrase keeps its bonus at the end
 
 
+def test_a_one_token_match_holds_no_bonus_and_the_phrase_pays_it_when_complete() -> None:
+    # the default: a phrase's first bonus-carrying token gains nothing while the match is partial, so a hypothesis
+    # that only starts a word as some phrase does gains nothing over one that goes on with its word
+    assert hotwords.HELD_TOKENS == 1
+    scorer = HotwordScorer(compile_hotwords([((1, 3, 4, 5), 2.0)], 8, free=(1,), start_token=1))  # "▁ 3 4 5"
+    rows, final = run_scorer(scorer, [6, 1, 3, 4, 5], 8)
+    assert [rows[1][1], rows[2][3], rows[3][4], rows[4][5]] == pytest.approx([0.0, 0.0, 2.0, 4.0])
+    assert rows[3][7] == 0.0 and rows[4][7] == pytest.approx(-2.0)  # a failure takes back what was gained
+    assert final == 0.0
+    assert run_scorer(scorer, [1, 3, 4], 8)[1] == pytest.approx(-2.0) and run_scorer(scorer, [3], 8)[1] == 0.0
+    one = HotwordScorer(compile_hotwords([((3,), 1.5)], 8))  # a one-token phrase is paid as it completes
+    assert run_scorer(one, [3], 8)[0][0][3] == pytest.approx(1.5)
+
+
 def test_prefix_of_another_keeps_the_shorter_and_rewards_the_longer() -> None:
     scorer = HotwordScorer(compile_hotwords([((3, 4), 1.0), ((3, 4, 5), 1.0)], 8))
     rows, final = run_scorer(scorer, [3, 4, 5, 7], 8)
-    # 3 4 completes (2 in all), 5 completes the longer one (3 more), 7 fails with nothing to take back
-    assert [rows[0][3], rows[1][4], rows[2][5], rows[3][7]] == pytest.approx([1.0, 1.0, 3.0, 0.0])
+    # 3 holds nothing yet, 4 completes 3 4 (2 in all), 5 the longer one (3 more), 7 fails with nothing to take back
+    assert [rows[0][3], rows[1][4], rows[2][5], rows[3][7]] == pytest.approx([0.0, 2.0, 3.0, 0.0])
     assert final == 0.0
 
 
@@ -167,7 +220,7 @@ def test_blank_and_unchanged_prefix_score_zero_and_keep_the_state() -> None:
     scorer = HotwordScorer(compile_hotwords([((3, 4), 1.0)], 6))
     state = scorer.init_state(1, 2, torch.device("cpu"))
     state = scorer.select_state(state, torch.tensor([0, 1]), torch.tensor([3, 5]))
-    assert scorer.score(state, torch.tensor([[0, -1, 4], [0, -1, 4]])).tolist() == [[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
+    assert scorer.score(state, torch.tensor([[0, -1, 4], [0, -1, 4]])).tolist() == [[0.0, 0.0, 2.0], [0.0, 0.0, 0.0]]
     kept = scorer.select_state(state, torch.tensor([0, 0]), torch.tensor([-1, 0]))
     assert kept.tolist() == [int(state[0])] * 2
 
@@ -238,7 +291,7 @@ def test_without_a_boundary_token_phrases_match_anywhere() -> None:
     assert encode("AB C") == [3, 4, 5] and encode("<unk>") == [] and encode("A<") == [3, 6]
     scorer = hotword_scorer(["BC"], encode, letters, unk_id=1)
     rows, final = run_scorer(scorer, [3, 4, 5], len(letters))
-    assert [row[t] for row, t in zip(rows, [3, 4, 5])] == pytest.approx([0.0, 1.0, 1.0]) and final == 0.0
+    assert [row[t] for row, t in zip(rows, [3, 4, 5])] == pytest.approx([0.0, 0.0, 2.0]) and final == 0.0
 
 
 def test_bpe_phrases_use_word_initial_pieces() -> None:
@@ -249,7 +302,7 @@ def test_bpe_phrases_use_word_initial_pieces() -> None:
     scorer = hotword_scorer([("JOHN ANNA", 0.5)], encode, PIECES, unk_id=1)
     seq = encode("JOHN ANNA")
     rows, final = run_scorer(scorer, seq, len(PIECES))
-    assert [row[t] for row, t in zip(rows, seq)] == pytest.approx([0.5, 0.5, 0.5, 0.5]) and final == 0.0
+    assert [row[t] for row, t in zip(rows, seq)] == pytest.approx([0.0, 0.5, 0.5, 1.0]) and final == 0.0
     check_against_reference([(seq, 0.5)], encode("JOHN JOHN ANNA SO"), len(PIECES))
 
 

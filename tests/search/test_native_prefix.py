@@ -210,12 +210,12 @@ def test_lexicon_scorer_equals_torch_loop(word_lm, with_lm: bool, tokens: List[s
 @pytest.mark.parametrize("layout", ["dense", "arcs"])
 def test_hotwords_equal_torch_loop(word_lm, with_lm: bool, tokens: List[str], pruning: str, layout: str) -> None:
     # overlapping phrases, a prefix of another, per-phrase weights; an OOV word (ZOO) among them; the automaton's
-    # moves read from its whole table (dense) or searched among its arcs (an automaton too large for the table)
+    # steps read from its whole tables (dense) or searched among its arcs (an automaton too large for the tables)
     hot = hotword_scorer(["CAT", ("CAT SAT", 2.0), "AT", ("ZOO", 3.0), "DOG ON"], spell_with_tokens(tokens), tokens,
                          unk_id=1)
-    assert hot.graph.dense_next is not None
+    assert hot.graph.step_next is not None
     if layout == "arcs":
-        hot.graph = hot.graph._replace(dense_next=None)
+        hot.graph = hot.graph._replace(step_next=None, step_gain=None)
     scorers, weights = {"hotwords": hot}, {"hotwords": 1.5}
     if with_lm:
         scorers["lm"] = ngram_scorer(word_lm, tokens, units="word", unk_offset=-5.0)

@@ -574,7 +574,7 @@ StreamBase* base_of(void* handle) {
 
 using namespace asrkit_native;
 
-extern "C" int64_t asrkit_native_abi(void) { return 8; }
+extern "C" int64_t asrkit_native_abi(void) { return 9; }
 
 extern "C" int64_t asrkit_prefix_search(const SearchDesc* d) {
   if (d == nullptr || d->beam < 1 || d->nbest < 1 || d->nbest > d->beam || d->n_cand < 1) return 1;

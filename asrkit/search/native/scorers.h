@@ -55,11 +55,13 @@ struct Scorer {
   // word count
   const uint8_t* wc_closes = nullptr;     // (V,) the token closes the partial word
   const int64_t* wc_opens = nullptr;      // (V,) a word open after it: 1, 0, or -1 unchanged
-  // hotwords (edge_keys/edge_dst/n_edges: the arcs that differ from root_next; vocab; start_state)
-  const int64_t* root_next = nullptr;     // (V,) the state after each token from the empty match
+  // hotwords (edge_keys/edge_dst/n_edges: the arcs that differ from root_next; vocab; start_state). A state is
+  // its row in the step tables, id * (V + 1) + 1, so that a token's entry is the row plus the token.
+  const int64_t* root_next = nullptr;     // (V,) the state id after each token from the empty match
   const float* reach = nullptr;           // (S,) out + pend of reaching a state
   const float* pend = nullptr;            // (S,) provisional bonus held in a state
-  const int64_t* hot_dense = nullptr;     // (S, V) every next state, when the automaton is small enough; or null
+  const int64_t* step_next = nullptr;     // (S * (V + 1)) the next row at row + token, if the automaton is small
+  const float* step_gain = nullptr;       // (S * (V + 1)) the score at row + token; null with step_next
 };
 
 const float kNegInfF = -std::numeric_limits<float>::infinity();
@@ -123,7 +125,8 @@ Scorer make_scorer(const ScorerDesc& d) {
     s.edge_dst = i64(2);
     s.reach = f32(3);
     s.pend = f32(4);
-    s.hot_dense = i64(5);
+    s.step_next = i64(5);
+    s.step_gain = f32(6);
     s.vocab = d.iparams[0];
     s.start_state = d.iparams[1];
   }
@@ -241,11 +244,22 @@ inline float lex_score(const Scorer& s, const SState& st, int64_t tok) {
 
 // ---- hotwords (asrkit.search.hotwords.HotwordScorer) ----
 
-inline int64_t hot_next(const Scorer& s, int64_t state, int64_t tok) {
-  const int64_t key = state * s.vocab + tok;
-  if (s.hot_dense != nullptr) return s.hot_dense[key];
+// The next state id of state id `id` by `tok` (> 0), searched among the arcs (an automaton without step tables).
+inline int64_t hot_next(const Scorer& s, int64_t id, int64_t tok) {
+  const int64_t key = id * s.vocab + tok;
   const int64_t pos = lower(s.edge_keys, s.n_edges, key);
   return s.edge_keys[pos] == key ? s.edge_dst[pos] : s.root_next[tok];
+}
+
+inline float hot_score(const Scorer& s, int64_t row, int64_t tok) {
+  if (s.step_gain != nullptr) return s.step_gain[row + tok];
+  const int64_t id = row / (s.vocab + 1);
+  return tok > 0 ? s.reach[hot_next(s, id, tok)] - s.pend[id] : 0.0f;
+}
+
+inline int64_t hot_select(const Scorer& s, int64_t row, int64_t tok) {
+  if (s.step_next != nullptr) return s.step_next[row + tok];
+  return tok > 0 ? hot_next(s, row / (s.vocab + 1), tok) * (s.vocab + 1) + 1 : row;
 }
 
 // ---- dispatch over kinds ----
@@ -260,7 +274,7 @@ inline float scorer_score(const Scorer& s, const SState& st, int64_t tok) {
   if (s.kind == kWord) return word_score(s, st, tok);
   if (s.kind == kLexicon) return lex_score(s, st, tok);
   if (s.kind == kWordCount) return st.i[0] != 0 && s.wc_closes[tok] ? 1.0f : 0.0f;
-  if (s.kind == kHotwords) return tok > 0 ? s.reach[hot_next(s, st.i[0], tok)] - s.pend[st.i[0]] : 0.0f;
+  if (s.kind == kHotwords) return hot_score(s, st.i[0], tok);
   return s.logp[st.i[0] * s.vocab + tok];
 }
 
@@ -276,7 +290,7 @@ void scorer_select(const Scorer& s, const SState& old, int64_t tok, SState& out,
     if (s.wc_opens[tok] >= 0) out.i[0] = s.wc_opens[tok];
   } else if (s.kind == kHotwords) {
     out = old;
-    if (tok > 0) out.i[0] = hot_next(s, old.i[0], tok);
+    out.i[0] = hot_select(s, old.i[0], tok);
   } else {
     out = old;
     out.i[0] = s.tok_next[old.i[0] * s.vocab + tok];
@@ -287,7 +301,7 @@ inline float scorer_final(const Scorer& s, const SState& st) {
   if (s.kind == kWord) return st.f[2];
   if (s.kind == kLexicon) return s.is_word[st.i[0] / s.width] ? 0.0f : kNegInfF;
   if (s.kind == kWordCount) return st.i[0] != 0 ? 1.0f : 0.0f;
-  if (s.kind == kHotwords) return -s.pend[st.i[0]];
+  if (s.kind == kHotwords) return -s.pend[st.i[0] / (s.vocab + 1)];
   return s.eos[st.i[0]];
 }
 
