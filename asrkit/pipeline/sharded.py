@@ -30,7 +30,8 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -261,6 +262,17 @@ def _failure_message(failures: Sequence[Tuple[Shard, str]]) -> str:
     return "\n".join(lines)
 
 
+def gpu_share(job: DecodeJob, devices: Sequence[str]) -> DecodeJob:
+    """The job of local shard processes on ``devices`` (one each): where several share one GPU, each sizes its
+    batches (``decode.batch_size`` null, :mod:`asrkit.pipeline.autobatch`) from its share of the memory, since
+    each probes the memory free before any of them fills it."""
+    sharing = max(Counter(d for d in devices if torch.device(d).type == "cuda").values(), default=1)
+    if sharing <= 1:
+        return job
+    share = round(job.decode.gpu_memory_fraction / sharing, 4)  # (rounded: decode.yaml says it)
+    return replace(job, decode=replace(job.decode, gpu_memory_fraction=share))
+
+
 def decode_sharded(job: DecodeJob, data_dir: str, out_dir: str, nj: int) -> dict:
     """Decode ``data_dir`` into ``out_dir`` with ``nj`` local processes (spawned), one shard each, then merge.
 
@@ -276,11 +288,13 @@ def decode_sharded(job: DecodeJob, data_dir: str, out_dir: str, nj: int) -> dict
     log.info("%d shards of %s: %d to decode (%d reused) in %d processes of %d thread(s); logs in %s",
              nj, data_dir, len(todo), nj - len(todo), len(todo), threads, os.path.join(out_dir, "log"))
     ctx = mp.get_context("spawn")  # fork would copy a parent's torch thread pools and locks
+    worker_job = gpu_share(job, [_shard_device(job.device, s.index) for s, _ in todo])
     procs = []
     try:
         for shard, sub in todo:
             prepare_shard(shard, sub)
-            p = ctx.Process(target=_worker, args=(job, shard, threads, os.getpid()), name=f"decode.{shard.index}")
+            p = ctx.Process(target=_worker, args=(worker_job, shard, threads, os.getpid()),
+                            name=f"decode.{shard.index}")
             p.start()
             procs.append((shard, p))
         from multiprocessing.connection import wait

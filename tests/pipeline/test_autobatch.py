@@ -13,6 +13,7 @@ from asrkit.data.table import read_table
 from asrkit.pipeline import Transcriber
 from asrkit.pipeline.autobatch import CPU_BATCH_SIZE, AutoBatch, BatchLimit, MemoryCost, measure_cost
 from asrkit.pipeline.decode_dir import decode_data_dir
+from asrkit.pipeline.sharded import DecodeJob, gpu_share
 from tests.pipeline.tiny_exp import make_tiny_exp, tone, write_data_dir
 
 MB = 1e6
@@ -237,6 +238,13 @@ def test_an_utterance_whose_probe_runs_out_of_memory_is_decoded_alone_and_the_re
     # the next one is probed afresh: 0.9 s 1 MB, 1.8 s 3 MB -> 5 MB at 1.8 s, 3.67 MB at 1.2 s, in 15 MB
     assert batches == [["u0"], ["u1", "u2", "u3"], ["u4", "u5", "u6"]] and not failed
     assert tr.auto_batch.cost.upto == pytest.approx(1.8)
+
+
+def test_shard_processes_sharing_a_gpu_split_its_memory():
+    job = DecodeJob("exp", DecodeConfig(gpu_memory_fraction=0.6), device="cuda")
+    assert gpu_share(job, ["cuda:0", "cuda:1", "cuda:0", "cuda:1", "cuda:0"]).decode.gpu_memory_fraction == 0.2
+    assert gpu_share(job, ["cuda:0", "cuda:1"]) == job and gpu_share(job, ["cpu", "cpu", "cpu"]) == job
+    assert gpu_share(job, ["cuda", "cuda"]).decode == DecodeConfig(gpu_memory_fraction=0.3)
 
 
 def test_settings_out_of_range_are_refused_naming_the_key(exp):
