@@ -32,7 +32,7 @@ CPU_BATCH_SIZE = 16  # utterances per batch of ``asrkit decode`` when decode.bat
 CPU_BATCH_SECONDS = 120.0  # seconds of padded audio per batch of ``asrkit transcribe`` off CUDA
 # The most padded audio a batch sized from GPU memory holds: 720 utterances of 10 s, 460 MB of 16 kHz waveforms
 # on the host (transcribe buffers twice that as features); the search's throughput still grows at that size
-# (docs/benchmarks.md: 2048 utterances of 10 s are 2-6x 32 on an H200)
+# (docs/benchmarks.md, an H200, 10 s utterances: 2048 a batch search 1.8-2.1x as many per second as 512)
 MAX_BATCH_SECONDS = 7200.0
 SHORT_PROBE_SECONDS = 1.0  # the short probe's length (or half the longest utterance, if that is shorter)
 
@@ -121,6 +121,7 @@ class AutoBatch:
         self.max_seconds, self.name = max_seconds, name
         self.cost: Optional[MemoryCost] = None
         self.budget = 0.0
+        self.scale = 1.0  # halved by each batch that ran out of memory: kept when the budget is measured again
         self.key: object = None
 
     @classmethod
@@ -134,14 +135,13 @@ class AutoBatch:
         utterance of that length (cut from one of the data's longest) when a probe is needed. None when one such
         utterance alone runs out of memory (the caller decodes it alone, to fail as its own)."""
         if self.cost is None or longest > self.cost.upto or key is not self.key:
-            self.key = key
             try:
-                self.cost = measure_cost(decode_one, longest, self.peak)
+                self.cost, self.key = measure_cost(decode_one, longest, self.peak), key
             except torch.cuda.OutOfMemoryError:  # the cost probed before (if any) stays for shorter utterances
                 log.warning("%s: one utterance of %.1f s runs out of memory alone", self.name, longest)
                 return None
             free = self.mem_get_info()[0]
-            self.budget = self.fraction * free
+            self.budget = self.fraction * self.scale * free
             n = self.current.count(longest)
             log.info("batch sized from %s memory: %.2f GiB free, %.2f of it; one utterance %.1f MiB + %.2f MiB "
                      "per second of audio: %d utterances (%.0f s of audio) of %.1f s a batch", self.name,
@@ -155,6 +155,7 @@ class AutoBatch:
 
     def shrink(self) -> None:
         """A batch ran out of memory all the same: halve the budget of the batches after it."""
+        self.scale /= 2
         self.budget /= 2
         log.warning("%s: a batch sized from free memory ran out of it: the batches after it get half the budget "
                     "(%.2f GiB)", self.name, self.budget / 2**30)

@@ -108,6 +108,8 @@ def test_probed_again_only_for_a_longer_utterance_or_another_search():
     before = auto.current.count(2.0)
     auto.shrink()
     assert auto.budget == 250 * MB and auto.current.count(2.0) == before // 2
+    auto.limit(9.0, lambda s: s, search)  # measured again: the halving stays
+    assert auto.budget == 250 * MB and gpu.runs[-1] == 9.0
 
 
 def _auto(tr: Transcriber, free: float) -> FakeGpu:
