@@ -163,10 +163,10 @@ class Engine:
                     break
                 try:
                     advanced, failed = await self.run_in_worker(self._tick, work)
-                except Exception as exc:  # a bug in a tick: its streams end, the server goes on
+                    self._dispatch(advanced, failed)
+                except Exception as exc:  # a bug: the streams of this tick end, the loop and the others go on
                     log.exception("inference loop: a tick failed")
-                    advanced, failed = [], [(s, f"internal error: {exc}") for s, _, _ in work]
-                self._dispatch(advanced, failed)
+                    self._dispatch([], [(s, f"internal error: {exc}") for s, _, _ in work])
 
     def _take_work(self) -> List[Tuple[Session, Optional[np.ndarray], bool]]:
         """(session, its new audio or None, whether its input ends now) of each session with something to do."""

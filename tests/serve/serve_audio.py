@@ -1,4 +1,5 @@
-"""Audio for the serving tests: tones a tone-detecting model hears as "C", and PCM bytes as clients send them."""
+"""Audio for the serving tests: tones a tone-detecting model hears as "C", PCM bytes as clients send them, and a
+comparison of results to rounding."""
 from __future__ import annotations
 
 import numpy as np
@@ -24,3 +25,15 @@ def s16le(audio: np.ndarray) -> bytes:
 def from_s16le(data: bytes) -> np.ndarray:
     """What the server hears of :func:`s16le` bytes."""
     return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768
+
+
+def same_json(a, b, tol: float = 1e-4) -> bool:
+    """JSON values equal but for floats, which may differ by ``tol`` (a stream batched with others: its scores to
+    rounding, as a batch pads its rows)."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same_json(a[k], b[k], tol) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(same_json(x, y, tol) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= tol
+    return a == b

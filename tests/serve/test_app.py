@@ -17,23 +17,12 @@ from starlette.websockets import WebSocketDisconnect
 from asrkit.config import ServeConfig
 from asrkit.pipeline.formats import result_to_dict
 from asrkit.serve import build_app
-from tests.serve.serve_audio import CHUNK_MS, SR, from_s16le, s16le, tones
+from tests.serve.serve_audio import CHUNK_MS, SR, from_s16le, s16le, same_json, tones
 
 
 @pytest.fixture(scope="module")
 def app(tone_model):
     return build_app(tone_model, ServeConfig(), name="tones")
-
-
-def close(a, b, tol: float = 1e-4) -> bool:
-    """JSON values equal but for floats, which may differ by ``tol``."""
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(close(a[k], b[k], tol) for k in a)
-    if isinstance(a, list):
-        return isinstance(b, list) and len(a) == len(b) and all(close(x, y, tol) for x, y in zip(a, b))
-    if isinstance(a, float) and isinstance(b, float):
-        return abs(a - b) <= tol
-    return a == b
 
 
 def reference(model, audio: np.ndarray, name: str):
@@ -96,7 +85,7 @@ def test_streams_advance_as_one_batch_and_each_gives_what_it_gives_alone(app, to
                 ws.__exit__(None, None, None)
         ticks, chunks, streams = (metric(client, f"asrkit_{k}_total") - before[k] for k in ("ticks", "chunks", "streams"))
     for k, (data, result) in enumerate(zip(datas, results)):  # scores to rounding: a batch pads its rows
-        assert close(result, result_to_dict(reference(tone_model, from_s16le(data), f"s{k}")))
+        assert same_json(result, result_to_dict(reference(tone_model, from_s16le(data), f"s{k}")))
     assert streams == 4 and chunks >= sum(len(d) / 2 / SR / (CHUNK_MS / 1000) for d in datas) - 4
     assert ticks < chunks  # streams shared ticks
 

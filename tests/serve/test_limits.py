@@ -15,7 +15,7 @@ from starlette.websockets import WebSocketDisconnect
 from asrkit.config import ServeConfig
 from asrkit.pipeline.formats import result_to_dict
 from asrkit.serve import build_app
-from tests.serve.serve_audio import SR, from_s16le, s16le, tones
+from tests.serve.serve_audio import SR, from_s16le, s16le, same_json, tones
 
 START = {"type": "start", "sample_rate": SR, "format": "s16le"}
 
@@ -206,6 +206,59 @@ def test_clients_that_leave_mid_utterance_leave_no_stream(tone_model):
         steady.send_bytes(data[60 * 500:])
         steady.send_json({"type": "end"})
         got, _ = closing(steady)
-        assert got[-1]["result"] == reference(tone_model, data, "stream-1")
+        assert same_json(got[-1]["result"], reference(tone_model, data, "stream-1"))  # batched with the others
     gc.collect()
     assert sum(ref() is not None for ref in streams) == 0  # every stream object was let go
+
+
+def test_a_stream_the_model_fails_on_closes_with_1011_and_the_server_goes_on(tone_model, monkeypatch):
+    from asrkit.pipeline.streaming import Stream
+
+    accept = Stream.accept_waveform
+
+    def failing(self, samples, sample_rate=None):
+        if self.name == "bad":
+            raise RuntimeError("features exploded")
+        return accept(self, samples, sample_rate)
+
+    monkeypatch.setattr(Stream, "accept_waveform", failing)
+    app = build_app(tone_model, ServeConfig())
+    data = s16le(tones(1))
+    with TestClient(app) as client, client.websocket_connect("/v1/stream") as good, \
+            client.websocket_connect("/v1/stream") as bad:
+        good.send_json({**START, "name": "good"})
+        bad.send_json({**START, "name": "bad"})
+        good.receive_json(), bad.receive_json()
+        bad.send_bytes(data[:20000])
+        messages, close = closing(bad)
+        assert close == (1011, "internal error")
+        assert messages[-1] == {"type": "error", "message": "stream bad: features exploded"}
+        good.send_bytes(data)
+        good.send_json({"type": "end"})
+        got, close = closing(good)
+        assert close[0] == 1000 and got[-1]["result"] == reference(tone_model, data, "good")
+        step = app.state.recognizer.step
+        monkeypatch.setattr(app.state.recognizer, "step", lambda streams: 1 / 0)  # a bug in the batched step
+        with client.websocket_connect("/v1/stream") as ws:
+            ws.send_json(START)
+            ws.receive_json()
+            ws.send_bytes(data)
+            messages, close = closing(ws)
+        assert close[0] == 1011 and messages[-1]["message"] == "internal error: division by zero"
+        monkeypatch.setattr(app.state.recognizer, "step", step)
+        with client.websocket_connect("/v1/stream") as ws:  # the loop goes on
+            assert stream_to_done(ws, data, "after")["text"] == "C"
+        assert metric(client, "asrkit_errors_total") == 2 and metric(client, "asrkit_streams_live") == 0
+
+
+def test_a_stream_that_ends_before_any_audio_is_done_and_empty(tone_model):
+    app = build_app(tone_model, ServeConfig())
+    with TestClient(app) as client, client.websocket_connect("/v1/stream") as ws:
+        ws.send_json({**START, "name": "quiet"})
+        ws.receive_json()
+        ws.send_bytes(b"\x01")  # half a sample: no audio yet
+        ws.send_json({"type": "end"})
+        messages, close = closing(ws)
+    assert close[0] == 1000 and messages[-1] == {"type": "done", "result": result_to_dict(
+        tone_model.stream("quiet").finish())}
+    assert messages[-1]["result"]["text"] == "" and messages[-1]["result"]["duration"] == 0.0
