@@ -109,7 +109,7 @@ def test_a_stream_past_its_longest_audio_closes_with_1001(tone_model):
 
 @pytest.mark.parametrize("limit", ["wall", "idle"])
 def test_a_stream_that_lasts_too_long_or_sends_nothing_closes_with_1001(tone_model, limit):
-    cfg = ServeConfig(max_stream_seconds=0.6, idle_timeout_s=5.0) if limit == "wall" else \
+    cfg = ServeConfig(max_stream_seconds=0.6, idle_timeout_s=30.0) if limit == "wall" else \
         ServeConfig(idle_timeout_s=0.3)
     app = build_app(tone_model, cfg)
     with TestClient(app) as client, client.websocket_connect("/v1/stream") as ws:
@@ -123,9 +123,9 @@ def test_a_stream_that_lasts_too_long_or_sends_nothing_closes_with_1001(tone_mod
         messages, close = closing(ws)
         waited = time.perf_counter() - t0
     if limit == "wall":
-        assert close == (1001, "the stream passed its longest duration (0.6 s)") and 0.6 <= waited < 2.0
+        assert close == (1001, "the stream passed its longest duration (0.6 s)") and 0.6 <= waited < 10
     else:
-        assert close == (1001, "no message for 0.3 s (the idle timeout)") and 0.3 <= waited < 2.0
+        assert close == (1001, "no message for 0.3 s (the idle timeout)") and 0.3 <= waited < 10
     assert messages[-1] == {"type": "error", "message": close[1]}
 
 
