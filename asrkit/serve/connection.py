@@ -39,6 +39,7 @@ class StreamConnection:
         self.outbox: "asyncio.Queue[Outgoing]" = asyncio.Queue()
         self.session: Optional[Session] = None
         self.decoder: Optional[PcmDecoder] = None
+        self.deadline = 0.0  # the event loop's time when the stream must end (set when it starts)
 
     async def run(self) -> None:
         """Serve the (accepted) socket until it closes."""

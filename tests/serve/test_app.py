@@ -83,7 +83,8 @@ def test_streams_advance_as_one_batch_and_each_gives_what_it_gives_alone(app, to
         finally:
             for ws in sockets:
                 ws.__exit__(None, None, None)
-        ticks, chunks, streams = (metric(client, f"asrkit_{k}_total") - before[k] for k in ("ticks", "chunks", "streams"))
+        ticks, chunks, streams = (metric(client, f"asrkit_{k}_total") - before[k]
+                                  for k in ("ticks", "chunks", "streams"))
     for k, (data, result) in enumerate(zip(datas, results)):  # scores to rounding: a batch pads its rows
         assert same_json(result, result_to_dict(reference(tone_model, from_s16le(data), f"s{k}")))
     assert streams == 4 and chunks >= sum(len(d) / 2 / SR / (CHUNK_MS / 1000) for d in datas) - 4

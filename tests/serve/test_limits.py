@@ -7,7 +7,6 @@ import time
 import weakref
 from contextlib import ExitStack
 
-import numpy as np
 import pytest
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
@@ -85,7 +84,7 @@ def test_a_message_over_the_size_limit_closes_with_1009(tone_model, send):
         ws.send_json(START)
         ws.receive_json()
         ws.send_bytes(b"\0" * 2048)  # at the limit: fine
-        big = '{"type": "end", "pad": "' + "\u00e9" * 1020 + '"}'  # 2066 bytes in UTF-8: 1046 characters, under the limit
+        big = '{"type": "end", "pad": "' + "\u00e9" * 1020 + '"}'  # 2066 bytes in UTF-8, 1046 characters
         if send == "bytes":
             ws.send_bytes(b"\0" * 2049)
         else:
