@@ -35,7 +35,7 @@ def test_load_reports_latency_cpu_memory_and_the_same_texts_as_decode_streaming(
     exp, data, url = served
     out = tmp_path / "load.json"
     assert bench.main(["--model", str(exp), "--data", str(data), "--url", url, "--server-pid", str(os.getpid()),
-                       "--clients", "2", "--seconds", "1.5", "--ramp", "0.2", "--format", "f32le",
+                       "--clients", "2", "--seconds", "1.5", "--ramp", "0.2", "--format", "f32le", "--limit", "2",
                        "--json", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["clients"] == 2 and r["streams"] >= 2 and r["errors"] == 0 and r["server_errors"] == 0
@@ -44,7 +44,7 @@ def test_load_reports_latency_cpu_memory_and_the_same_texts_as_decode_streaming(
     assert lat["n"] >= 2 * 2 and 0 < lat["p50"] <= lat["p95"] <= lat["p99"] < 5.0
     assert r["final_latency"]["n"] >= 0 and r["worst_client_p95"] >= lat["p50"]
     assert 0 < r["server_cpu_cores"] and r["server_rss_mb"]["peak"] >= r["server_rss_mb"]["start"] > 0
-    assert r["mean_batch"] >= 1.0
+    assert r["mean_batch"] >= 1.0 and r["server_rtf"] > 0 and r["server_partial_p95"] > 0
     assert r["texts_differing"] == 0 and r["wer_served"] == pytest.approx(r["wer_decode_streaming"])
     assert r["audio_seconds"] >= 1.5 and r["wall_seconds"] >= 1.5  # real time
     printed = capsys.readouterr().out

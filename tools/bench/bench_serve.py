@@ -45,7 +45,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 from asrkit.audio.io import load_audio  # noqa: E402
-from asrkit.data.datadir import read_data_dir  # noqa: E402
+from asrkit.data.datadir import read_data_dir, write_data_dir  # noqa: E402
 from asrkit.score.wer import score_texts  # noqa: E402
 from asrkit.serve.client import StreamOutcome, stream_audio  # noqa: E402
 
@@ -197,14 +197,19 @@ def quantiles(xs: Sequence[float]) -> Dict[str, Optional[float]]:
             "n": len(xs)}
 
 
-def streaming_decode_texts(args: argparse.Namespace, out_dir: str) -> Dict[str, str]:
-    """``asrkit decode --streaming`` of the data dir with the server's model, decode config and chunk: utt -> text."""
+def streaming_decode_texts(args: argparse.Namespace, utts: Sequence[str], out_dir: str) -> Dict[str, str]:
+    """``asrkit decode --streaming`` of the data dir's ``utts`` with the server's model, decode config and chunk:
+    utt -> text."""
     if args.reference_text:
         path = args.reference_text
     else:
         from asrkit.cli import main as asrkit_main
 
-        cmd = ["decode", "--model", args.model, "--data", args.data, "--out", out_dir, "--streaming"]
+        data = args.data
+        if args.limit:  # only the recordings sent
+            data = os.path.join(out_dir, "data")
+            write_data_dir(read_data_dir(args.data).subset(utts), data)
+        cmd = ["decode", "--model", args.model, "--data", data, "--out", out_dir, "--streaming"]
         if args.decode_config:
             cmd += ["--decode-config", args.decode_config]
         if args.chunk_ms:
@@ -250,6 +255,9 @@ def load_report(per_client: List[List[Tuple[Recording, StreamOutcome]]], referen
         "mean_batch": chunks / ticks if ticks else None,
         "server_errors": after.get("asrkit_errors_total", 0) - before.get("asrkit_errors_total", 0),
         "streams_live_after": after.get("asrkit_streams_live"),
+        # the server's own view (its last partials): from a piece's arrival to the partial queued for sending
+        "server_partial_p95": after.get('asrkit_partial_latency_seconds{quantile="0.95"}'),
+        "server_rtf": after.get("asrkit_rtf"),
         "wer_served": 100 * score_texts(refs, served).wer if refs else None,
         "wer_decode_streaming": 100 * score_texts(refs, decoded).wer if refs else None,
         "texts_differing": sum(served[k] != decoded[k] for k in refs),
@@ -274,7 +282,8 @@ def print_load(r: Dict[str, Any]) -> None:
     print(f"\nWER of the streams' results {wer(r['wer_served'])}%, of asrkit decode --streaming on the same "
           f"recordings {wer(r['wer_decode_streaming'])}%; streams whose text differs: {r['texts_differing']}")
     print(f"load average before {r['load_before']}, after {r['load_after']}; server errors "
-          f"{r['server_errors']:.0f}, streams open after {r['streams_live_after']}")
+          f"{r['server_errors']:.0f}, streams open after {r['streams_live_after']}; the server's own p95 partial "
+          f"latency (its last partials) {_ms(r['server_partial_p95'])} ms, its RTF {r['server_rtf']}")
     for utt, err in r["error_examples"]:
         print(f"error: {utt}: {err}")
     print(f"target (p95 <= {1000 * P95_TARGET:.0f} ms, no errors, the same texts): {'met' if met else 'NOT met'}")
@@ -387,7 +396,8 @@ def load(args: argparse.Namespace, base: str, ws_url: str, recordings: List[Reco
     cpu = cpu_seconds(pid) - cpu0 if pid and cpu0 is not None else None
     rss = {"start": rss_start, "peak": peak or None, "end": rss_mb(pid) if pid else None}
     metrics_after, load_after = read_metrics(base), load_average()
-    reference = {} if args.no_reference else streaming_decode_texts(args, os.path.join(tmp, "decode"))
+    reference = {} if args.no_reference else streaming_decode_texts(args, [r.utt for r in recordings],
+                                                                    os.path.join(tmp, "decode"))
     report = load_report(per_client, reference, wall, cpu, rss, (metrics_before, metrics_after),
                          (load_before, load_after))
     if args.no_reference:
