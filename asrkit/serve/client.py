@@ -101,13 +101,15 @@ async def stream_audio(url: str, samples: np.ndarray, *, sample_rate: int = 1600
                        name: Optional[str] = None, chunk_ms: Optional[int] = None,
                        hotwords: Optional[Sequence[str]] = None, stop_after: Optional[float] = None,
                        abort: bool = False, on_message: Optional[Callable[[Message], None]] = None,
-                       timeout: float = 60.0) -> StreamOutcome:
+                       sent: Optional[asyncio.Event] = None, timeout: float = 60.0) -> StreamOutcome:
     """Send ``samples`` (mono float32 at ``sample_rate``) as one stream to ``url`` (``ws://host:port/v1/stream``)
     in ``frame_ms`` frames, each sent when it would have been recorded divided by ``rate`` (0: as fast as
     possible), then the end message; collect what comes back until ``done`` and the close.
     ``stop_after``: seconds of audio after which the client leaves without an end message (closing the
     connection, or with ``abort`` dropping it unclosed); ``on_message``: called with each server message;
-    ``timeout``: seconds to wait for the connection, for ``ready`` and for ``done`` after the end message."""
+    ``sent``: set once the audio and the end message are sent, or the stream failed (a load generator starts its
+    next stream then); ``timeout``: seconds to wait for the connection, for ``ready`` and for ``done`` after the
+    end message."""
     require("websockets", "the stream client (asrkit.serve.client)")
     from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed
@@ -205,6 +207,8 @@ async def stream_audio(url: str, samples: np.ndarray, *, sample_rate: int = 1600
                     return out
                 await ws.send(json.dumps({"type": "end"}))
                 timeline.end_message = time.perf_counter()
+                if sent is not None:
+                    sent.set()
                 await asyncio.wait_for(receiver, timeout)
             except ConnectionClosed:
                 await asyncio.gather(receiver, return_exceptions=True)
@@ -216,6 +220,9 @@ async def stream_audio(url: str, samples: np.ndarray, *, sample_rate: int = 1600
                 out.error = reason or f"closed with code {out.close_code}"
     except (OSError, asyncio.TimeoutError, ConnectionClosed) as exc:
         out.error = out.error or f"{type(exc).__name__}: {exc}"
+    finally:
+        if sent is not None:
+            sent.set()
     return out
 
 

@@ -46,9 +46,9 @@ def test_load_reports_latency_cpu_memory_and_the_same_texts_as_decode_streaming(
     assert 0 < r["server_cpu_cores"] and r["server_rss_mb"]["peak"] >= r["server_rss_mb"]["start"] > 0
     assert r["mean_batch"] >= 1.0 and r["server_rtf"] > 0 and r["server_partial_p95"] > 0
     assert r["texts_differing"] == 0 and r["wer_served"] == pytest.approx(r["wer_decode_streaming"])
-    assert r["audio_seconds"] >= 1.5 and r["wall_seconds"] >= 1.5  # real time
+    assert r["audio_seconds"] >= 1.5 and r["wall_seconds"] >= 1.5 and 0 < r["streams_sending"] <= 2.05  # real time
     printed = capsys.readouterr().out
-    assert "| clients | streams |" in printed and "streams whose text differs: 0" in printed
+    assert "| clients | streams (sending at once) |" in printed and "streams whose text differs: 0" in printed
 
 
 def test_churn_leaves_no_stream_open(served, tmp_path, capsys):

@@ -94,8 +94,14 @@ def test_real_time_pacing_latency_and_the_whole_exchange():
     audio = _noise(0.8)
     stub = Stub(every=3200, delay=0.05)
     seen: List[str] = []
+    sent, flags = asyncio.Event(), []  # whether the audio and end message were sent, at each message
+
+    def got(msg) -> None:
+        seen.append(msg["type"])
+        flags.append(sent.is_set())
+
     t0 = time.perf_counter()
-    out = _run(stub, audio, rate=1.0, frame_ms=100, name="a", on_message=lambda m: seen.append(m["type"]))
+    out = _run(stub, audio, rate=1.0, frame_ms=100, name="a", on_message=got, sent=sent)
     took = time.perf_counter() - t0
     assert stub.start == {"type": "start", "sample_rate": SR, "format": "s16le", "name": "a"}
     assert stub.audio == to_pcm(audio, "s16le") and stub.ended
@@ -103,6 +109,7 @@ def test_real_time_pacing_latency_and_the_whole_exchange():
     gaps = np.diff(stub.frame_times)  # 100 ms frames, one every 100 ms
     assert len(stub.frame_times) == 8 and np.median(gaps) == pytest.approx(0.1, abs=0.05)
     assert seen[0] == "ready" and seen[-1] == "done" and seen.count("partial") == 4
+    assert flags[:3] == [False, False, False] and flags[-1] is True  # set when the end message went, before done
     assert (out.model, out.chunk_ms, out.error, out.close_code) == ("stub", 200, None, 1000)
     assert out.result == {"name": "n", "text": "x y"} and out.text == "x y"
     assert out.audio_seconds == pytest.approx(0.8)
@@ -147,8 +154,10 @@ def test_a_refused_stream_reports_the_server_s_message_and_code():
 
 
 def test_no_server_is_an_error_not_an_exception():
-    out = asyncio.run(stream_audio("ws://127.0.0.1:9/v1/stream", _noise(0.1), rate=0, timeout=5))
+    sent = asyncio.Event()
+    out = asyncio.run(stream_audio("ws://127.0.0.1:9/v1/stream", _noise(0.1), rate=0, timeout=5, sent=sent))
     assert out.result is None and out.error and "refused" in out.error.lower()
+    assert sent.is_set()  # a load generator waiting on it goes on
 
 
 @pytest.mark.parametrize("kw, match", [({"rate": -1}, "rate"), ({"frame_ms": 0}, "frame_ms")])

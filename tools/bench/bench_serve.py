@@ -10,7 +10,8 @@ options), or ``--url http://HOST:PORT`` names a running one (``--server-pid`` fo
 
 **Load** (the default): ``--clients`` clients over loopback, started over ``--ramp`` seconds; each sends the data
 dir's recordings in turn (client k from the k-th on), one stream per recording, at real time (``--rate``) in
-``--frame-ms`` frames, and starts no new one after ``--seconds``. Reported: partial latency (from sending the
+``--frame-ms`` frames, the next recording's stream starting as soon as the last one's audio and end message are
+sent (so each client always has one stream sending), and starts no new one after ``--seconds``. Reported: partial latency (from sending the
 frame that held the last sample a partial's chunks needed to receiving it: asrkit.serve.client) p50/p95/p99 over
 all partials and the worst client's p95; final latency (from the frame holding an utterance's last sample, or the
 end message, to its final); streams with an error; the server's CPU (cores busy, from /proc) and resident memory;
@@ -134,16 +135,19 @@ def load_average() -> str:
 
 async def _client(k: int, url: str, recordings: Sequence[Recording], deadline: float, start_delay: float,
                   args: argparse.Namespace, sample_rate: int) -> List[Tuple[Recording, StreamOutcome]]:
+    """Client ``k``: one stream sending at all times (the next recording starts once the last one's audio and end
+    message are sent, while its last results are still coming), until ``deadline``."""
     await asyncio.sleep(start_delay)
-    done: List[Tuple[Recording, StreamOutcome]] = []
+    streams: List[Tuple[Recording, "asyncio.Task[StreamOutcome]"]] = []
     i = k
     while time.monotonic() < deadline:
-        rec = recordings[i % len(recordings)]
-        out = await stream_audio(url, rec.audio, sample_rate=sample_rate, rate=args.rate, frame_ms=args.frame_ms,
-                                 fmt=args.format, token=args.token, name=f"c{k}-{rec.utt}", timeout=args.timeout)
-        done.append((rec, out))
+        rec, sent = recordings[i % len(recordings)], asyncio.Event()
+        streams.append((rec, asyncio.create_task(stream_audio(
+            url, rec.audio, sample_rate=sample_rate, rate=args.rate, frame_ms=args.frame_ms, fmt=args.format,
+            token=args.token, name=f"c{k}-{rec.utt}", sent=sent, timeout=args.timeout))))
+        await sent.wait()
         i += 1
-    return done
+    return [(rec, await task) for rec, task in streams]
 
 
 async def _sample_rss(pid: Optional[int], peak: List[float], stop: asyncio.Event) -> None:
@@ -247,7 +251,8 @@ def load_report(per_client: List[List[Tuple[Recording, StreamOutcome]]], referen
     chunks = after.get("asrkit_chunks_total", 0) - before.get("asrkit_chunks_total", 0)
     return {
         "clients": len(per_client), "streams": len(streams), "audio_seconds": sum(o.audio_seconds for _, o in streams),
-        "wall_seconds": wall, "errors": len(errors), "error_examples": errors[:5],
+        "wall_seconds": wall, "streams_sending": sum(o.audio_seconds for _, o in streams) / wall,  # on average
+        "errors": len(errors), "error_examples": errors[:5],
         "partial_latency": quantiles(partial), "worst_client_p95": max((x for x in client_p95 if x is not None),
                                                                        default=None),
         "final_latency": quantiles(final),
@@ -269,13 +274,13 @@ def print_load(r: Dict[str, Any]) -> None:
     p, f = r["partial_latency"], r["final_latency"]
     rss = r["server_rss_mb"]
     met = p["p95"] is not None and p["p95"] <= P95_TARGET and r["errors"] == 0 and r["texts_differing"] == 0
-    print(f"\n| clients | streams | audio (s) | wall (s) | partial ms p50 / p95 / p99 (n) | worst client p95 | "
+    print(f"\n| clients | streams (sending at once) | audio (s) | wall (s) | partial ms p50 / p95 / p99 (n) | worst client p95 | "
           f"final ms p50 / p95 / p99 | errors | server CPU (cores) | server RSS MB start / peak / end | mean batch |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     cpu = "-" if r["server_cpu_cores"] is None else f"{r['server_cpu_cores']:.2f}"
     rss_text = " / ".join("-" if rss[k] is None else f"{rss[k]:.0f}" for k in ("start", "peak", "end"))
     batch = "-" if r["mean_batch"] is None else f"{r['mean_batch']:.1f}"
-    print(f"| {r['clients']} | {r['streams']} | {r['audio_seconds']:.0f} | {r['wall_seconds']:.0f} | "
+    print(f"| {r['clients']} | {r['streams']} ({r['streams_sending']:.1f}) | {r['audio_seconds']:.0f} | {r['wall_seconds']:.0f} | "
           f"{_ms(p['p50'])} / {_ms(p['p95'])} / {_ms(p['p99'])} ({p['n']}) | {_ms(r['worst_client_p95'])} | "
           f"{_ms(f['p50'])} / {_ms(f['p95'])} / {_ms(f['p99'])} | {r['errors']} | {cpu} | {rss_text} | {batch} |")
     wer = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
