@@ -20,16 +20,19 @@ eagerly, so everything but the capture itself is tested without a GPU; the captu
 """
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from typing import Any, Mapping, Optional, Tuple
 
 import torch
 
-from asrkit.search import prefix_loop
+from asrkit.search import fused_step, prefix_loop
 from asrkit.search.hypotheses import NBest
 from asrkit.search.interfaces import BatchScorer
 
 MAX_ENTRIES = 8
+# The CTC arithmetic of a step as one Triton kernel (asrkit.search.fused_step): opt-in until measured on a GPU.
+FUSED_STEP = os.environ.get("ASRKIT_FUSED_STEP") == "1"
 
 
 class _Entry:
@@ -83,11 +86,13 @@ def search(lp: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: int, score
     """One batch through its bucket's captured loop (arguments as ``ctc_prefix._search_batch``'s)."""
     fr = prefix_loop.tables(lp, lengths, beam, scorers, bonus, topk, min_logp, skip, bucketed=True)
     start = prefix_loop.fresh_rows(lp.shape[0], beam, lp.dtype, lp.device, scorers)
-    key = (lp.device, lp.dtype, lp.shape[0], lp.shape[2], beam, fr.n_cand, fr.steps, skip is not None, nbest, bonus,
+    key = (FUSED_STEP, lp.device, lp.dtype, lp.shape[0], lp.shape[2], beam, fr.n_cand, fr.steps, skip is not None, nbest, bonus,
            tuple((name, id(sc), float(weights[name])) for name, sc in scorers.items()))
     entry = _CACHE.get(key)
     if entry is None:
-        entry = _Entry(prefix_loop.beam_state(fr, lp, beam, scorers, bonus, start), fr, scorers, weights, nbest)
+        s = prefix_loop.beam_state(fr, lp, beam, scorers, bonus, start)
+        s.fused_step = FUSED_STEP and not s.wide and fused_step.unavailable(lp.device) is None
+        entry = _Entry(s, fr, scorers, weights, nbest)
         _CACHE[key] = entry
         while len(_CACHE) > MAX_ENTRIES:
             _CACHE.popitem(last=False)

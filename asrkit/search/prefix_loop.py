@@ -52,6 +52,7 @@ from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Tup
 
 import torch
 
+from asrkit.search import fused_step
 from asrkit.search.candidates import top_tokens
 from asrkit.search.compaction import compact_frames
 from asrkit.search.hypotheses import NBest, backtrack, pack_emissions
@@ -155,6 +156,10 @@ class FrameTables:
         self.offset = offset
         self.run_steps: List[bool] = [False] * width
         self.roff: List[Optional[torch.Tensor]] = [None] * width
+        # bucketed: (T', B) 1 where a run of skipped frames follows the step (the fused kernel's form of roff)
+        self.run_after: Optional[torch.Tensor] = None
+        if bucketed:
+            self.run_after = tables["run_after"] = torch.zeros((width, batch), dtype=torch.int32, device=dev)
         if skip is not None or (bucketed and skip_threshold is not None):
             nxt = torch.nn.functional.pad(frame[:, 1:], (0, 1), value=-1)  # next kept frame
             run_after = (nxt - frame > 1) & (nxt >= 0)  # (B, T'): skipped frames between i and i+1
@@ -167,6 +172,8 @@ class FrameTables:
             roff = _steps(torch.where(run_after[..., None], moved, plain)[..., None])  # (T', B, R, 1)
             self.roff = [r if any_run else None for r, any_run in zip(roff.unbind(0), self.run_steps)]
             tables["roff"] = roff
+            if self.run_after is not None:
+                self.run_after.copy_(run_after.t())
         self.tables = tables
 
     def load(self, other: "FrameTables") -> None:
@@ -289,6 +296,9 @@ class BeamState:
         self.hold: Optional[List[torch.Tensor]] = None
         self.nb_b = self.st[:, :2, :beam]  # pnb, pb
         self.held = torch.empty_like(self.nb_b)
+        # The CTC arithmetic of each step as one Triton kernel (asrkit.search.fused_step; prefix_graph turns it on).
+        self.fused_step = False
+        self.token = torch.empty((batch, beam), **long)  # the fused step's picked tokens (-1: a stay)
 
     def restart(self, start: BeamRows) -> None:
         """Refill the buffers with ``start`` (same shapes) so that the loop can run again on other tables."""
@@ -435,8 +445,26 @@ def _score_candidates(i: int, s: BeamState, fr: FrameTables, scorers: Mapping[st
 def frame_loop(s: BeamState, fr: FrameTables, scorers: Mapping[str, BatchScorer],
                weights: Mapping[str, float]) -> None:
     """All frames; tests run this under patches that fail on any host sync."""
+    if s.fused_step:
+        _fused_loop(s, fr, scorers, weights)
+        return
     for i in range(fr.steps):
         step(i, s, fr, scorers, weights)
+
+
+def _fused_loop(s: BeamState, fr: FrameTables, scorers: Mapping[str, BatchScorer],
+                weights: Mapping[str, float]) -> None:
+    """The frames through :mod:`asrkit.search.fused_step`: all in one launch without scorers, else one launch per
+    step between the scorers' scores and their state selection."""
+    if not scorers:
+        fused_step.run_steps(s, fr, 0, fr.steps, has_scorers=False)
+        return
+    for i in range(fr.steps):
+        _score_candidates(i, s, fr, scorers, weights)
+        fused_step.run_steps(s, fr, i, 1, has_scorers=True)
+        rows = (s.parent + s.row0).view(-1)
+        for name, sc in scorers.items():
+            s.states[name] = sc.select_state(s.states[name], rows, s.token.view(-1))
 
 
 

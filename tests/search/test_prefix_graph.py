@@ -90,7 +90,7 @@ def test_the_cache_keeps_the_most_recent_buckets(monkeypatch: pytest.MonkeyPatch
         lp = random_log_probs(batch, frames, 6, gen)
         search(lp, torch.full((batch,), frames), True, beam=3, **EXACT)
     keys = list(prefix_graph._CACHE)
-    assert [(k[2], k[6]) for k in keys] == [(2, 64), (3, 32)]  # (batch, steps): A evicted by C, then B refreshed
+    assert [(k[3], k[7]) for k in keys] == [(2, 64), (3, 32)]  # (batch, steps): A evicted by C, then B refreshed
 
 
 def test_auto_runs_the_captured_loop_on_cuda_only(monkeypatch: pytest.MonkeyPatch) -> None:

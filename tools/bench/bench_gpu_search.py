@@ -13,7 +13,8 @@ utterances per second and RTFx (audio seconds per wall second).
 * ``search``: the search alone, no LM, beam --beam, on peaky random log-probs (tools/bench/bench_decode_inputs.py)
   of V = 29 and V = 500 at each of --batches: greedy; asrkit's torch loop eager (``cuda_graph=False``) and
   captured once per bucket and replayed (``cuda_graph=True``, the default on CUDA); torchaudio's
-  ``cuda_ctc_decoder`` (no LM) at the same beam and blank-skip threshold (0.999); asrkit's C++ loop on one CPU
+  ``cuda_ctc_decoder`` (no LM) at the same beam and blank-skip threshold (0.999); the captured loop with its CTC
+  step as one Triton kernel (``+ fused step``, :mod:`asrkit.search.fused_step`, opt-in); asrkit's C++ loop on one CPU
   core (first batch size only). "agree": top-1 equal to asrkit's exact search (no pruning, C++ loop, CPU) at the
   first batch size.
 * ``lm``: the BPE-500 text inputs of --lm-dir (tools/bench/make_bench_lm.py --order 3) with the word 3-gram:
@@ -43,7 +44,7 @@ if _TOOLS not in sys.path:
 from asrkit.config import load_config  # noqa: E402
 from asrkit.lm import LSTMLM, NeuralLMScorer, ngram_scorer  # noqa: E402
 from asrkit.models.registry import build_model  # noqa: E402
-from asrkit.search import ctc_prefix_beam_search, greedy_search, native_build  # noqa: E402
+from asrkit.search import ctc_prefix_beam_search, fused_step, greedy_search, native_build, prefix_graph  # noqa: E402
 from asrkit.text.tokenizer import load_tokenizer  # noqa: E402
 from bench_decode_inputs import AUDIO_SECONDS, peaky_log_probs, pick_texts, text_log_probs  # noqa: E402
 
@@ -77,6 +78,21 @@ def prefix(lp: torch.Tensor, lens: torch.Tensor, beam: int, graph: Optional[bool
     nbest = ctc_prefix_beam_search(lp, lens, beam=beam, nbest=1, scorers=scorers, weights=weights,
                                    cuda_graph=graph, native=native, **prune)
     return [h.tokens for h in nbest.best()]
+
+
+def with_fused_step(fn: Callable[[], Tokens]) -> Callable[[], Tokens]:
+    """fn with the captured loop's CTC step as one Triton kernel (asrkit.search.fused_step; opt-in)."""
+    def run() -> Tokens:
+        prefix_graph.FUSED_STEP = True
+        try:
+            return fn()
+        finally:
+            prefix_graph.FUSED_STEP = False
+    return run
+
+
+def fused_rows(dev: torch.device) -> bool:
+    return fused_step.unavailable(dev) is None
 
 
 def greedy(lp: torch.Tensor, lens: torch.Tensor) -> Tokens:
@@ -141,6 +157,9 @@ def section_search(args: argparse.Namespace, dev: torch.device) -> str:
                 ("greedy", lambda: greedy(lp, lens), dev),
                 ("asrkit eager", lambda: prefix(lp, lens, args.beam, False, native=False), dev),
                 ("asrkit captured", lambda: prefix(lp, lens, args.beam, True, native=False), dev)]
+            if fused_rows(dev):
+                rows.append(("asrkit captured + fused step", with_fused_step(
+                    lambda: prefix(lp, lens, args.beam, True, native=False)), dev))
             if dev.type == "cuda":
                 ta = torchaudio_decoder(vocab, args.beam)
                 if ta is not None:
@@ -178,9 +197,13 @@ def section_lm(args: argparse.Namespace, dev: torch.device) -> str:
         weights = {"lm": 0.5}
         ref_secs, ref = cpu_one_core(lambda: prefix(lp_cpu, lens_cpu, args.beam, False, scorers=cpu_lm,
                                                     weights=weights), args.repeats if i == 0 else 1)
-        for name, graph in (("asrkit eager", False), ("asrkit captured", True)):
-            secs, out = timed(lambda: prefix(lp, lens, args.beam, graph, native=False, scorers=gpu_lm,
-                                             weights=weights), dev, args.repeats)
+        variants = [("asrkit eager", False, False), ("asrkit captured", True, False)]
+        if fused_rows(dev):
+            variants.append(("asrkit captured + fused step", True, True))
+        for name, graph, fuse in variants:
+            def search(graph: bool = graph) -> Tokens:
+                return prefix(lp, lens, args.beam, graph, native=False, scorers=gpu_lm, weights=weights)
+            secs, out = timed(with_fused_step(search) if fuse else search, dev, args.repeats)
             table.row(batch, name, f"{batch / secs:.0f}", f"{batch * AUDIO_SECONDS / secs:.0f}", f"{secs * 1000:.1f}",
                       agree(out, ref))
         table.row(batch, cpu_label(), f"{batch / ref_secs:.0f}",
@@ -217,6 +240,9 @@ def section_e2e(args: argparse.Namespace, dev: torch.device) -> str:
                                                                  scorers={"lm": word}, weights={"lm": 0.5})),
             ("CTC prefix + LSTM LM", lambda lp, lens: prefix(lp, lens, args.beam, None, native=False,
                                                              scorers={"lm": lstm}, weights={"lm": 0.3}))]
+        if fused_rows(dev):
+            decodings += [(f"{name} (fused step)", lambda lp, lens, fn=fn: with_fused_step(lambda: fn(lp, lens))())
+                          for name, fn in decodings[1:3]]
         for name, search in decodings:
             def run(search: Callable[[torch.Tensor, torch.Tensor], Tokens] = search) -> Tokens:
                 lp, lens = encode()

@@ -1,0 +1,162 @@
+"""The Triton kernel of :mod:`asrkit.search.fused_step` (imported on first use: triton decides between compiling
+and interpreting, ``TRITON_INTERPRET=1``, when a function is decorated)."""
+import triton
+import triton.language as tl
+
+
+
+@triton.jit
+def logaddexp(a, b):
+    hi = tl.maximum(a, b)
+    lo = tl.minimum(a, b)
+    safe = hi == float("-inf")
+    return tl.where(safe, hi, hi + tl.log(1.0 + tl.exp(lo - tl.where(safe, 0.0, hi))))
+
+@triton.jit
+def ctc_steps(st, ints, tok_all, cval, lpb, pad_bias, run_after, lp_rows, fusion, hist, parent_out, token_out,
+              first, n_steps, batch, beam, n_cand, vocab, bonus_ptr,
+              HAS_FUSION: tl.constexpr, HAS_SCORERS: tl.constexpr, BK: tl.constexpr, BC: tl.constexpr,
+              SENT_HASH_C: tl.constexpr, SENT_PARENT_C: tl.constexpr, SENT_MIN_C: tl.constexpr,
+              HASH_MUL_C: tl.constexpr):
+    b = tl.program_id(0)
+    cols = n_cand + 1
+    ok = tl.arange(0, BK)  # hypothesis slots
+    oc = tl.arange(0, BC)  # candidate columns: 0..C-1 extensions, C the stay
+    kmask = ok < beam
+    k2 = ok[:, None]
+    c2 = oc[None, :]
+    valid = (k2 < beam) & (c2 <= n_cand)
+    is_ext = c2 < n_cand
+    pick_id = k2 * cols + c2  # the torch step's candidate index
+    big = beam * cols + 1
+    neg = float("-inf")
+    srow = st + b * 4 * (beam + 1)
+    pnb = tl.load(srow + ok, mask=kmask, other=neg)
+    pb = tl.load(srow + (beam + 1) + ok, mask=kmask, other=neg)
+    tot = tl.load(srow + 2 * (beam + 1) + ok, mask=kmask, other=neg)
+    fused = tl.load(srow + 3 * (beam + 1) + ok, mask=kmask, other=0.0)
+    irow = ints + b * 4 * beam
+    hsh = tl.load(irow + ok, mask=kmask, other=SENT_HASH_C)
+    phsh = tl.load(irow + beam + ok, mask=kmask, other=SENT_PARENT_C)
+    last = tl.load(irow + 2 * beam + ok, mask=kmask, other=0)
+    single = tl.load(irow + 3 * beam + ok, mask=kmask, other=0)
+    for t in range(first, first + n_steps):
+        tb = t * batch + b
+        ctok = tl.load(tok_all + tb * cols + oc, mask=oc < n_cand, other=-2)  # (BC,)
+        cv = tl.load(cval + tb * n_cand + oc, mask=oc < n_cand, other=neg)
+        blank_lp = tl.load(lpb + tb)
+        pad = tl.load(pad_bias + tb)
+        run = tl.load(run_after + tb)
+        lp_last = tl.load(lp_rows + tb * vocab + last, mask=kmask, other=neg) + pad  # (BK,)
+        # extensions: a repeat of the own last token only from pb
+        eq = (ctok[None, :] == last[:, None]) & is_ext
+        ext = tl.where(eq, pb[:, None], tot[:, None]) + cv[None, :]
+        col = tl.min(tl.where(eq, c2, n_cand), axis=1)  # own last token's column; C: none
+        # parent in the beam: the first k2 with hash[k2] == parent_hash[k]; K: none
+        match = (phsh[:, None] == hsh[None, :]) & (ok[None, :] < beam)
+        par = tl.min(tl.where(match, ok[None, :], beam), axis=1)
+        # the extension (par[k], col[k]) is k's prefix: it leaves the candidates
+        merged = tl.max(((par[:, None, None] == ok[None, :, None]) & (col[:, None, None] == oc[None, None, :])
+                         & (col[:, None, None] < n_cand)).to(tl.int32), axis=0) > 0
+        ext = tl.where(merged, neg, ext)
+        sel_par = par[:, None] == ok[None, :]  # (BK, BK)
+        p_pb = tl.max(tl.where(sel_par, pb[None, :], neg), axis=1)
+        p_tot = tl.max(tl.where(sel_par, tot[None, :], neg), axis=1)
+        src = tl.where(single != 0, p_tot, p_pb)
+        stay_nb = logaddexp(pnb, src) + lp_last
+        stay_b = tot + blank_lp
+        stay_tot = logaddexp(stay_nb, stay_b)
+        nb = tl.where(is_ext, ext, stay_nb[:, None])
+        bb = tl.where(is_ext, neg, stay_b[:, None])
+        tt = tl.where(is_ext, ext, stay_tot[:, None])
+        if HAS_FUSION:
+            if HAS_SCORERS:
+                fus = tl.load(fusion + (b * beam + k2) * cols + c2, mask=valid, other=0.0)
+            else:
+                fus = tl.where(is_ext, tl.load(bonus_ptr), 0.0)  # in the beam's dtype
+            fus = fus + fused[:, None]
+            cand = tt + fus
+        else:
+            fus = tl.where(is_ext, 0.0, fused[:, None])
+            cand = tt
+        cand = tl.where(valid, cand, neg)
+        taken = (pick_id < 0).to(tl.int32)
+        n_pnb = pnb
+        n_pb = pb
+        n_tot = tot
+        n_fused = fused
+        n_hsh = hsh
+        n_phsh = phsh
+        n_last = last
+        n_single = single
+        picks = (ok * 0).to(tl.int64)
+        parents = (ok * 0).to(tl.int64)
+        tokens = (ok * 0).to(tl.int64)
+        for j in range(beam):
+            avail = valid & (taken == 0)
+            key = tl.where(avail, cand, neg)
+            best = tl.max(tl.max(key, axis=1), axis=0)
+            pid = tl.min(tl.min(tl.where(avail & (key == best), pick_id, big), axis=1), axis=0)
+            sel = (pick_id == pid) & valid  # padded lanes alias ids of real cells
+            taken = taken | sel.to(tl.int32)
+            p = pid // cols
+            c = pid - p * cols
+            v_nb = tl.max(tl.max(tl.where(sel, nb, neg), axis=1), axis=0)
+            v_b = tl.max(tl.max(tl.where(sel, bb, neg), axis=1), axis=0)
+            v_tot = tl.max(tl.max(tl.where(sel, tt, neg), axis=1), axis=0)
+            v_fus = tl.max(tl.max(tl.where(sel, fus, neg), axis=1), axis=0)
+            # a run of skipped blank frames follows: all mass ends in blank
+            v_b = tl.where(run != 0, v_tot, v_b)
+            v_nb = tl.where(run != 0, neg, v_nb)
+            dead = best == neg
+            if HAS_SCORERS:  # a scorer's -inf leaves a finite CTC score on a dead pick
+                v_nb = tl.where(dead, neg, v_nb)
+                v_tot = tl.where(dead, neg, v_tot)
+            sel_p = ok == p
+            tok_c = tl.max(tl.where(oc == c, ctok, -2), axis=0)
+            ext_pick = c < n_cand
+            o_hsh = tl.max(tl.where(sel_p, hsh, SENT_MIN_C), axis=0)
+            o_phsh = tl.max(tl.where(sel_p, phsh, SENT_MIN_C), axis=0)
+            o_last = tl.max(tl.where(sel_p, last, -2), axis=0)
+            o_single = tl.max(tl.where(sel_p, single, -2), axis=0)
+            w_hsh = tl.where(ext_pick, tok_c + o_hsh * HASH_MUL_C, o_hsh)
+            w_phsh = tl.where(ext_pick, o_hsh, o_phsh)
+            w_last = tl.where(ext_pick, tok_c, o_last)
+            w_single = tl.where(ext_pick, (tok_c != o_last).to(tl.int64), o_single)
+            w_hsh = tl.where(dead, SENT_HASH_C, w_hsh)
+            w_phsh = tl.where(dead, SENT_PARENT_C, w_phsh)
+            w_last = tl.where(dead, 0, w_last)
+            w_single = tl.where(dead, 0, w_single)
+            at = ok == j
+            n_pnb = tl.where(at, v_nb, n_pnb)
+            n_pb = tl.where(at, v_b, n_pb)
+            n_tot = tl.where(at, v_tot, n_tot)
+            if HAS_FUSION:
+                n_fused = tl.where(at, v_fus, n_fused)
+            n_hsh = tl.where(at, w_hsh, n_hsh)
+            n_phsh = tl.where(at, w_phsh, n_phsh)
+            n_last = tl.where(at, w_last, n_last)
+            n_single = tl.where(at, w_single, n_single)
+            picks = tl.where(at, pid.to(tl.int64), picks)
+            parents = tl.where(at, p.to(tl.int64), parents)
+            tokens = tl.where(at, tl.where(ext_pick, tok_c, -1), tokens)
+        pnb = n_pnb
+        pb = n_pb
+        tot = n_tot
+        fused = n_fused
+        hsh = n_hsh
+        phsh = n_phsh
+        last = n_last
+        single = n_single
+        tl.store(hist + tb * beam + ok, picks, mask=kmask)
+        if HAS_SCORERS:
+            tl.store(parent_out + b * beam + ok, parents, mask=kmask)
+            tl.store(token_out + b * beam + ok, tokens, mask=kmask)
+    tl.store(srow + ok, pnb, mask=kmask)
+    tl.store(srow + (beam + 1) + ok, pb, mask=kmask)
+    tl.store(srow + 2 * (beam + 1) + ok, tot, mask=kmask)
+    tl.store(srow + 3 * (beam + 1) + ok, fused, mask=kmask)
+    tl.store(irow + ok, hsh, mask=kmask)
+    tl.store(irow + beam + ok, phsh, mask=kmask)
+    tl.store(irow + 2 * beam + ok, last, mask=kmask)
+    tl.store(irow + 3 * beam + ok, single, mask=kmask)
