@@ -383,7 +383,9 @@ def test_serve_limits_are_checked_at_their_least_values():
                        idle_timeout_s=0.01, token="t")
     assert (edge.port, edge.max_streams, edge.max_message_bytes) == (65535, 1, 1024)
     assert ServeConfig(port=0).port == 0  # any free port
-    for key, least in (("port", 0), ("max_streams", 1), ("max_message_bytes", 1024), ("max_upload_bytes", 1)):
+    assert ServeConfig().threads == 1
+    for key, least in (("port", 0), ("max_streams", 1), ("max_message_bytes", 1024), ("max_upload_bytes", 1),
+                       ("threads", 1)):
         with pytest.raises(ConfigError, match=rf"^serve.{key} must be at least {least}, got {least - 1}$"):
             ServeConfig(**{key: least - 1})
     with pytest.raises(ConfigError, match=r"^serve.port must be at most 65535, got 65536$"):

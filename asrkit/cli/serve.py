@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"seconds a stream may send nothing (default {d.idle_timeout_s:g})")
     s.add_argument("--max-upload-bytes", type=int, default=d.max_upload_bytes,
                    help=f"largest POST /v1/transcribe body (default {d.max_upload_bytes})")
+    s.add_argument("--threads", type=int, default=d.threads,
+                   help=f"torch intra-op threads (default {d.threads}: the loop's ops are small; more threads mostly "
+                        f"wait on each other)")
     s.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     return p
 
@@ -59,7 +62,7 @@ def serve_config_from_args(args: argparse.Namespace) -> ServeConfig:
     """The ServeConfig the arguments describe; ConfigError names a bad value."""
     return ServeConfig(host=args.host, port=args.port, token=args.token, max_streams=args.max_streams,
                        max_message_bytes=args.max_message_bytes, max_stream_seconds=args.max_stream_seconds,
-                       idle_timeout_s=args.idle_timeout, max_upload_bytes=args.max_upload_bytes)
+                       idle_timeout_s=args.idle_timeout, max_upload_bytes=args.max_upload_bytes, threads=args.threads)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

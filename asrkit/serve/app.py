@@ -146,8 +146,12 @@ def build_app(transcriber: Transcriber, cfg: Optional[ServeConfig] = None, *, na
 
 
 def run_server(app: "Starlette", cfg: ServeConfig, log_level: str = "info") -> None:
-    """Serve ``app`` on ``cfg.host:cfg.port`` with uvicorn until interrupted (one process: one inference loop)."""
+    """Serve ``app`` on ``cfg.host:cfg.port`` with uvicorn until interrupted (one process: one inference loop), torch
+    running ``cfg.threads`` intra-op threads."""
     uvicorn = require("uvicorn", "asrkit serve")
+    import torch
+
+    torch.set_num_threads(cfg.threads)
     # uvicorn's own message limit above the app's, so that the app answers a large message with its reason
     uvicorn.run(app, host=cfg.host, port=cfg.port, log_level=log_level, ws="websockets-sansio",
                 ws_max_size=2 * cfg.max_message_bytes, timeout_graceful_shutdown=5)

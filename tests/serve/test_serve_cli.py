@@ -22,10 +22,11 @@ def test_the_options_make_the_config_and_the_app(serve_exp, ran, monkeypatch, ca
     monkeypatch.setenv("ASRKIT_SERVE_TOKEN", "from-env")
     assert main(["serve", "--model", str(serve_exp), "--mode", "ctc_prefix", "--beam", "3", "--chunk-ms", "320",
                  "--port", "9001", "--max-streams", "5", "--max-message-bytes", "4096", "--max-stream-seconds",
-                 "60", "--idle-timeout", "7", "--max-upload-bytes", "1000", "--log-level", "warning"]) == 0
+                 "60", "--idle-timeout", "7", "--max-upload-bytes", "1000", "--threads", "2", "--log-level",
+                 "warning"]) == 0
     (app, cfg, log_level), = ran
     assert cfg == ServeConfig(host="127.0.0.1", port=9001, token="from-env", max_streams=5, max_message_bytes=4096,
-                              max_stream_seconds=60.0, idle_timeout_s=7.0, max_upload_bytes=1000)
+                              max_stream_seconds=60.0, idle_timeout_s=7.0, max_upload_bytes=1000, threads=2)
     assert log_level == "warning" and capsys.readouterr().err == ""
     rec = app.state.recognizer
     assert (rec.cfg.mode, rec.cfg.beam, rec.chunk_frames * rec.frame_shift) == ("ctc_prefix", 3, pytest.approx(0.32))
@@ -63,3 +64,22 @@ def test_a_missing_serve_extra_names_it(serve_exp, ran, not_installed, capsys):
     assert main(["serve", "--model", str(serve_exp)]) == 1
     assert capsys.readouterr().err == ("asrkit: asrkit serve needs uvicorn, which is not installed: "
                                        "pip install -e '.[serve]' (in the asrkit checkout)\n")
+
+
+def test_the_server_runs_torch_on_its_threads(serve_exp, monkeypatch):
+    import sys
+    import types
+
+    import torch
+
+    ran = []
+    monkeypatch.setitem(sys.modules, "uvicorn", types.SimpleNamespace(run=lambda app, **kw: ran.append(
+        (torch.get_num_threads(), kw))))
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert main(["serve", "--model", str(serve_exp), "--threads", "1", "--max-message-bytes", "4096"]) == 0
+    finally:
+        torch.set_num_threads(before)
+    (threads, kw), = ran
+    assert threads == 1 and (kw["host"], kw["port"], kw["ws_max_size"]) == ("127.0.0.1", 8000, 8192)
