@@ -10,12 +10,14 @@ options), or ``--url http://HOST:PORT`` names a running one (``--server-pid`` fo
 
 **Load** (the default): ``--clients`` clients over loopback, started over ``--ramp`` seconds; each sends the data
 dir's recordings in turn (client k from the k-th on), one stream per recording, at real time (``--rate``) in
-``--frame-ms`` frames, the next recording's stream starting as soon as the last one's audio and end message are
-sent (so each client always has one stream sending), and starts no new one after ``--seconds``. Reported: partial latency (from sending the
-frame that held the last sample a partial's chunks needed to receiving it: asrkit.serve.client) p50/p95/p99 over
-all partials and the worst client's p95; final latency (from the frame holding an utterance's last sample, or the
-end message, to its final); streams with an error; the server's CPU (cores busy, from /proc) and resident memory;
-its mean batch (chunks per tick, from /metrics); and the WER of the streams' results against the references
+``--frame-ms`` frames, and starts no new one after ``--seconds``. The next recording's stream starts as soon as
+the last one's audio and end message are sent, so each client always has one stream sending; at most two are
+open (the next waits for the one before the last), and the server is started with ``--max-streams`` twice the
+clients (at least 64). Reported: partial latency (from sending the frame that held the last sample a partial's
+chunks needed to receiving it: asrkit.serve.client) p50/p95/p99 over all partials and the worst client's p95;
+final latency (from the frame holding an utterance's last sample, or the end message, to its final); streams
+with an error; the server's CPU (cores busy, from /proc) and resident memory; its mean batch (chunks per tick)
+and its own partial latency and RTF (from /metrics); and the WER of the streams' results against the references
 beside the WER of ``asrkit decode --streaming`` of the same recordings (same model, decode config and chunk),
 with the number of streams whose text differs from it (0: the server adds no errors).
 
@@ -70,7 +72,8 @@ def free_port() -> int:
 
 
 def start_server(args: argparse.Namespace, port: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "asrkit", "serve", "--model", args.model, "--host", "127.0.0.1", "--port", str(port)]
+    cmd = [sys.executable, "-m", "asrkit", "serve", "--model", args.model, "--host", "127.0.0.1", "--port", str(port),
+           "--max-streams", str(max(64, 2 * args.clients))]  # a client holds up to two streams
     if args.decode_config:
         cmd += ["--decode-config", args.decode_config]
     if args.chunk_ms:
@@ -135,17 +138,23 @@ def load_average() -> str:
 
 async def _client(k: int, url: str, recordings: Sequence[Recording], deadline: float, start_delay: float,
                   args: argparse.Namespace, sample_rate: int) -> List[Tuple[Recording, StreamOutcome]]:
-    """Client ``k``: one stream sending at all times (the next recording starts once the last one's audio and end
-    message are sent, while its last results are still coming), until ``deadline``."""
+    """Client ``k`` until ``deadline``: one stream sending at all times (the next recording starts once the last
+    one's audio and end message are sent, while its last results are still coming), and at most two open (the
+    next waits for the one before the last to finish); after a failed stream it waits ``--retry-delay``."""
     await asyncio.sleep(start_delay)
     streams: List[Tuple[Recording, "asyncio.Task[StreamOutcome]"]] = []
     i = k
     while time.monotonic() < deadline:
+        if len(streams) >= 2:
+            await streams[-2][1]
         rec, sent = recordings[i % len(recordings)], asyncio.Event()
-        streams.append((rec, asyncio.create_task(stream_audio(
+        task = asyncio.create_task(stream_audio(
             url, rec.audio, sample_rate=sample_rate, rate=args.rate, frame_ms=args.frame_ms, fmt=args.format,
-            token=args.token, name=f"c{k}-{rec.utt}", sent=sent, timeout=args.timeout))))
+            token=args.token, name=f"c{k}-{rec.utt}", sent=sent, timeout=args.timeout))
+        streams.append((rec, task))
         await sent.wait()
+        if task.done() and task.result().result is None:  # refused or broken: no storm of retries
+            await asyncio.sleep(args.retry_delay)
         i += 1
     return [(rec, await task) for rec, task in streams]
 
@@ -274,14 +283,14 @@ def print_load(r: Dict[str, Any]) -> None:
     p, f = r["partial_latency"], r["final_latency"]
     rss = r["server_rss_mb"]
     met = p["p95"] is not None and p["p95"] <= P95_TARGET and r["errors"] == 0 and r["texts_differing"] == 0
-    print(f"\n| clients | streams (sending at once) | audio (s) | wall (s) | partial ms p50 / p95 / p99 (n) | worst client p95 | "
-          f"final ms p50 / p95 / p99 | errors | server CPU (cores) | server RSS MB start / peak / end | mean batch |")
+    print(f"\n| clients | streams (sending at once) | audio (s) | wall (s) | partial ms p50 / p95 / p99 (n) | "
+          f"worst client p95 | final ms p50 / p95 / p99 | errors | server CPU (cores) | server RSS MB start / peak / end | mean batch |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     cpu = "-" if r["server_cpu_cores"] is None else f"{r['server_cpu_cores']:.2f}"
     rss_text = " / ".join("-" if rss[k] is None else f"{rss[k]:.0f}" for k in ("start", "peak", "end"))
     batch = "-" if r["mean_batch"] is None else f"{r['mean_batch']:.1f}"
-    print(f"| {r['clients']} | {r['streams']} ({r['streams_sending']:.1f}) | {r['audio_seconds']:.0f} | {r['wall_seconds']:.0f} | "
-          f"{_ms(p['p50'])} / {_ms(p['p95'])} / {_ms(p['p99'])} ({p['n']}) | {_ms(r['worst_client_p95'])} | "
+    print(f"| {r['clients']} | {r['streams']} ({r['streams_sending']:.1f}) | {r['audio_seconds']:.0f} | "
+          f"{r['wall_seconds']:.0f} | {_ms(p['p50'])} / {_ms(p['p95'])} / {_ms(p['p99'])} ({p['n']}) | {_ms(r['worst_client_p95'])} | "
           f"{_ms(f['p50'])} / {_ms(f['p95'])} / {_ms(f['p99'])} | {r['errors']} | {cpu} | {rss_text} | {batch} |")
     wer = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
     print(f"\nWER of the streams' results {wer(r['wer_served'])}%, of asrkit decode --streaming on the same "
@@ -343,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="each churn client leaves after a random time in this range of audio")
     p.add_argument("--settle", type=float, default=10.0, help="churn: seconds to wait for the streams to close")
     p.add_argument("--timeout", type=float, default=60.0, help="a stream's connect, ready and result timeout")
+    p.add_argument("--retry-delay", type=float, default=1.0, help="seconds a client waits after a failed stream")
     p.add_argument("--startup-timeout", type=float, default=300.0)
     p.add_argument("--json", help="write the figures to this JSON file")
     return p
