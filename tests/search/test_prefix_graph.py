@@ -17,7 +17,7 @@ import asrkit.search.prefix_loop as prefix_loop
 from asrkit.search import ctc_prefix_beam_search
 from asrkit.search.hypotheses import Hypothesis
 from host_sync import no_host_sync
-from test_ctc_prefix import EXACT, peaky_log_probs, random_log_probs
+from test_ctc_prefix import EXACT, BigramScorer, peaky_log_probs, random_log_probs
 from test_resumable_search import KINDS, PRUNING, assert_same_lists, fusion, inputs, word_lm  # noqa: F401
 
 @pytest.fixture(autouse=True)
@@ -91,6 +91,22 @@ def test_the_cache_keeps_the_most_recent_buckets(monkeypatch: pytest.MonkeyPatch
         search(lp, torch.full((batch,), frames), True, beam=3, **EXACT)
     keys = list(prefix_graph._CACHE)
     assert [(k[3], k[7]) for k in keys] == [(2, 64), (3, 32)]  # (batch, steps): A evicted by C, then B refreshed
+
+
+def test_another_scorer_object_gets_its_own_entry() -> None:
+    # Two LMs under one name and weight, one after the other on batches of one shape: the second must not replay
+    # the loop captured with the first (whose tables a graph has baked in). Catches a key without the object.
+    gen = torch.Generator().manual_seed(12)
+    lp = peaky_log_probs(2, 20, 8, gen)
+    lengths = torch.tensor([20, 14])
+    outs = []
+    for lm in (BigramScorer(8, gen), BigramScorer(8, gen)):
+        kw = dict(beam=4, scorers={"lm": lm}, weights={"lm": 2.0})
+        got = search(lp, lengths, True, **kw)
+        assert_same_lists(got, search(lp, lengths, False, **kw))
+        outs.append([h.tokens for h in got[0]])
+    assert outs[0] != outs[1]  # the LMs disagree: a shared entry would show
+    assert prefix_graph.cached_entries() == 2
 
 
 def test_auto_runs_the_captured_loop_on_cuda_only(monkeypatch: pytest.MonkeyPatch) -> None:
