@@ -284,13 +284,15 @@ def print_load(r: Dict[str, Any]) -> None:
     rss = r["server_rss_mb"]
     met = p["p95"] is not None and p["p95"] <= P95_TARGET and r["errors"] == 0 and r["texts_differing"] == 0
     print(f"\n| clients | streams (sending at once) | audio (s) | wall (s) | partial ms p50 / p95 / p99 (n) | "
-          f"worst client p95 | final ms p50 / p95 / p99 | errors | server CPU (cores) | server RSS MB start / peak / end | mean batch |")
+          f"worst client p95 | final ms p50 / p95 / p99 | errors | server CPU (cores) | "
+          f"server RSS MB start / peak / end | mean batch |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     cpu = "-" if r["server_cpu_cores"] is None else f"{r['server_cpu_cores']:.2f}"
     rss_text = " / ".join("-" if rss[k] is None else f"{rss[k]:.0f}" for k in ("start", "peak", "end"))
     batch = "-" if r["mean_batch"] is None else f"{r['mean_batch']:.1f}"
     print(f"| {r['clients']} | {r['streams']} ({r['streams_sending']:.1f}) | {r['audio_seconds']:.0f} | "
-          f"{r['wall_seconds']:.0f} | {_ms(p['p50'])} / {_ms(p['p95'])} / {_ms(p['p99'])} ({p['n']}) | {_ms(r['worst_client_p95'])} | "
+          f"{r['wall_seconds']:.0f} | {_ms(p['p50'])} / {_ms(p['p95'])} / {_ms(p['p99'])} ({p['n']}) | "
+          f"{_ms(r['worst_client_p95'])} | "
           f"{_ms(f['p50'])} / {_ms(f['p95'])} / {_ms(f['p99'])} | {r['errors']} | {cpu} | {rss_text} | {batch} |")
     wer = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
     print(f"\nWER of the streams' results {wer(r['wer_served'])}%, of asrkit decode --streaming on the same "
