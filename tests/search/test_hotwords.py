@@ -142,12 +142,23 @@ def test_the_whole_step_tables_are_kept_only_where_they_fit(monkeypatch) -> None
         assert int(tables["vocab"]) == 8 and int(tables["start_state"]) == g.start * width + 1
     moved = graph.to(torch.device("cpu"))
     assert torch.equal(moved.step_next, graph.step_next) and torch.equal(moved.step_gain, graph.step_gain)
+    meta = graph.to(torch.device("meta"))  # every table moves (the search's device)
+    assert {t.device.type for t in meta if isinstance(t, torch.Tensor)} == {"meta"}
+    assert {t.device.type for t in graph._replace(step_next=None, step_gain=None).to(torch.device("meta"))
+            if isinstance(t, torch.Tensor)} == {"meta"}
     for limit, kept in ((states * width, True), (states * width - 1, False)):
         hotwords._compile.cache_clear()
         monkeypatch.setattr(hotwords, "DENSE_MAX_ENTRIES", limit)
         small = compile_hotwords(phrases, 8)
         assert (small.step_next is not None, small.step_gain is not None) == (kept, kept)
     hotwords._compile.cache_clear()
+
+
+def test_init_state_puts_the_tables_and_the_states_on_the_search_device() -> None:
+    scorer = HotwordScorer(compile_hotwords([((3, 4), 1.0)], 6))
+    state = scorer.init_state(2, 3, torch.device("meta"))
+    assert state.shape == (6,) and state.dtype == torch.long and state.device.type == "meta"
+    assert scorer.graph.step_next.device.type == scorer.graph.pend.device.type == "meta"
 
 
 def _torch_calls(fn) -> int:

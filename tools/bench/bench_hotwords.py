@@ -16,7 +16,8 @@ SNR as the recipe) into WORK/data/names; WORK/hotwords.txt lists the names said 
 (shuffled); WORK/phrases.txt holds 1000 two-name phrases ("FIRST LAST") of names outside the known text, the
 unrelated list for the test set.
 
-``run`` encodes each set once and times the search alone (the part hotwords change), best of ``--repeats``:
+``run`` encodes each set once and times the search alone (the part hotwords change) in CPU seconds of this
+process (on a shared machine its wall time mostly measures the other jobs), best of ``--repeats``:
 
 1. Names set, the tuned decode config (default MODEL/tune_dev/decode.yaml: CTC prefix search, word LM,
    lexicon) without and with WORK/hotwords.txt, per ``--hotword-weights`` and ``--class-scores``
@@ -185,13 +186,13 @@ class Encoded:
                 self.batches.append((names, *self.model.encode(wav, lens)))
 
     def search(self, searcher: Searcher) -> Tuple[Dict[str, str], float]:
-        """{utt: text} and the seconds the searches took."""
+        """{utt: text} and the CPU seconds the searches took (every thread of the process)."""
         hyps, seconds = {}, 0.0
         with torch.inference_mode():
             for names, enc, enc_lens in self.batches:
-                start = time.perf_counter()
+                start = time.process_time()
                 found = searcher.search(self.model, enc, enc_lens).best()
-                seconds += time.perf_counter() - start
+                seconds += time.process_time() - start
                 hyps.update({n: self.tokenizer.decode(h.tokens) for n, h in zip(names, found)})
         return hyps, seconds
 
@@ -232,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
 
     print(f"model {args.model}; decode config {config} (beam {tuned.beam}, lm_weight {tuned.lm_weight}, "
           f"length_bonus {tuned.length_bonus}, lm_unk_offset {tuned.lm_unk_offset}); {args.threads} thread(s); "
-          f"search seconds: one run (names set), the best of {args.repeats} (test set)\n")
+          f"search CPU seconds: one run (names set), the best of {args.repeats} (test set)\n")
     if not args.skip_names:
         listed = _read_lines(os.path.join(args.work, "hotwords.txt"))
         names = Encoded(transcriber, os.path.join(args.work, "data", "names"), tuned.batch_size)
@@ -253,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
                                                      for w in args.hotword_weights]
         lines = [f"names set: {len(names.refs)} utterances, {len(listed)} listed names "
                  f"({len(_read_lines(os.path.join(args.work, 'said.txt')))} said)", "",
-                 "| search | hotwords | recall % | false alarms % | other-word WER % | WER % | search s |",
+                 "| search | hotwords | recall % | false alarms % | other-word WER % | WER % | search CPU s |",
                  "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
         print("\n".join(lines), flush=True)
         for title, cfg, biased in settings:
@@ -267,7 +268,7 @@ def run(args: argparse.Namespace) -> int:
         phrases = _read_lines(os.path.join(args.work, "phrases.txt"))[: args.phrases]
         test = Encoded(transcriber, args.test, tuned.batch_size)
         lines = ["", f"test set {args.test}: {len(test.refs)} utterances, {len(phrases)} unrelated phrases", "",
-                 "| loop | hotwords | WER % | search s | x no hotwords |", "| --- | --- | ---: | ---: | ---: |"]
+                 "| loop | hotwords | WER % | search CPU s | x no hotwords |", "| --- | --- | ---: | ---: | ---: |"]
         print("\n".join(lines), flush=True)
         runs = {}
         for _ in range(args.repeats):  # interleaved: a busy machine slows both settings alike
