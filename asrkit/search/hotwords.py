@@ -17,8 +17,8 @@ Scores, defined by a potential ``Phi = C + pend(state)``:
   went to each hypothesis that starts a new word, which split words in the beam ("AMUSING" -> "TO MUSING")
   before the failure took it back.
 
-Appending a token scores ``Phi(after) - Phi(before)``: a matching token gains its bonus at once (so a
-hotword survives the beam while it is being spelled), a partial match that fails loses what it had gained
+Appending a token scores ``Phi(after) - Phi(before)``: a matching token past the held ones gains its bonus at
+once (so a hotword survives the beam while it is being spelled), a partial match that fails loses what it had gained
 (the *failure-cancel*), and ending the hypothesis (``final_score``, or the <eos> token of a label-synchronous
 search) cancels the unfinished partial match. A finished hypothesis has scored exactly ``C``.
 
@@ -30,9 +30,9 @@ that ends there) and ``pend`` (S,). Where the whole step function fits in :data:
 (the next state's row) and ``step_gain`` (the score), so a step is one add and one read per candidate on
 both loops, whatever the number of phrases; else a ``searchsorted`` over the arcs finds the move (its cost
 grows with the logarithm of the arc count: 1000 names made the demo's search 1.7-2x slower that way).
-A hypothesis's state is its row's start in those tables, ``state * (V + 1) + 1``, so that a token's entry is
-the row plus the token. The blank (id 0) and "prefix unchanged" (-1) score 0 and keep the state; every other
-token outside the phrases (``<unk>``, ``<sos/eos>``) leads back to the start.
+A hypothesis's state is its automaton state's row in those tables, ``id * (V + 1) + 1``, so that a token's
+entry is the row plus the token (on both layouts). The blank (id 0) and "prefix unchanged" (-1) score 0 and
+keep the state; every other token outside the phrases (``<unk>``, ``<sos/eos>``) leads back to the start.
 
 Word starts: with a word-boundary token of its own (a char model's ``▁``), a phrase is spelled with that
 token first (it carries no bonus) and a hypothesis starts as if after one, so a hotword matches at the start
