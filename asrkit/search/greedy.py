@@ -46,8 +46,8 @@ def greedy_search(log_probs: torch.Tensor, lengths: torch.Tensor) -> NBest:
     """
     check_ctc_inputs(log_probs, lengths)
     best, ids = log_probs.max(-1)  # (B, T) each
-    tokens, counts, token_frames, valid = collapse(ids, lengths.to(ids.device, torch.long))
-    path_score = torch.where(valid, best, torch.zeros((), dtype=best.dtype, device=best.device)).sum(1)
+    tokens, counts, token_frames, valid = collapse(ids, lengths)
+    path_score = torch.where(valid, best, 0.0).sum(1)
     return NBest(
         tokens=tokens[:, None],
         lengths=counts[:, None],
@@ -64,7 +64,7 @@ def ctc_greedy_search(log_probs: torch.Tensor, lengths: torch.Tensor,
     The tuple form used by the pipeline; :func:`greedy_search` returns the same decoding as an
     :class:`NBest` with path scores.
     """
-    tokens, counts, frames, _ = collapse(log_probs.argmax(-1), lengths.to(log_probs.device, torch.long), blank)
+    tokens, counts, frames, _ = collapse(log_probs.argmax(-1), lengths, blank)
     return tokens, counts, frames
 
 
@@ -75,15 +75,14 @@ def collapse(ids: torch.Tensor, lengths: torch.Tensor, blank: int = BLANK_ID,
 
     A token is emitted at frame t when ids[t] is not blank and differs from ids[t-1]; frames past
     an utterance's length never emit. ``previous`` (B,): the id of the frame before each row's first
-    (a stream's chunk continues the one before it, so a repeat across the cut is one token); default -1, none.
+    (a stream's chunk continues the one before it, so a repeat across the cut is one token); default: a blank.
     """
-    batch, frames = ids.shape
-    valid = torch.arange(frames, device=ids.device) < lengths[:, None]  # (B, T)
-    before = torch.full((batch, 1), -1, dtype=ids.dtype, device=ids.device) if previous is None \
-        else previous.to(ids.device, ids.dtype)[:, None]
-    prev = torch.cat([before, ids[:, :-1]], 1)  # (B, T)
+    frame_ids = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)  # (B, T)
+    valid = frame_ids < lengths.to(ids.device)[:, None]
+    prev = torch.nn.functional.pad(ids[:, :-1], (1, 0), value=blank)  # (B, T); (B, 1) when T = 0, as broadcast
+    if previous is not None:
+        prev[:, 0] = previous
     emit = (ids != blank) & (ids != prev) & valid
-    frame_ids = torch.arange(frames, device=ids.device).expand(batch, frames)
     tokens, token_frames, counts = pack_emissions(torch.where(emit, ids, -1), frame_ids)
     return tokens, counts, token_frames, valid
 
@@ -92,8 +91,8 @@ def trailing_blanks(ids: torch.Tensor, lengths: torch.Tensor, before: Optional[t
                     blank: int = BLANK_ID) -> torch.Tensor:
     """(B,) int64: the blank frames that end each row's first lengths[b] frames of the best path ids (B, T)
     (the trailing silence a live stream's endpointing reads). ``before`` (B,): the run that ended each
-    stream's frames before these, which a row with no spoken frame extends; default 0."""
-    lengths = lengths.to(ids.device, torch.long)
+    stream's frames before these, which a row with no spoken frame extends; default 0. lengths and before
+    are on ids' device."""
     t = torch.arange(ids.shape[1], device=ids.device)
     spoken = (ids != blank) & (t < lengths[:, None])  # (B, T)
     # one past the last spoken frame (0: none); a zero column so that a chunk of no frames has a maximum
@@ -101,4 +100,4 @@ def trailing_blanks(ids: torch.Tensor, lengths: torch.Tensor, before: Optional[t
     run = lengths - end
     if before is None:
         return run
-    return torch.where(end == 0, before.to(run.device, torch.long) + run, run)
+    return torch.where(end == 0, before + run, run)

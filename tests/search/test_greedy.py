@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from asrkit.search.greedy import collapse, ctc_greedy_search, greedy_search, trailing_blanks
+from asrkit.search.greedy import check_ctc_inputs, collapse, ctc_greedy_search, greedy_search, trailing_blanks
 from asrkit.search.hypotheses import NBest
 
 
@@ -123,3 +123,28 @@ def test_trailing_blanks_without_frames_or_a_run_before():
     assert trailing_blanks(ids[:, :0], torch.tensor([0, 0, 0, 0]), torch.tensor([4, 0, 1, 2])).tolist() == [4, 0, 1, 2]
     assert trailing_blanks(ids[:, :0], torch.tensor([0, 0, 0, 0])).tolist() == [0, 0, 0, 0]
     assert trailing_blanks(torch.tensor([[5, 5, 2]]), torch.tensor([3]), blank=2).tolist() == [1]
+
+
+def test_another_blank_id_is_dropped_and_id_0_is_a_token():
+    ids = torch.tensor([[0, 0, 3, 0, 2, 2, 3, 2]])
+    lp = torch.nn.functional.one_hot(ids, 4).float().log()
+    tokens, counts, frames = ctc_greedy_search(lp, torch.tensor([8]), blank=3)
+    assert tokens[0, : counts[0]].tolist() == [0, 0, 2, 2] and frames[0, : counts[0]].tolist() == [0, 3, 4, 7]
+
+
+def test_input_checks_name_the_utterance_the_frame_and_the_dtype():
+    lp = torch.zeros(3, 6, 4)
+    lp[0, 2, 1] = float("-inf")  # log 0 is allowed
+    lp[1, 4, 0], lp[1, 2, 3] = float("nan"), float("nan")
+    lp[2, 1, 2] = float("inf")
+    lens = torch.tensor([6, 6, 6])
+    for bad, match in ((lp, "^utterance 1 \\(batch row 1\\): log_probs contain NaN or \\+inf at frame 2$"),
+                       (lp[2:], "^utterance 0 \\(batch row 0\\): log_probs contain NaN or \\+inf at frame 1$")):
+        with pytest.raises(ValueError, match=match):
+            check_ctc_inputs(bad, lens[: bad.shape[0]])
+    check_ctc_inputs(lp[:1], lens[:1])
+    with pytest.raises(ValueError, match="^log_probs must be floating point, got torch.int64$"):
+        check_ctc_inputs(lp[:1].long(), lens[:1])
+    for dtype in (torch.float32, torch.complex64):
+        with pytest.raises(ValueError, match=f"^lengths must be integers, got {dtype}$"):
+            check_ctc_inputs(lp[:1], lens[:1].to(dtype))
