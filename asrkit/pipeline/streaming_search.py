@@ -61,8 +61,7 @@ class GreedyStreamSearch:
         best, ids = log_probs.max(-1)  # (B, T) each
         best, ids, lengths = best.float().cpu(), ids.cpu(), lengths.cpu()
         tokens, counts, frames, valid = collapse(ids, lengths, previous=torch.tensor([st.last for st in states]))
-        carried = torch.tensor([st.blank_run for st in states], dtype=torch.long)
-        runs = trailing_blanks(ids, lengths, carried).tolist()
+        runs = trailing_blanks(ids, lengths, torch.tensor([st.blank_run for st in states])).tolist()
         scores = torch.where(valid, best, 0.0).sum(1).tolist()  # (B,) the path's log-probability in the chunk
         for b, (st, n, k) in enumerate(zip(states, lengths.tolist(), counts.tolist())):
             if n == 0:

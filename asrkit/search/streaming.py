@@ -173,7 +173,7 @@ class StreamingCtcSearch:
         lp = log_probs.to(self.dtype)
         lengths = lengths.to(self.device, torch.long)
         with search_threads(self.device):
-            before = torch.tensor([st.blank_frames for st in states], dtype=torch.long, device=self.device)
+            before = torch.tensor([st.blank_frames for st in states], device=self.device)
             runs = trailing_blanks(lp.argmax(2), lengths, before).tolist()
             for group in [] if self.native else self._groups(states):
                 index = torch.tensor(group, device=self.device)
