@@ -58,8 +58,13 @@ def sync(device: torch.device) -> None:
 
 
 def timed(fn: Callable[[], Tokens], device: torch.device, repeats: int) -> Tuple[float, Tokens]:
-    """Best-of-`repeats` seconds of fn() after one warm-up call, and its last output."""
-    out = fn()
+    """Best-of-`repeats` seconds of fn() after one warm-up call, and its last output (a failure: inf seconds and no
+    output, the error printed, so that one broken row does not lose the rest of a GPU lease's run)."""
+    try:
+        out = fn()
+    except Exception as err:  # noqa: BLE001 - reported in the output, the row reads "inf"
+        print(f"  FAILED: {type(err).__name__}: {str(err)[:300]}", flush=True)
+        return float("inf"), []
     best = float("inf")
     for _ in range(repeats):
         sync(device)
