@@ -80,74 +80,53 @@ def ctc_steps(st, ints, tok_all, cval, lpb, pad_bias, run_after, lp_rows, fusion
             fus = tl.where(is_ext, 0.0, fused[:, None])
             cand = tt
         cand = tl.where(valid, cand, neg)
+        # the K best, best first, ties to the lower candidate index: two reductions a pick
         taken = (pick_id < 0).to(tl.int32)
-        n_pnb = pnb
-        n_pb = pb
-        n_tot = tot
-        n_fused = fused
-        n_hsh = hsh
-        n_phsh = phsh
-        n_last = last
-        n_single = single
-        picks = (ok * 0).to(tl.int64)
-        parents = (ok * 0).to(tl.int64)
-        tokens = (ok * 0).to(tl.int64)
+        picks = ok * 0
+        bests = tl.full([BK], float("-inf"), pnb.dtype)
         for j in range(beam):
             avail = valid & (taken == 0)
             key = tl.where(avail, cand, neg)
             best = tl.max(tl.max(key, axis=1), axis=0)
             pid = tl.min(tl.min(tl.where(avail & (key == best), pick_id, big), axis=1), axis=0)
-            sel = (pick_id == pid) & valid  # padded lanes alias ids of real cells
-            taken = taken | sel.to(tl.int32)
-            p = pid // cols
-            c = pid - p * cols
-            v_nb = tl.max(tl.max(tl.where(sel, nb, neg), axis=1), axis=0)
-            v_b = tl.max(tl.max(tl.where(sel, bb, neg), axis=1), axis=0)
-            v_tot = tl.max(tl.max(tl.where(sel, tt, neg), axis=1), axis=0)
-            v_fus = tl.max(tl.max(tl.where(sel, fus, neg), axis=1), axis=0)
-            # a run of skipped blank frames follows: all mass ends in blank
-            v_b = tl.where(run != 0, v_tot, v_b)
-            v_nb = tl.where(run != 0, neg, v_nb)
-            dead = best == neg
-            if HAS_SCORERS:  # a scorer's -inf leaves a finite CTC score on a dead pick
-                v_nb = tl.where(dead, neg, v_nb)
-                v_tot = tl.where(dead, neg, v_tot)
-            sel_p = ok == p
-            tok_c = tl.max(tl.where(oc == c, ctok, -2), axis=0)
-            ext_pick = c < n_cand
-            o_hsh = tl.max(tl.where(sel_p, hsh, SENT_MIN_C), axis=0)
-            o_phsh = tl.max(tl.where(sel_p, phsh, SENT_MIN_C), axis=0)
-            o_last = tl.max(tl.where(sel_p, last, -2), axis=0)
-            o_single = tl.max(tl.where(sel_p, single, -2), axis=0)
-            w_hsh = tl.where(ext_pick, tok_c + o_hsh * HASH_MUL_C, o_hsh)
-            w_phsh = tl.where(ext_pick, o_hsh, o_phsh)
-            w_last = tl.where(ext_pick, tok_c, o_last)
-            w_single = tl.where(ext_pick, (tok_c != o_last).to(tl.int64), o_single)
-            w_hsh = tl.where(dead, SENT_HASH_C, w_hsh)
-            w_phsh = tl.where(dead, SENT_PARENT_C, w_phsh)
-            w_last = tl.where(dead, 0, w_last)
-            w_single = tl.where(dead, 0, w_single)
-            at = ok == j
-            n_pnb = tl.where(at, v_nb, n_pnb)
-            n_pb = tl.where(at, v_b, n_pb)
-            n_tot = tl.where(at, v_tot, n_tot)
-            if HAS_FUSION:
-                n_fused = tl.where(at, v_fus, n_fused)
-            n_hsh = tl.where(at, w_hsh, n_hsh)
-            n_phsh = tl.where(at, w_phsh, n_phsh)
-            n_last = tl.where(at, w_last, n_last)
-            n_single = tl.where(at, w_single, n_single)
-            picks = tl.where(at, pid.to(tl.int64), picks)
-            parents = tl.where(at, p.to(tl.int64), parents)
-            tokens = tl.where(at, tl.where(ext_pick, tok_c, -1), tokens)
-        pnb = n_pnb
-        pb = n_pb
-        tot = n_tot
-        fused = n_fused
-        hsh = n_hsh
-        phsh = n_phsh
-        last = n_last
-        single = n_single
+            taken = taken | ((pick_id == pid) & valid).to(tl.int32)  # padded lanes alias ids of real cells
+            picks = tl.where(ok == j, pid, picks)
+            bests = tl.where(ok == j, best, bests)
+        # the new beam, every slot at once: slot j reads cell picks[j]
+        sel = (picks[:, None, None] == pick_id[None, :, :]) & valid[None, :, :] & kmask[:, None, None]
+        v_nb = tl.max(tl.max(tl.where(sel, nb[None, :, :], neg), axis=2), axis=1)
+        v_b = tl.max(tl.max(tl.where(sel, bb[None, :, :], neg), axis=2), axis=1)
+        v_tot = tl.max(tl.max(tl.where(sel, tt[None, :, :], neg), axis=2), axis=1)
+        v_fus = tl.max(tl.max(tl.where(sel, fus[None, :, :], neg), axis=2), axis=1)
+        # a run of skipped blank frames follows: all mass ends in blank
+        v_b = tl.where(run != 0, v_tot, v_b)
+        v_nb = tl.where(run != 0, neg, v_nb)
+        dead = bests == neg
+        if HAS_SCORERS:  # a scorer's -inf leaves a finite CTC score on a dead pick
+            v_nb = tl.where(dead, neg, v_nb)
+            v_tot = tl.where(dead, neg, v_tot)
+        p = picks // cols
+        c = picks - p * cols
+        sel_p = p[:, None] == ok[None, :]  # (slot, parent)
+        tok_c = tl.max(tl.where(c[:, None] == oc[None, :], ctok[None, :], -2), axis=1)
+        ext_pick = c < n_cand
+        o_hsh = tl.max(tl.where(sel_p, hsh[None, :], SENT_MIN_C), axis=1)
+        o_phsh = tl.max(tl.where(sel_p, phsh[None, :], SENT_MIN_C), axis=1)
+        o_last = tl.max(tl.where(sel_p, last[None, :], -2), axis=1)
+        o_single = tl.max(tl.where(sel_p, single[None, :], -2), axis=1)
+        gone = dead | (ok >= beam)  # dead picks and padded slots: impossible hypotheses
+        hsh = tl.where(gone, SENT_HASH_C, tl.where(ext_pick, tok_c + o_hsh * HASH_MUL_C, o_hsh))
+        phsh = tl.where(gone, SENT_PARENT_C, tl.where(ext_pick, o_hsh, o_phsh))
+        last = tl.where(gone, 0, tl.where(ext_pick, tok_c, o_last))
+        single = tl.where(gone, 0, tl.where(ext_pick, (tok_c != o_last).to(tl.int64), o_single))
+        pnb = v_nb
+        pb = v_b
+        tot = v_tot
+        if HAS_FUSION:
+            fused = v_fus
+        parents = p.to(tl.int64)
+        tokens = tl.where(ext_pick, tok_c, -1)
+        picks = picks.to(tl.int64)
         tl.store(hist + tb * beam + ok, picks, mask=kmask)
         if HAS_SCORERS:
             tl.store(parent_out + b * beam + ok, parents, mask=kmask)
