@@ -31,8 +31,9 @@ from asrkit.search.hypotheses import NBest
 from asrkit.search.interfaces import BatchScorer
 
 MAX_ENTRIES = 8
-# The CTC arithmetic of a step as one Triton kernel (asrkit.search.fused_step): opt-in until measured on a GPU.
-FUSED_STEP = os.environ.get("ASRKIT_FUSED_STEP") == "1"
+# The CTC arithmetic of a step as one Triton kernel (asrkit.search.fused_step) where it can run (CUDA): 1.1-2.8x the
+# captured torch step on an H100 (docs/benchmarks.md); ASRKIT_FUSED_STEP=0 turns it off.
+FUSED_STEP = os.environ.get("ASRKIT_FUSED_STEP", "1") != "0"
 
 
 class _Entry:
