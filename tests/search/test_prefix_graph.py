@@ -7,7 +7,7 @@ replayed on a CUDA device: tests/search/test_search_on_cuda.py.
 """
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 import pytest
 import torch
@@ -107,6 +107,30 @@ def test_another_scorer_object_gets_its_own_entry() -> None:
         outs.append([h.tokens for h in got[0]])
     assert outs[0] != outs[1]  # the LMs disagree: a shared entry would show
     assert prefix_graph.cached_entries() == 2
+
+
+@pytest.mark.parametrize("fused, why_not, vocab, expect", [
+    (True, None, 9, True), (False, None, 9, False), (True, "no triton", 9, False),
+    (True, None, 40, False),  # exact search over 39 tokens: "wide", the torch step's own bookkeeping
+])
+def test_the_fused_step_runs_where_it_is_on_and_can_run(monkeypatch: pytest.MonkeyPatch, fused: bool,
+                                                        why_not: Optional[str], vocab: int, expect: bool) -> None:
+    # The kernel itself is tests/search/test_fused_step.py's; here only the choice, with the kernel replaced by the
+    # torch steps (so the result must still equal the eager loop's).
+    ran: List[bool] = []
+
+    def torch_steps(s, fr, scorers, weights):
+        ran.append(True)
+        for i in range(fr.steps):
+            prefix_loop.step(i, s, fr, scorers, weights)
+
+    monkeypatch.setattr(prefix_graph, "FUSED_STEP", fused)
+    monkeypatch.setattr(prefix_graph.fused_step, "unavailable", lambda device: why_not)
+    monkeypatch.setattr(prefix_loop, "_fused_loop", torch_steps)
+    lp = random_log_probs(2, 10, vocab, torch.Generator().manual_seed(vocab))
+    lengths = torch.tensor([10, 7])
+    assert_same_lists(search(lp, lengths, True, beam=3, **EXACT), search(lp, lengths, False, beam=3, **EXACT))
+    assert bool(ran) == expect
 
 
 def test_auto_runs_the_captured_loop_on_cuda_only(monkeypatch: pytest.MonkeyPatch) -> None:
