@@ -116,10 +116,11 @@ def measured_settings() -> list:
 
 
 def test_the_mini_configs_keep_augmentation_off_as_the_measurement_found():
-    # docs/results.md: neither measured setting helped the demo (test worse with the LM, test_unseen no better), so
-    # the mini recipe's configs train on the clean audio; each setting still loads on top of the demo's config.
+    # docs/results.md: no measured setting helped the demo beyond a run's noise (reverberation and noise cost test;
+    # VTLP's gain on the unseen voices is one seed, within the seeds' spread), so the mini recipe's configs train on
+    # the clean audio; each setting still loads on top of the demo's config.
     settings = measured_settings()
-    assert len(settings) == 2
+    assert len(settings) == 3
     for name in MINI_CONFIGS:
         assert load_config(REPO / "conf" / name).augment == AugmentConfig(), name
     for setting in settings:
