@@ -31,7 +31,7 @@ from asrkit.pipeline.inputs import AudioInput
 from asrkit.pipeline.results import Result
 from asrkit.pipeline.transcriber import Transcriber
 from asrkit.serve.connection import StreamConnection, StreamInfo
-from asrkit.serve.engine import Engine
+from asrkit.serve.engine import MAX_CHUNK_SIZES, Engine
 from asrkit.serve.metrics import CONTENT_TYPE, Metrics
 from asrkit.serve.protocol import CLOSE_POLICY, SAMPLE_FORMATS, UPLOAD_FORMATS, error_message
 
@@ -59,10 +59,10 @@ def build_app(transcriber: Transcriber, cfg: Optional[ServeConfig] = None, *, na
 
     cfg = cfg or ServeConfig()
     recognizer = transcriber.streaming_recognizer()
-    chunk_ms = int(round(recognizer.chunk_frames * recognizer.frame_shift * 1000))
-    info = StreamInfo(name, recognizer.sample_rate, chunk_ms)
+    info = StreamInfo(name, recognizer.sample_rate)
     metrics = Metrics()
-    engine = Engine(recognizer, metrics, cfg.max_streams)
+    # a stream's own chunk size: a recognizer of the same model and search (no options rebuild no searcher)
+    engine = Engine(recognizer, metrics, cfg.max_streams, lambda ms: transcriber.streaming_recognizer(chunk_ms=ms))
     uploads: dict = {}  # the upload worker, made by the lifespan
 
     @contextlib.asynccontextmanager
@@ -92,7 +92,9 @@ def build_app(transcriber: Transcriber, cfg: Optional[ServeConfig] = None, *, na
         return JSONResponse({"status": "ok"})
 
     async def v1_info(request: Request) -> Response:
-        return JSONResponse({"model": name, "sample_rate": info.sample_rate, "chunk_ms": chunk_ms, "streaming": True,
+        return JSONResponse({"model": name, "sample_rate": info.sample_rate, "chunk_ms": engine.chunk_ms,
+                             "chunk_ms_multiple_of": engine.frame_ms, "max_chunk_sizes": MAX_CHUNK_SIZES,
+                             "streaming": True,
                              "formats": list(UPLOAD_FORMATS), "sample_formats": list(SAMPLE_FORMATS),
                              "max_message_bytes": cfg.max_message_bytes, "rtf": metrics.rtf})
 

@@ -30,7 +30,6 @@ class StreamInfo:
 
     model: str
     sample_rate: int
-    chunk_ms: int
 
 
 class StreamConnection:
@@ -126,10 +125,10 @@ class StreamConnection:
             return True
         message = parse_message(text or "")
         if self.session is None:
-            start = parse_start(message, self.info.chunk_ms)
+            start = parse_start(message)
             self.decoder = PcmDecoder(start.format)
-            self.session = await self.engine.open(start.name, start.sample_rate, self.outbox)
-            self.outbox.put_nowait(ready_message(self.info.model, self.info.sample_rate, self.info.chunk_ms))
+            self.session = await self.engine.open(start.name, start.sample_rate, self.outbox, start.chunk_ms)
+            self.outbox.put_nowait(ready_message(self.info.model, self.info.sample_rate, self.session.chunk_ms))
             return True
         if message["type"] == END:
             self.engine.end(self.session)

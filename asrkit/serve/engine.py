@@ -1,6 +1,9 @@
 """The one inference loop of ``asrkit serve``: every live stream is a :class:`~asrkit.pipeline.streaming.Stream` of
-one :class:`~asrkit.pipeline.streaming.StreamingRecognizer`, and each tick advances every stream with a ready
-chunk as one batch (``StreamingRecognizer.step``), so 32 clients cost about one batch, not 32 models.
+the :class:`~asrkit.pipeline.streaming.StreamingRecognizer` of its chunk size, and each tick advances every
+stream with a ready chunk, the streams of one chunk size as one batch (``StreamingRecognizer.step``), so 32
+clients cost about one batch, not 32 models. The server's chunk is the default; a stream may ask for another
+(a positive multiple of the encoder frame), whose recognizer is built once from the same model and search and
+kept; at most :data:`MAX_CHUNK_SIZES` sizes are in use at once (each adds a batch to a tick).
 
 Connections hand audio to a :class:`Session` (:meth:`Engine.feed`); the loop wakes, takes what every session
 received, and runs a tick in its one worker thread (the event loop never waits on the model): the audio is
@@ -19,17 +22,20 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple, Union
 
 import numpy as np
 
 from asrkit.pipeline.results import Result, Segment
-from asrkit.pipeline.streaming import Partial, Stream, StreamingRecognizer
+from asrkit.config import ConfigError
+from asrkit.pipeline.streaming import Partial, Stream, StreamingRecognizer, chunk_frames
 from asrkit.serve.metrics import Metrics
-from asrkit.serve.protocol import (CLOSE_INTERNAL, CLOSE_NORMAL, done_message, error_message, final_message,
-                                   partial_message)
+from asrkit.serve.protocol import (CLOSE_INTERNAL, CLOSE_NORMAL, ProtocolError, done_message, error_message,
+                                   final_message, partial_message)
 
 log = logging.getLogger("asrkit.serve")
+
+MAX_CHUNK_SIZES = 4  # distinct chunk sizes of the live streams (the server's among them): a tick steps one batch each
 
 
 @dataclass(frozen=True)
@@ -55,7 +61,9 @@ class Session:
     name: str
     rate: int  # the rate of the audio the client sends (the stream resamples it)
     outbox: "asyncio.Queue[Outgoing]"
-    stream: Optional[Stream] = None  # made in the worker thread
+    chunk_ms: int
+    recognizer: Optional[StreamingRecognizer] = None  # of its chunk size; it and the stream made in the worker thread
+    stream: Optional[Stream] = None
     received: float = 0.0  # seconds of audio received
     inbox: List[np.ndarray] = field(default_factory=list)  # audio not yet given to the stream
     # (seconds received at the end of a piece, when it arrived): for each partial's latency
@@ -75,11 +83,17 @@ class _Advanced:
 
 
 class Engine:
-    """The loop over ``recognizer``'s streams; at most ``max_streams`` at once. Start it with :meth:`start` on
-    the event loop that serves the connections (the app's lifespan does), stop it with :meth:`stop`."""
+    """The loop over the streams of ``recognizer`` (the server's chunk) and of ``make(chunk_ms)`` (the same model
+    and search with another chunk, made when a stream first asks for it); at most ``max_streams`` at once. Start
+    it with :meth:`start` on the event loop that serves the connections (the app's lifespan does), stop it with
+    :meth:`stop`."""
 
-    def __init__(self, recognizer: StreamingRecognizer, metrics: Metrics, max_streams: int):
-        self.recognizer, self.metrics, self.max_streams = recognizer, metrics, max_streams
+    def __init__(self, recognizer: StreamingRecognizer, metrics: Metrics, max_streams: int,
+                 make: Optional[Callable[[int], StreamingRecognizer]] = None):
+        self.recognizer, self.metrics, self.max_streams, self._make = recognizer, metrics, max_streams, make
+        self.frame_ms = round(recognizer.frame_shift * 1000, 6)  # a stream's chunk is a multiple of it
+        self.chunk_ms = int(round(recognizer.chunk_frames * self.frame_ms))  # the default
+        self._recognizers: Dict[int, StreamingRecognizer] = {self.chunk_ms: recognizer}  # the worker's alone
         self._sessions: Dict[int, Session] = {}
         self._next_id = 0
         self._executor: Optional[ThreadPoolExecutor] = None
@@ -111,17 +125,30 @@ class Engine:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     # -- the connections' side -------------------------------------------------------------------------------
-    async def open(self, name: Optional[str], rate: int, outbox: "asyncio.Queue[Outgoing]") -> Session:
-        """A new session, or StreamsFull when ``max_streams`` are open."""
+    async def open(self, name: Optional[str], rate: int, outbox: "asyncio.Queue[Outgoing]",
+                   chunk_ms: Optional[int] = None) -> Session:
+        """A new session decoding chunks of ``chunk_ms`` (None: the server's); StreamsFull when ``max_streams``
+        are open, ProtocolError for a chunk size the model cannot use or one size more than MAX_CHUNK_SIZES."""
+        chunk_ms = self.chunk_ms if chunk_ms is None else chunk_ms
+        in_use = {self.chunk_ms} | {s.chunk_ms for s in self._sessions.values()}
+        if chunk_ms not in in_use:
+            try:
+                chunk_frames(chunk_ms, self.frame_ms / 1000)  # as decode.chunk_ms (asrkit serve --chunk-ms) is checked
+            except ConfigError as exc:
+                raise ProtocolError(f"start message: chunk_ms {chunk_ms} is not usable: {exc}") from None
+            if self._make is None or len(in_use) >= MAX_CHUNK_SIZES:
+                raise ProtocolError(f"start message: chunk_ms {chunk_ms}: the server decodes at most "
+                                    f"{MAX_CHUNK_SIZES if self._make else 1} chunk sizes at once (in use: "
+                                    f"{', '.join(map(str, sorted(in_use)))} ms): give one of them or try later")
         if len(self._sessions) >= self.max_streams:
             self.metrics.add(streams_refused=1)
             raise StreamsFull(f"the server holds its most streams ({self.max_streams}): try again later")
         self._next_id += 1
-        session = Session(self._next_id, name or f"stream-{self._next_id}", rate, outbox)
+        session = Session(self._next_id, name or f"stream-{self._next_id}", rate, outbox, chunk_ms)
         self._sessions[session.id] = session  # the slot is taken before the stream is made
         self.metrics.add(streams_total=1, streams_live=1)
         try:
-            session.stream = await self.run_in_worker(self.recognizer.create_stream, session.name)
+            await self.run_in_worker(self._create_stream, session, in_use)
         except BaseException:
             self.close(session)
             raise
@@ -146,6 +173,17 @@ class Engine:
             session.closed = True
             self._sessions.pop(session.id, None)
             self.metrics.add(streams_live=-1)
+
+    def _create_stream(self, session: Session, in_use: Set[int]) -> None:
+        """In the worker thread: ``session``'s recognizer (made for a new chunk size; the recognizers of sizes no
+        stream uses are let go) and its stream."""
+        rec = self._recognizers.get(session.chunk_ms)
+        if rec is None:
+            assert self._make is not None
+            for ms in set(self._recognizers) - in_use:
+                del self._recognizers[ms]
+            rec = self._recognizers[session.chunk_ms] = self._make(session.chunk_ms)
+        session.recognizer, session.stream = rec, rec.create_stream(session.name)
 
     def _kick(self) -> None:
         if self._wake is not None:
@@ -186,7 +224,7 @@ class Engine:
               ) -> Tuple[List[_Advanced], List[Tuple[Session, str]]]:
         """In the worker thread: the new audio accepted, one batched step of the ready streams."""
         t0 = time.perf_counter()
-        rec, failed, fed = self.recognizer, [], 0.0
+        failed, fed = [], 0.0
         for s, audio, end in work:
             try:
                 if audio is not None:
@@ -197,15 +235,20 @@ class Engine:
             except Exception as exc:  # this stream's input alone is refused
                 failed.append((s, f"stream {s.name}: {exc}"))
         bad = {id(s) for s, _ in failed}
-        ready = [s for s, _, _ in work if id(s) not in bad and rec.is_ready(s.stream)]
+        ready = [s for s, _, _ in work if id(s) not in bad and s.recognizer.is_ready(s.stream)]
+        batches: Dict[int, List[Session]] = {}  # one batch per recognizer: per chunk size
+        for s in ready:
+            batches.setdefault(id(s.recognizer), []).append(s)
         advanced = []
-        if ready:
+        for batch in batches.values():
+            rec = batch[0].recognizer
             try:
-                rec.step([s.stream for s in ready])
+                rec.step([s.stream for s in batch])
             except Exception as exc:
-                log.exception("inference loop: a step of %d streams failed", len(ready))
-                return [], failed + [(s, f"internal error: {exc}") for s in ready]
-            for s in ready:
+                log.exception("inference loop: a step of %d streams failed", len(batch))
+                failed += [(s, f"internal error: {exc}") for s in batch]
+                continue
+            for s in batch:
                 done = s.stream.done
                 advanced.append(_Advanced(s, s.stream.pop_finals(), s.stream.partial_result,
                                           s.stream.result() if done else None))

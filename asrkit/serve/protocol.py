@@ -1,7 +1,8 @@
 """The WebSocket protocol of ``asrkit serve`` (``/v1/stream``): the messages, checked and built; no I/O.
 
 1. client text ``{"type": "start", "sample_rate": 16000, "format": "s16le" | "f32le"}`` (optional ``chunk_ms``,
-   which must be the server's, ``name``, and ``hotwords``, refused: the live search shares one list);
+   the stream's chunk (default: the server's; the engine checks it against the model), ``name``, and
+   ``hotwords``, refused: the live search shares one list);
 2. server text ``{"type": "ready", "model", "sample_rate", "chunk_ms"}``;
 3. client binary frames: raw little-endian PCM, mono, in the announced format and rate, of any size up to the
    server's message limit (a frame may end inside a sample: its bytes wait for the next frame);
@@ -53,6 +54,7 @@ class StartMessage:
     sample_rate: int
     format: str  # a key of SAMPLE_FORMATS
     name: Optional[str] = None
+    chunk_ms: Optional[int] = None  # None: the server's chunk
 
 
 def parse_message(text: str) -> Dict[str, Any]:
@@ -66,9 +68,9 @@ def parse_message(text: str) -> Dict[str, Any]:
     return msg
 
 
-def parse_start(msg: Mapping[str, Any], chunk_ms: Optional[int] = None) -> StartMessage:
-    """The start message's settings, checked; ``chunk_ms``: the server's chunk, which a ``chunk_ms`` key must
-    equal (all streams advance as one batch of one chunk size). Raises ProtocolError naming the key."""
+def parse_start(msg: Mapping[str, Any]) -> StartMessage:
+    """The start message's settings, checked (whether the model can use a ``chunk_ms`` the engine checks).
+    Raises ProtocolError naming the key."""
     if msg.get("type") != START:
         raise ProtocolError(f'the first message must be {{"type": "start", ...}}, got type {msg.get("type")!r}')
     unknown = sorted(set(msg) - set(START_KEYS))
@@ -83,9 +85,9 @@ def parse_start(msg: Mapping[str, Any], chunk_ms: Optional[int] = None) -> Start
     fmt = msg.get("format", "s16le")
     if fmt not in SAMPLE_FORMATS:
         raise ProtocolError(f"start message: format {fmt!r} is unknown (choose from {', '.join(SAMPLE_FORMATS)})")
-    if "chunk_ms" in msg and msg["chunk_ms"] != chunk_ms:
-        raise ProtocolError(f"start message: chunk_ms {msg['chunk_ms']!r}: this server decodes chunks of {chunk_ms} "
-                            f"ms for every stream (asrkit serve --chunk-ms); leave chunk_ms out or give {chunk_ms}")
+    chunk_ms = msg.get("chunk_ms")
+    if chunk_ms is not None and (isinstance(chunk_ms, bool) or not isinstance(chunk_ms, int)):
+        raise ProtocolError(f"start message: chunk_ms must be an integer number of milliseconds, got {chunk_ms!r}")
     hotwords = msg.get("hotwords")
     if hotwords:  # the streaming search's scorers (hotwords among them) are shared by all its streams
         raise ProtocolError("start message: per-stream hotwords are not supported: the live search shares one "
@@ -93,7 +95,7 @@ def parse_start(msg: Mapping[str, Any], chunk_ms: Optional[int] = None) -> Start
     name = msg.get("name")
     if name is not None and (not isinstance(name, str) or len(name) > MAX_NAME_CHARS):
         raise ProtocolError(f"start message: name must be a string of at most {MAX_NAME_CHARS} characters")
-    return StartMessage(rate, fmt, name)
+    return StartMessage(rate, fmt, name, chunk_ms)
 
 
 class PcmDecoder:

@@ -15,10 +15,10 @@ from asrkit.serve.protocol import (CLOSE_POLICY, MAX_SAMPLE_RATE, MIN_SAMPLE_RAT
 
 
 def test_a_start_message_gives_its_settings():
-    assert parse_start({"type": "start", "sample_rate": 16000, "format": "f32le", "name": "mic 1"}, 640) == \
+    assert parse_start({"type": "start", "sample_rate": 16000, "format": "f32le", "name": "mic 1"}) == \
         StartMessage(16000, "f32le", "mic 1")
-    assert parse_start({"type": "start", "sample_rate": 8000, "chunk_ms": 640, "hotwords": []}, 640) == \
-        StartMessage(8000, "s16le", None)  # s16le by default; the server's chunk and no hotwords may be given
+    assert parse_start({"type": "start", "sample_rate": 8000, "chunk_ms": 320, "hotwords": []}) == \
+        StartMessage(8000, "s16le", None, 320)  # s16le by default; a chunk and no hotwords may be given
 
 
 @pytest.mark.parametrize("msg, error", [
@@ -30,7 +30,8 @@ def test_a_start_message_gives_its_settings():
     ({"type": "start", "sample_rate": MIN_SAMPLE_RATE - 1}, "from 8000 to 192000, got 7999"),
     ({"type": "start", "sample_rate": MAX_SAMPLE_RATE + 1}, "got 192001"),
     ({"type": "start", "sample_rate": 16000, "format": "mp3"}, "format 'mp3' is unknown (choose from s16le, f32le)"),
-    ({"type": "start", "sample_rate": 16000, "chunk_ms": 320}, "chunk_ms 320: this server decodes chunks of 640 ms"),
+    ({"type": "start", "sample_rate": 16000, "chunk_ms": 320.5}, "chunk_ms must be an integer number of milliseconds"),
+    ({"type": "start", "sample_rate": 16000, "chunk_ms": True}, "chunk_ms must be an integer number of milliseconds"),
     ({"type": "start", "sample_rate": 16000, "hotwords": ["ANNA"]}, "per-stream hotwords are not supported"),
     ({"type": "start", "sample_rate": 16000, "name": 7}, "name must be a string"),
     ({"type": "start", "sample_rate": 16000, "name": "x" * 201}, "name must be a string of at most 200"),
@@ -38,7 +39,7 @@ def test_a_start_message_gives_its_settings():
 ])
 def test_a_bad_start_message_is_refused_naming_the_key(msg, error):
     with pytest.raises(ProtocolError) as exc:
-        parse_start(msg, 640)
+        parse_start(msg)
     assert error in str(exc.value) and exc.value.code == CLOSE_POLICY
 
 
