@@ -127,7 +127,8 @@ class StreamConnection:
         if self.session is None:
             start = parse_start(message)
             self.decoder = PcmDecoder(start.format)
-            self.session = await self.engine.open(start.name, start.sample_rate, self.outbox, start.chunk_ms)
+            self.session = await self.engine.open(start.name, start.sample_rate, self.outbox, start.chunk_ms,
+                                                start.hotwords)
             self.outbox.put_nowait(ready_message(self.info.model, self.info.sample_rate, self.session.chunk_ms))
             return True
         if message["type"] == END:

@@ -1,9 +1,10 @@
 """The one inference loop of ``asrkit serve``: every live stream is a :class:`~asrkit.pipeline.streaming.Stream` of
-the :class:`~asrkit.pipeline.streaming.StreamingRecognizer` of its chunk size, and each tick advances every
-stream with a ready chunk, the streams of one chunk size as one batch (``StreamingRecognizer.step``), so 32
-clients cost about one batch, not 32 models. The server's chunk is the default; a stream may ask for another
-(a positive multiple of the encoder frame), whose recognizer is built once from the same model and search and
-kept; at most :data:`MAX_CHUNK_SIZES` sizes are in use at once (each adds a batch to a tick).
+the :class:`~asrkit.pipeline.streaming.StreamingRecognizer` of its chunk size and hotwords, and each tick advances
+every stream with a ready chunk, the streams of one recognizer as one batch (``StreamingRecognizer.step``), so 32
+clients cost about one batch, not 32 models. The server's chunk and hotword list are the default; a stream may ask
+for another chunk (a positive multiple of the encoder frame) or its own hotwords, whose recognizer is built once
+from the same model and search (the loaded LM shared) and kept while streams use it; at most
+:data:`MAX_RECOGNIZERS` distinct (chunk, hotwords) settings are in use at once (each adds a batch to a tick).
 
 Connections hand audio to a :class:`Session` (:meth:`Engine.feed`); the loop wakes, takes what every session
 received, and runs a tick in its one worker thread (the event loop never waits on the model): the audio is
@@ -30,12 +31,14 @@ from asrkit.pipeline.results import Result, Segment
 from asrkit.config import ConfigError
 from asrkit.pipeline.streaming import Partial, Stream, StreamingRecognizer, chunk_frames
 from asrkit.serve.metrics import Metrics
-from asrkit.serve.protocol import (CLOSE_INTERNAL, CLOSE_NORMAL, ProtocolError, done_message, error_message,
-                                   final_message, partial_message)
+from asrkit.serve.protocol import (CLOSE_INTERNAL, CLOSE_NORMAL, Hotwords, ProtocolError, done_message,
+                                   error_message, final_message, partial_message)
 
 log = logging.getLogger("asrkit.serve")
 
-MAX_CHUNK_SIZES = 4  # distinct chunk sizes of the live streams (the server's among them): a tick steps one batch each
+# distinct (chunk_ms, hotwords) settings of the live streams (the server's among them): a tick steps one batch each
+MAX_RECOGNIZERS = 4
+Key = Tuple[int, Optional[Hotwords]]  # a recognizer's chunk_ms and hotwords (None: the server's list)
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,9 @@ class Session:
     rate: int  # the rate of the audio the client sends (the stream resamples it)
     outbox: "asyncio.Queue[Outgoing]"
     chunk_ms: int
-    recognizer: Optional[StreamingRecognizer] = None  # of its chunk size; it and the stream made in the worker thread
+    hotwords: Optional[Hotwords] = None  # its own list; None: the server's
+    # of its chunk size and hotwords; it and the stream made in the worker thread
+    recognizer: Optional[StreamingRecognizer] = None
     stream: Optional[Stream] = None
     received: float = 0.0  # seconds of audio received
     inbox: List[np.ndarray] = field(default_factory=list)  # audio not yet given to the stream
@@ -83,17 +88,18 @@ class _Advanced:
 
 
 class Engine:
-    """The loop over the streams of ``recognizer`` (the server's chunk) and of ``make(chunk_ms)`` (the same model
-    and search with another chunk, made when a stream first asks for it); at most ``max_streams`` at once. Start
+    """The loop over the streams of ``recognizer`` (the server's chunk and hotwords) and of ``make(chunk_ms,
+    hotwords)`` (the same model and search with another chunk or the stream's own hotwords, made when a stream
+    first asks for them); at most ``max_streams`` at once. Start
     it with :meth:`start` on the event loop that serves the connections (the app's lifespan does), stop it with
     :meth:`stop`."""
 
     def __init__(self, recognizer: StreamingRecognizer, metrics: Metrics, max_streams: int,
-                 make: Optional[Callable[[int], StreamingRecognizer]] = None):
+                 make: Optional[Callable[[int, Optional[Hotwords]], StreamingRecognizer]] = None):
         self.recognizer, self.metrics, self.max_streams, self._make = recognizer, metrics, max_streams, make
         self.frame_ms = round(recognizer.frame_shift * 1000, 6)  # a stream's chunk is a multiple of it
         self.chunk_ms = int(round(recognizer.chunk_frames * self.frame_ms))  # the default
-        self._recognizers: Dict[int, StreamingRecognizer] = {self.chunk_ms: recognizer}  # the worker's alone
+        self._recognizers: Dict[Key, StreamingRecognizer] = {(self.chunk_ms, None): recognizer}  # the worker's alone
         self._sessions: Dict[int, Session] = {}
         self._next_id = 0
         self._executor: Optional[ThreadPoolExecutor] = None
@@ -126,25 +132,30 @@ class Engine:
 
     # -- the connections' side -------------------------------------------------------------------------------
     async def open(self, name: Optional[str], rate: int, outbox: "asyncio.Queue[Outgoing]",
-                   chunk_ms: Optional[int] = None) -> Session:
-        """A new session decoding chunks of ``chunk_ms`` (None: the server's); StreamsFull when ``max_streams``
-        are open, ProtocolError for a chunk size the model cannot use or one size more than MAX_CHUNK_SIZES."""
+                   chunk_ms: Optional[int] = None, hotwords: Optional[Hotwords] = None) -> Session:
+        """A new session decoding chunks of ``chunk_ms`` (None: the server's) with ``hotwords`` (None: the
+        server's list); StreamsFull when ``max_streams`` are open, ProtocolError for a chunk size the model cannot
+        use, hotwords it cannot spell, or one (chunk, hotwords) setting more than MAX_RECOGNIZERS."""
         chunk_ms = self.chunk_ms if chunk_ms is None else chunk_ms
-        in_use = {self.chunk_ms} | {s.chunk_ms for s in self._sessions.values()}
-        if chunk_ms not in in_use:
-            try:
-                chunk_frames(chunk_ms, self.frame_ms / 1000)  # as decode.chunk_ms (asrkit serve --chunk-ms) is checked
-            except ConfigError as exc:
-                raise ProtocolError(f"start message: chunk_ms {chunk_ms} is not usable: {exc}") from None
-            if self._make is None or len(in_use) >= MAX_CHUNK_SIZES:
-                raise ProtocolError(f"start message: chunk_ms {chunk_ms}: the server decodes at most "
-                                    f"{MAX_CHUNK_SIZES if self._make else 1} chunk sizes at once (in use: "
-                                    f"{', '.join(map(str, sorted(in_use)))} ms): give one of them or try later")
+        key = (chunk_ms, hotwords)
+        in_use = {(self.chunk_ms, None)} | {(s.chunk_ms, s.hotwords) for s in self._sessions.values()}
+        if key not in in_use:
+            if chunk_ms not in {ms for ms, _ in in_use}:
+                try:
+                    chunk_frames(chunk_ms, self.frame_ms / 1000)  # as decode.chunk_ms (serve --chunk-ms) is checked
+                except ConfigError as exc:
+                    raise ProtocolError(f"start message: chunk_ms {chunk_ms} is not usable: {exc}") from None
+            if self._make is None or len(in_use) >= MAX_RECOGNIZERS:
+                chunks = ", ".join(f"{ms} ms" + ("" if hw is None else " with own hotwords")
+                                   for ms, hw in sorted(in_use, key=lambda k: (k[0], k[1] is not None)))
+                raise ProtocolError(f"start message: the server decodes at most {MAX_RECOGNIZERS if self._make else 1}"
+                                    f" distinct chunk_ms and hotwords settings at once (in use: {chunks}): give one "
+                                    "of them or try later")
         if len(self._sessions) >= self.max_streams:
             self.metrics.add(streams_refused=1)
             raise StreamsFull(f"the server holds its most streams ({self.max_streams}): try again later")
         self._next_id += 1
-        session = Session(self._next_id, name or f"stream-{self._next_id}", rate, outbox, chunk_ms)
+        session = Session(self._next_id, name or f"stream-{self._next_id}", rate, outbox, chunk_ms, hotwords)
         self._sessions[session.id] = session  # the slot is taken before the stream is made
         self.metrics.add(streams_total=1, streams_live=1)
         try:
@@ -174,15 +185,20 @@ class Engine:
             self._sessions.pop(session.id, None)
             self.metrics.add(streams_live=-1)
 
-    def _create_stream(self, session: Session, in_use: Set[int]) -> None:
-        """In the worker thread: ``session``'s recognizer (made for a new chunk size; the recognizers of sizes no
-        stream uses are let go) and its stream."""
-        rec = self._recognizers.get(session.chunk_ms)
+    def _create_stream(self, session: Session, in_use: Set[Key]) -> None:
+        """In the worker thread: ``session``'s recognizer (made for a new chunk size or hotword list; the
+        recognizers no stream uses are let go) and its stream."""
+        key = (session.chunk_ms, session.hotwords)
+        rec = self._recognizers.get(key)
         if rec is None:
             assert self._make is not None
-            for ms in set(self._recognizers) - in_use:
-                del self._recognizers[ms]
-            rec = self._recognizers[session.chunk_ms] = self._make(session.chunk_ms)
+            for old in set(self._recognizers) - in_use:
+                del self._recognizers[old]
+            try:
+                rec = self._make(*key)
+            except ConfigError as exc:  # e.g. no phrase the model's units can spell
+                raise ProtocolError(f"start message: {exc}") from None
+            self._recognizers[key] = rec
         session.recognizer, session.stream = rec, rec.create_stream(session.name)
 
     def _kick(self) -> None:
@@ -236,7 +252,7 @@ class Engine:
                 failed.append((s, f"stream {s.name}: {exc}"))
         bad = {id(s) for s, _ in failed}
         ready = [s for s, _, _ in work if id(s) not in bad and s.recognizer.is_ready(s.stream)]
-        batches: Dict[int, List[Session]] = {}  # one batch per recognizer: per chunk size
+        batches: Dict[int, List[Session]] = {}  # one batch per recognizer: per (chunk size, hotwords)
         for s in ready:
             batches.setdefault(id(s.recognizer), []).append(s)
         advanced = []

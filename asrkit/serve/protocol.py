@@ -2,7 +2,7 @@
 
 1. client text ``{"type": "start", "sample_rate": 16000, "format": "s16le" | "f32le"}`` (optional ``chunk_ms``,
    the stream's chunk (default: the server's; the engine checks it against the model), ``name``, and
-   ``hotwords``, refused: the live search shares one list);
+   ``hotwords``, the stream's own phrases (strings or [phrase, weight] pairs) beside the server's list);
 2. server text ``{"type": "ready", "model", "sample_rate", "chunk_ms"}``;
 3. client binary frames: raw little-endian PCM, mono, in the announced format and rate, of any size up to the
    server's message limit (a frame may end inside a sample: its bytes wait for the next frame);
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -38,6 +38,7 @@ CLOSE_NORMAL, CLOSE_GOING_AWAY, CLOSE_POLICY, CLOSE_TOO_BIG, CLOSE_INTERNAL, CLO
 # rates a stream may announce (resampled to the model's); outside them a client has most likely sent a wrong number
 MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 8000, 192000
 MAX_NAME_CHARS = 200
+MAX_HOTWORDS, MAX_HOTWORD_CHARS = 1000, 100  # a stream's own list: its phrases, each phrase's characters
 START_KEYS = ("type", "sample_rate", "format", "chunk_ms", "hotwords", "name")
 
 
@@ -55,6 +56,11 @@ class StartMessage:
     format: str  # a key of SAMPLE_FORMATS
     name: Optional[str] = None
     chunk_ms: Optional[int] = None  # None: the server's chunk
+    hotwords: Optional["Hotwords"] = None  # None: the server's list
+
+
+# a stream's hotwords, normalized (spaces collapsed) so that streams of the same list share one recognizer
+Hotwords = Tuple[Union[str, Tuple[str, float]], ...]
 
 
 def parse_message(text: str) -> Dict[str, Any]:
@@ -88,14 +94,38 @@ def parse_start(msg: Mapping[str, Any]) -> StartMessage:
     chunk_ms = msg.get("chunk_ms")
     if chunk_ms is not None and (isinstance(chunk_ms, bool) or not isinstance(chunk_ms, int)):
         raise ProtocolError(f"start message: chunk_ms must be an integer number of milliseconds, got {chunk_ms!r}")
-    hotwords = msg.get("hotwords")
-    if hotwords:  # the streaming search's scorers (hotwords among them) are shared by all its streams
-        raise ProtocolError("start message: per-stream hotwords are not supported: the live search shares one "
-                            "hotword list among all streams (asrkit serve --hotwords FILE)")
+    hotwords = parse_hotwords(msg.get("hotwords"))
     name = msg.get("name")
     if name is not None and (not isinstance(name, str) or len(name) > MAX_NAME_CHARS):
         raise ProtocolError(f"start message: name must be a string of at most {MAX_NAME_CHARS} characters")
-    return StartMessage(rate, fmt, name, chunk_ms)
+    return StartMessage(rate, fmt, name, chunk_ms, hotwords)
+
+
+def parse_hotwords(value: Any) -> Optional[Hotwords]:
+    """A start message's ``hotwords`` (a list of phrases or [phrase, weight] pairs; null or [] for the server's
+    list), checked and normalized; whether the model can spell them the engine checks. ProtocolError names the
+    item."""
+    if value is None or value == []:
+        return None
+    if not isinstance(value, list):
+        raise ProtocolError(f"start message: hotwords must be a list of phrases, got {type(value).__name__}")
+    if len(value) > MAX_HOTWORDS:
+        raise ProtocolError(f"start message: hotwords lists {len(value)} phrases, over the limit of {MAX_HOTWORDS}")
+    items = []
+    for n, item in enumerate(value):
+        weight = None
+        if isinstance(item, list) and len(item) == 2:
+            item, weight = item
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
+                raise ProtocolError(f"start message: hotwords[{n}]: the weight must be a number > 0, got {weight!r}")
+        if not isinstance(item, str):
+            raise ProtocolError(f"start message: hotwords[{n}]: a phrase is a string or a [phrase, weight] pair")
+        text = " ".join(item.split())
+        if not text or len(text) > MAX_HOTWORD_CHARS:
+            raise ProtocolError(f"start message: hotwords[{n}]: a phrase must be a non-empty string of at most "
+                                f"{MAX_HOTWORD_CHARS} characters")
+        items.append(text if weight is None else (text, float(weight)))
+    return tuple(items)
 
 
 class PcmDecoder:

@@ -1,6 +1,8 @@
 """Audio for the serving tests: tones a tone-detecting model hears as "C", PCM bytes as clients send them, and a
-comparison of results to rounding."""
+comparison of results to rounding, and a wait for closed streams to be let go."""
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
@@ -8,6 +10,15 @@ from tests.pipeline.streaming_exp import tone_stream
 
 SR = 16000
 CHUNK_MS = 320
+
+
+def wait_no_streams(client, timeout: float = 10.0) -> None:
+    """Wait until the server holds no stream (a closed socket's session is let go on the server's loop, after the
+    client returned)."""
+    deadline = time.monotonic() + timeout
+    while "asrkit_streams_live 0\n" not in client.get("/metrics").text:
+        assert time.monotonic() < deadline, "the closed streams were not let go"
+        time.sleep(0.01)
 
 
 def tones(n: int = 2) -> np.ndarray:

@@ -10,8 +10,8 @@ from starlette.websockets import WebSocketDisconnect
 from asrkit.config import ServeConfig
 from asrkit.pipeline.formats import result_to_dict
 from asrkit.serve import build_app
-from asrkit.serve.engine import MAX_CHUNK_SIZES
-from tests.serve.serve_audio import CHUNK_MS, SR, from_s16le, s16le, same_json, tones
+from asrkit.serve.engine import MAX_RECOGNIZERS
+from tests.serve.serve_audio import CHUNK_MS, SR, from_s16le, s16le, same_json, tones, wait_no_streams
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def test_streams_of_two_chunk_sizes_at_once_each_give_their_alone_result(app, to
         done_a, done_b = finish(a)[-1]["result"], finish(b)[-1]["result"]
         info = client.get("/v1/info").json()
     assert same_json(done_a, refs[CHUNK_MS]) and same_json(done_b, refs[2 * CHUNK_MS])
-    assert info["chunk_ms"] == CHUNK_MS and info["max_chunk_sizes"] == MAX_CHUNK_SIZES
+    assert info["chunk_ms"] == CHUNK_MS and info["max_recognizers"] == MAX_RECOGNIZERS
     assert info["chunk_ms_multiple_of"] == 40  # the tone model's encoder frame: 10 ms hop x 4
 
 
@@ -95,7 +95,7 @@ def test_a_bad_chunk_size_is_refused_and_the_others_go_on(app, tone_model, chunk
 
 
 def test_more_distinct_chunk_sizes_than_the_cap_are_refused(app):
-    sizes = [CHUNK_MS * k for k in range(2, MAX_CHUNK_SIZES + 1)]  # with the default: the cap
+    sizes = [CHUNK_MS * k for k in range(2, MAX_RECOGNIZERS + 1)]  # with the default: the cap
     with TestClient(app) as client:
         sockets = [client.websocket_connect("/v1/stream") for _ in sizes]
         try:
@@ -104,10 +104,12 @@ def test_more_distinct_chunk_sizes_than_the_cap_are_refused(app):
             with client.websocket_connect("/v1/stream") as same:  # a size in use is taken
                 assert start(same, chunk_ms=sizes[-1])["type"] == "ready"
             with client.websocket_connect("/v1/stream") as extra:
-                message, code = refused(extra, chunk_ms=CHUNK_MS * (MAX_CHUNK_SIZES + 1))
-            assert code == 1008 and f"at most {MAX_CHUNK_SIZES} chunk sizes at once" in message["message"]
+                message, code = refused(extra, chunk_ms=CHUNK_MS * (MAX_RECOGNIZERS + 1))
+            assert code == 1008 and \
+                f"at most {MAX_RECOGNIZERS} distinct chunk_ms and hotwords settings at once" in message["message"]
         finally:
             for ws in sockets:
                 ws.__exit__(None, None, None)
+        wait_no_streams(client)
         with client.websocket_connect("/v1/stream") as later:  # the sizes' streams ended: a new size is taken
-            assert start(later, chunk_ms=CHUNK_MS * (MAX_CHUNK_SIZES + 1))["type"] == "ready"
+            assert start(later, chunk_ms=CHUNK_MS * (MAX_RECOGNIZERS + 1))["type"] == "ready"

@@ -134,7 +134,7 @@ def test_a_stream_that_lasts_too_long_or_sends_nothing_closes_with_1001(tone_mod
     ({"type": "start", "format": "s16le"}, None, "start message: sample_rate is missing"),
     ({"type": "start", "sample_rate": 4000}, None, "start message: sample_rate must be an integer from 8000"),
     ({"type": "start", "sample_rate": SR, "format": "opus"}, None, "start message: format 'opus' is unknown"),
-    ({"type": "start", "sample_rate": SR, "hotwords": ["C"]}, None, "per-stream hotwords are not supported"),
+    ({"type": "start", "sample_rate": SR, "hotwords": {"C": 1}}, None, "hotwords must be a list of phrases"),
     (START, START, "unexpected message type 'start' after the start"),
     (START, "not json", "malformed JSON in a text message"),
 ])

@@ -19,6 +19,10 @@ def test_a_start_message_gives_its_settings():
         StartMessage(16000, "f32le", "mic 1")
     assert parse_start({"type": "start", "sample_rate": 8000, "chunk_ms": 320, "hotwords": []}) == \
         StartMessage(8000, "s16le", None, 320)  # s16le by default; a chunk and no hotwords may be given
+    # a stream's own list: spaces collapsed, pairs as tuples, so the same list keys the same recognizer
+    assert parse_start({"type": "start", "sample_rate": 8000, "hotwords": [" anna  lee", ["BOB", 2]]}).hotwords == \
+        ("anna lee", ("BOB", 2.0))
+    assert len(parse_start({"type": "start", "sample_rate": 8000, "hotwords": ["x" * 100] * 1000}).hotwords) == 1000
 
 
 @pytest.mark.parametrize("msg, error", [
@@ -32,7 +36,15 @@ def test_a_start_message_gives_its_settings():
     ({"type": "start", "sample_rate": 16000, "format": "mp3"}, "format 'mp3' is unknown (choose from s16le, f32le)"),
     ({"type": "start", "sample_rate": 16000, "chunk_ms": 320.5}, "chunk_ms must be an integer number of milliseconds"),
     ({"type": "start", "sample_rate": 16000, "chunk_ms": True}, "chunk_ms must be an integer number of milliseconds"),
-    ({"type": "start", "sample_rate": 16000, "hotwords": ["ANNA"]}, "per-stream hotwords are not supported"),
+    ({"type": "start", "sample_rate": 16000, "hotwords": "ANNA"}, "hotwords must be a list of phrases, got str"),
+    ({"type": "start", "sample_rate": 16000, "hotwords": ["A"] * 1001}, "hotwords lists 1001 phrases, over the "
+                                                                          "limit of 1000"),
+    ({"type": "start", "sample_rate": 16000, "hotwords": ["A", " "]}, "hotwords[1]: a phrase must be a non-empty"),
+    ({"type": "start", "sample_rate": 16000, "hotwords": ["x" * 101]}, "hotwords[0]: a phrase must be a non-empty "
+                                                                         "string of at most 100 characters"),
+    ({"type": "start", "sample_rate": 16000, "hotwords": [7]}, "hotwords[0]: a phrase is a string or a [phrase, "),
+    ({"type": "start", "sample_rate": 16000, "hotwords": [["A", 0]]}, "hotwords[0]: the weight must be a number > 0"),
+    ({"type": "start", "sample_rate": 16000, "hotwords": [["A", True]]}, "the weight must be a number > 0, got True"),
     ({"type": "start", "sample_rate": 16000, "name": 7}, "name must be a string"),
     ({"type": "start", "sample_rate": 16000, "name": "x" * 201}, "name must be a string of at most 200"),
     ({"type": "start", "sample_rate": 16000, "rate": 16000}, "unknown key 'rate'"),
