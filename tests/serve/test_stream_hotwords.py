@@ -111,3 +111,20 @@ def test_hotword_lists_count_toward_the_cap_of_recognizers(app):
         wait_no_streams(client)
         with client.websocket_connect("/v1/stream") as later:
             assert start(later, hotwords=["C C"])["type"] == "ready"
+
+
+def test_a_stream_s_hotwords_reuse_the_loaded_search_and_a_greedy_server_refuses_them(app, serve_exp, monkeypatch):
+    import asrkit
+    from asrkit.config import DecodeConfig
+    from asrkit.pipeline import searcher
+
+    loads = []
+    monkeypatch.setattr(searcher, "load_lm_scorer", lambda *a: loads.append(a))  # a new Searcher would load its LM
+    with TestClient(app) as client, client.websocket_connect("/v1/stream") as ws:
+        assert start(ws, hotwords=["C", "C C C"])["type"] == "ready"
+    assert loads == []
+    greedy = build_app(asrkit.load_model(serve_exp, decode=DecodeConfig(mode="greedy", chunk_ms=CHUNK_MS)),
+                       ServeConfig())
+    with TestClient(greedy) as client, client.websocket_connect("/v1/stream") as ws:
+        message, code = refused(ws, hotwords=["C"])
+    assert code == 1008 and "hotwords bias a beam search, but decode.mode is greedy" in message["message"]
