@@ -27,9 +27,8 @@ from typing import Any, Optional
 
 import torch
 
-HASH_MUL = -7046029254386353131  # as prefix_loop._HASH_MUL
-SENT_HASH = -0x3C6EF372FE94F82B
-SENT_PARENT = 0x5BE0CD19137E2179
+from asrkit.search.interfaces import HASH_MUL, SENT_HASH, SENT_PARENT
+
 NUM_WARPS = 8  # warps per program (measured on an H100: 8 beat 1, 2 and 4 by 1.2-1.4x at batch 32 and 2048)
 
 

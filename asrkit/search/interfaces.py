@@ -17,6 +17,11 @@ BLANK_ID = 0
 UNK_ID = 1
 SOS_EOS_ID = 2
 LENGTH_BONUS = "length_bonus"  # a weight of this name without a scorer adds a constant per emitted token
+# Prefix hashes of the CTC prefix search (the torch loop, its fused kernel and native/api.h): hash(p + c) =
+# c + hash(p) * HASH_MUL mod 2**64.
+HASH_MUL = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64; odd, so the hash mixes all bits
+SENT_HASH = -0x3C6EF372FE94F82B  # hash of an impossible hypothesis: never equals a parent hash
+SENT_PARENT = 0x5BE0CD19137E2179  # parent hash of the empty prefix and of impossible hypotheses
 
 
 @runtime_checkable

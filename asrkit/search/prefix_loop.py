@@ -56,11 +56,8 @@ from asrkit.search import fused_step
 from asrkit.search.candidates import top_tokens
 from asrkit.search.compaction import compact_frames
 from asrkit.search.hypotheses import NBest, backtrack, pack_emissions
-from asrkit.search.interfaces import BLANK_ID, BatchScorer
+from asrkit.search.interfaces import BLANK_ID, HASH_MUL, SENT_HASH, SENT_PARENT, BatchScorer
 
-_HASH_MUL = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64; odd, so the hash mixes all bits
-_SENT_HASH = -0x3C6EF372FE94F82B  # hash of an impossible hypothesis: never equals a parent hash
-_SENT_PARENT = 0x5BE0CD19137E2179  # parent hash of the empty prefix and of impossible hypotheses
 NEG_INF = float("-inf")
 _DENSE_MATCH_MAX_BEAM = 20  # measured crossover of the two parent searches (CPU)
 _WIDE_MIN = 32  # exact search over more tokens than this: per-pick hash bookkeeping (measured, CPU)
@@ -204,8 +201,8 @@ def fresh_rows(batch: int, beam: int, dtype: torch.dtype, device: torch.device,
     st[:, 1:3, 0] = 0.0
     st[:, 3, :beam] = 0.0
     ints = torch.zeros((batch, 4, beam), dtype=torch.long, device=device)
-    ints[:, 0, 1:] = _SENT_HASH
-    ints[:, 1] = _SENT_PARENT
+    ints[:, 0, 1:] = SENT_HASH
+    ints[:, 1] = SENT_PARENT
     return BeamRows(st, ints, {name: sc.init_state(batch, beam, device) for name, sc in scorers.items()})
 
 
@@ -264,7 +261,7 @@ class BeamState:
         self.parent_view = self.ints[:, 0, None, :]  # (B, 1, K2) prefix hash of k2
         self.match = torch.ones((batch, beam, beam + 1), dtype=torch.bool, device=device)  # column K: "none"
         self.match_real = self.match[:, :, :beam]
-        self.sentinel = torch.tensor([_SENT_HASH, _SENT_PARENT, BLANK_ID, 0], device=device)[None, :, None]
+        self.sentinel = torch.tensor([SENT_HASH, SENT_PARENT, BLANK_ID, 0], device=device)[None, :, None]
         # Candidate ints (B, 4, K, C+1), the same rows as ints: built whole per step, then gathered;
         # with every token a candidate (wide) only the K picks get ints (see _pick_ints).
         self.wide = wide
@@ -386,7 +383,7 @@ def step(i: int, s: BeamState, fr: FrameTables, scorers: Mapping[str, BatchScore
         _pick_ints(s, parent, token)
         return
     # Hash bookkeeping: the ints of every candidate, then one gather.
-    torch.add(ctok, s.hash3, alpha=_HASH_MUL, out=s.ci_hash)
+    torch.add(ctok, s.hash3, alpha=HASH_MUL, out=s.ci_hash)
     s.ci_par.copy_(s.hash_ext)
     s.ci_last.copy_(fr.ctok_k[i])
     torch.ne(ctok, s.last3, out=s.ci_single)
@@ -408,7 +405,7 @@ def _pick_ints(s: BeamState, parent: torch.Tensor, token: torch.Tensor) -> None:
     old = torch.gather(s.ints, 2, parent[:, None, :].expand_as(s.ints))  # (B, 4, K) the parents' ints
     old_hash, old_parent, old_last, old_single = old.unbind(1)
     is_ext = token >= 0
-    torch.where(is_ext, torch.add(token, old_hash, alpha=_HASH_MUL), old_hash, out=s.hash)
+    torch.where(is_ext, torch.add(token, old_hash, alpha=HASH_MUL), old_hash, out=s.hash)
     torch.where(is_ext, old_hash, old_parent, out=s.parent_hash)
     torch.where(is_ext, token, old_last, out=s.last)
     torch.where(is_ext, (token != old_last).long(), old_single, out=s.single)

@@ -4,7 +4,7 @@
 
 namespace asrkit_native {
 
-constexpr uint64_t kHashMul = 0x9E3779B97F4A7C15ULL;  // as ctc_prefix._HASH_MUL
+constexpr uint64_t kHashMul = 0x9E3779B97F4A7C15ULL;  // as asrkit.search.interfaces.HASH_MUL
 constexpr uint64_t kSentParent = 0x5BE0CD19137E2179ULL;  // parent hash of the empty prefix and empty slots
 constexpr uint64_t kSentHash = 0xC3910C8D016B07D5ULL;    // hash of an empty slot (-0x3C6EF372FE94F82B)
 constexpr int kMaxTables = 20;
