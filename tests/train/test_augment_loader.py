@@ -115,14 +115,15 @@ def measured_settings() -> list:
     return [[f"{k}={v}" for k, v in flatten_dict(yaml.safe_load(b)).items()] for b in blocks]
 
 
-def test_the_mini_configs_keep_augmentation_off_as_the_measurement_found():
-    # docs/results.md: no measured setting helped the demo beyond a run's noise (reverberation and noise cost test;
-    # VTLP's gain on the unseen voices is one seed, within the seeds' spread), so the mini recipe's configs train on
-    # the clean audio; each setting still loads on top of the demo's config.
+def test_the_mini_configs_use_the_setting_the_measurement_chose():
+    # docs/results.md: reverberation and noise cost the demo's test more than they gained; VTLP per speaker (the third
+    # setting) read the unseen voices better over two seeds with test a tie, so the mini configs take it alone.
     settings = measured_settings()
     assert len(settings) == 3
     for name in MINI_CONFIGS:
-        assert load_config(REPO / "conf" / name).augment == AugmentConfig(), name
+        assert load_config(REPO / "conf" / name).augment == load_config(REPO / "conf" / "tiny_ctc.yaml",
+                                                                         settings[2]).augment, name
+        assert load_config(REPO / "conf" / name).augment != AugmentConfig(), name
     for setting in settings:
         assert augment_enabled(load_config(REPO / "conf" / "mini_small.yaml", setting).augment)
 
