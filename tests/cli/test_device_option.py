@@ -8,7 +8,8 @@ import torch
 import asrkit.cli as cli
 from asrkit.cli.device import DEVICE_HELP, DeviceError, resolve_device
 
-SUBCOMMANDS_WITH_DEVICE = ["compute-cmvn", "decode", "export", "train", "train-lm", "transcribe", "tune-fusion"]
+SUBCOMMANDS_WITH_DEVICE = ["compute-cmvn", "decode", "export", "serve", "train", "train-lm", "transcribe",
+                           "tune-fusion"]
 
 
 def _argv(name: str, tmp) -> list:
@@ -19,6 +20,7 @@ def _argv(name: str, tmp) -> list:
         "compute-cmvn": [str(d), str(tmp / "out" / "cmvn.json")],
         "decode": ["--model", str(d), "--data", str(d), "--out", str(tmp / "out")],
         "export": ["--model", str(d), "--format", "torchscript", str(tmp / "out" / "m.ts")],
+        "serve": ["--model", str(d)],
         "train": ["--config", "conf/tiny_ctc.yaml", "--train-data", str(d), "--out", str(tmp / "out")],
         "train-lm": ["--config", "conf/tiny_lm_lstm.yaml", "--text", str(d / "text"), "--out", str(tmp / "out")],
         "transcribe": ["--model", str(d), str(d / "a.wav")],

@@ -1,13 +1,17 @@
 """The fused CTC step (asrkit.search.fused_step, a Triton kernel) against the torch step it replaces.
 
-On the CPU the kernel runs under Triton's interpreter (TRITON_INTERPRET=1, set here before the kernel module is
-first imported); on a CUDA machine it is compiled and runs on the GPU. The reference is the plain eager torch
+On the CPU the kernel runs under Triton's interpreter, in a fresh process started with TRITON_INTERPRET=1; on a
+CUDA machine it is compiled and runs on the GPU. The reference is the plain eager torch
 loop (itself tested against a dict-based reference search): every scorer kind (the kernel one launch per step
 between the scorers' torch calls) and none (one launch for every step), pruned and exact, float32 and float64.
 """
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,13 +22,26 @@ from test_ctc_prefix import peaky_log_probs, random_log_probs
 from test_resumable_search import PRUNING, assert_same_lists, fusion, inputs, word_lm  # noqa: F401
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# Triton decides between compiling and interpreting when it decorates a function, its own tl.min / tl.max among
+# them, so the interpreter works only in a process that had TRITON_INTERPRET=1 before triton was first imported
+# (anything earlier in a suite may import it). On the CPU the tests below run in such a process, started by
+# test_the_kernel_tests_under_the_interpreter; on a GPU they run here, compiled.
+HERE = DEVICE == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+in_this_process = pytest.mark.skipif(not HERE, reason="on the CPU: run under the interpreter in a fresh process")
+
+
+def test_the_kernel_tests_under_the_interpreter() -> None:
+    if HERE:
+        pytest.skip("the tests run in this process")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__], env=env,
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
 @pytest.fixture(autouse=True)
 def fused(monkeypatch: pytest.MonkeyPatch):
-    if DEVICE == "cpu":  # the kernel module, first imported inside a test, is then interpreted for the session
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setattr(prefix_graph, "FUSED_STEP", True)
     prefix_graph.clear()
     yield
@@ -48,6 +65,7 @@ NO_SCORER_CASES = {  # input, vocabulary, beam, pruning, dtype, weights
 }
 
 
+@in_this_process
 @pytest.mark.parametrize("case", sorted(NO_SCORER_CASES))
 def test_without_scorers_one_launch_equals_the_torch_loop(case: str) -> None:
     # Catches any slip in the kernel's arithmetic: merges, stays, repeats after a blank, blank runs (tight
@@ -61,6 +79,7 @@ def test_without_scorers_one_launch_equals_the_torch_loop(case: str) -> None:
     assert_same_lists(got, want, tol=1e-4 if dtype == torch.float32 else 1e-9)
 
 
+@in_this_process
 @pytest.mark.filterwarnings("ignore:.*no word of the LM contains", "ignore:.*tokens are not in the LM")
 @pytest.mark.parametrize("kind", ["word_ngram", "lstm", "hotwords"])
 def test_with_scorers_equals_the_torch_loop(word_lm, kind: str) -> None:
@@ -74,6 +93,7 @@ def test_with_scorers_equals_the_torch_loop(word_lm, kind: str) -> None:
     assert_same_lists(got, want)
 
 
+@in_this_process
 def test_the_exact_search_over_many_tokens_keeps_the_torch_step() -> None:
     # "wide" (every one of more than 32 tokens a candidate) has its own bookkeeping: the kernel is not used.
     lp = random_log_probs(2, 6, 40, torch.Generator().manual_seed(3)).to(DEVICE)
