@@ -13,6 +13,28 @@ from tests.pipeline.streaming_exp import make_streaming_exp, make_tone_detector 
 from tests.serve.serve_audio import CHUNK_MS  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _testclient_leaves_quietly(monkeypatch):
+    """Leaving a WebSocket session, starlette's TestClient sends the disconnect and at once cancels the app's task;
+    on a loaded machine the server may still be handling the disconnect, and that cancellation then surfaces in the
+    test as a CancelledError (seen in clean-clone CI runs, in two different tests). It is the harness's, not the
+    server's: what the tests check is the server's side (streams freed, refusals, errors, results), so it is let
+    through. Real sockets (uvicorn) are tested by the client, page and load tests."""
+    import concurrent.futures
+
+    from starlette.testclient import WebSocketTestSession
+
+    leave = WebSocketTestSession.__exit__
+
+    def quietly(self, *args):
+        try:
+            return leave(self, *args)
+        except concurrent.futures.CancelledError:
+            return None
+
+    monkeypatch.setattr(WebSocketTestSession, "__exit__", quietly)
+
+
 @pytest.fixture(scope="session")
 def serve_exp(tmp_path_factory):
     """A tiny streaming experiment dir (random weights)."""
