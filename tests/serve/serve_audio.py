@@ -1,5 +1,6 @@
 """Audio for the serving tests: tones a tone-detecting model hears as "C", PCM bytes as clients send them, and a
-comparison of results to rounding, and a wait for closed streams to be let go."""
+comparison of results to rounding, a wait for closed streams to be let go, and the WebSocket steps the per-stream
+option tests share (start, finish, the stream API's result to compare with)."""
 from __future__ import annotations
 
 import time
@@ -48,3 +49,28 @@ def same_json(a, b, tol: float = 1e-4) -> bool:
     if isinstance(a, float) and isinstance(b, float):
         return abs(a - b) <= tol
     return a == b
+
+
+def reference(model, audio: np.ndarray, **options) -> dict:
+    """What the stream API gives for ``audio`` with the stream options (``chunk_ms``, ``hotwords``)."""
+    from asrkit.pipeline.formats import result_to_dict
+
+    s = model.stream("mic", **options)
+    s.accept_waveform(audio)
+    return result_to_dict(s.finish())
+
+
+def start(ws, **keys) -> dict:
+    """Send a start message (the stream named "mic") and return the server's answer."""
+    ws.send_json({"type": "start", "sample_rate": SR, "name": "mic", **keys})
+    return ws.receive_json()
+
+
+def finish(ws) -> list:
+    """Send the end message; the messages up to the done message."""
+    ws.send_json({"type": "end"})
+    messages = []
+    while not messages or messages[-1]["type"] != "done":
+        messages.append(ws.receive_json())
+    return messages
+

@@ -8,10 +8,10 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from asrkit.config import ServeConfig
-from asrkit.pipeline.formats import result_to_dict
 from asrkit.serve import build_app
 from asrkit.serve.engine import MAX_RECOGNIZERS
-from tests.serve.serve_audio import CHUNK_MS, SR, from_s16le, s16le, same_json, tones, wait_no_streams
+from tests.serve.serve_audio import (CHUNK_MS, SR, finish, from_s16le, reference, s16le, same_json, start, tones,
+                                     wait_no_streams)
 
 
 @pytest.fixture(scope="module")
@@ -19,29 +19,10 @@ def app(tone_model):
     return build_app(tone_model, ServeConfig(), name="tones")
 
 
-def reference(model, audio, chunk_ms: int) -> dict:
-    s = model.stream("mic", chunk_ms=chunk_ms)
-    s.accept_waveform(audio)
-    return result_to_dict(s.finish())
-
-
-def start(ws, **keys) -> dict:
-    ws.send_json({"type": "start", "sample_rate": SR, "name": "mic", **keys})
-    return ws.receive_json()
-
-
-def finish(ws) -> list:
-    ws.send_json({"type": "end"})
-    messages = []
-    while not messages or messages[-1]["type"] != "done":
-        messages.append(ws.receive_json())
-    return messages
-
-
 def test_a_stream_decodes_with_its_own_chunk_size(app, tone_model):
     data = s16le(tones(2))
-    ref = reference(tone_model, from_s16le(data), 2 * CHUNK_MS)
-    assert ref != reference(tone_model, from_s16le(data), CHUNK_MS)  # the chunk size shows in the result
+    ref = reference(tone_model, from_s16le(data), chunk_ms=2 * CHUNK_MS)
+    assert ref != reference(tone_model, from_s16le(data), chunk_ms=CHUNK_MS)  # the chunk size shows in the result
     with TestClient(app) as client, client.websocket_connect("/v1/stream") as ws:
         assert start(ws, chunk_ms=2 * CHUNK_MS)["chunk_ms"] == 2 * CHUNK_MS
         ws.send_bytes(data)
@@ -53,7 +34,7 @@ def test_a_stream_decodes_with_its_own_chunk_size(app, tone_model):
 
 def test_streams_of_two_chunk_sizes_at_once_each_give_their_alone_result(app, tone_model):
     data = s16le(tones(2))
-    refs = {ms: reference(tone_model, from_s16le(data), ms) for ms in (CHUNK_MS, 2 * CHUNK_MS)}
+    refs = {ms: reference(tone_model, from_s16le(data), chunk_ms=ms) for ms in (CHUNK_MS, 2 * CHUNK_MS)}
     with TestClient(app) as client, client.websocket_connect("/v1/stream") as a, \
             client.websocket_connect("/v1/stream") as b:
         assert start(a)["chunk_ms"] == CHUNK_MS  # the server's chunk by default
@@ -91,7 +72,7 @@ def test_a_bad_chunk_size_is_refused_and_the_others_go_on(app, tone_model, chunk
             message, code = refused(bad, chunk_ms=chunk_ms)
         assert message["type"] == "error" and error in message["message"] and code == 1008
         good.send_bytes(data[len(data) // 2:])
-        assert finish(good)[-1]["result"] == reference(tone_model, from_s16le(data), 2 * CHUNK_MS)
+        assert finish(good)[-1]["result"] == reference(tone_model, from_s16le(data), chunk_ms=2 * CHUNK_MS)
 
 
 def test_more_distinct_chunk_sizes_than_the_cap_are_refused(app):

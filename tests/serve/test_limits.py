@@ -2,7 +2,6 @@
 and the other streams go on as if nothing happened; a client that leaves mid-utterance leaves no stream behind."""
 from __future__ import annotations
 
-
 import gc
 import time
 import weakref

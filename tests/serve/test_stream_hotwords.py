@@ -8,10 +8,10 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from asrkit.config import ServeConfig
-from asrkit.pipeline.formats import result_to_dict
 from asrkit.serve import build_app
 from asrkit.serve.engine import MAX_RECOGNIZERS
-from tests.serve.serve_audio import CHUNK_MS, SR, from_s16le, s16le, same_json, tones, wait_no_streams
+from tests.serve.serve_audio import (CHUNK_MS, SR, finish, from_s16le, reference, s16le, same_json, start, tones,
+                                     wait_no_streams)
 
 HOT = ["C", ["C C", 3.0]]  # the tone's token, and a pair with a weight
 
@@ -19,25 +19,6 @@ HOT = ["C", ["C C", 3.0]]  # the tone's token, and a pair with a weight
 @pytest.fixture(scope="module")
 def app(tone_model):
     return build_app(tone_model, ServeConfig(), name="tones")
-
-
-def reference(model, audio, **options) -> dict:
-    s = model.stream("mic", **options)
-    s.accept_waveform(audio)
-    return result_to_dict(s.finish())
-
-
-def start(ws, **keys) -> dict:
-    ws.send_json({"type": "start", "sample_rate": SR, "name": "mic", **keys})
-    return ws.receive_json()
-
-
-def finish(ws) -> list:
-    ws.send_json({"type": "end"})
-    messages = []
-    while not messages or messages[-1]["type"] != "done":
-        messages.append(ws.receive_json())
-    return messages
 
 
 def refused(ws, **keys) -> tuple:
