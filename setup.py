@@ -48,6 +48,8 @@ setup(
         "sentencepiece>=0.1.99",
         "jiwer>=4.0",
         "soundfile>=0.12",
+        # live streams at another rate than the model's: a resampler that keeps its state between pieces
+        "soxr>=0.3",
         "pyyaml>=6.0",
         "tqdm>=4.60",
         # Training writes its scalars for TensorBoard (with grpcio, protobuf, werkzeug: ~80 MB beside torch's GBs).

@@ -137,6 +137,37 @@ def resample(wav: torch.Tensor, orig_rate: int, new_rate: int) -> torch.Tensor:
     return AF.resample(wav, orig_rate, new_rate)
 
 
+class StreamResampler:
+    """Resamples a signal that arrives in pieces as one signal (python-soxr's stream, high quality): each piece's
+    output depends on the samples before it, and the filter's last few milliseconds come with the next piece or
+    with :meth:`flush`. The concatenated output equals resampling the whole signal at once with soxr; resampling
+    each piece alone would leave an edge error at every boundary. A no-op when the rates match."""
+
+    def __init__(self, orig_rate: int, new_rate: int):
+        self.orig_rate, self.new_rate = orig_rate, new_rate
+        self._soxr = None
+        if orig_rate != new_rate:
+            import soxr  # only streams at another rate than the model's need it
+
+            self._soxr = soxr.ResampleStream(orig_rate, new_rate, 1, dtype="float32", quality="HQ")
+
+    def __call__(self, piece: torch.Tensor) -> torch.Tensor:
+        """The next piece (S,) at ``orig_rate`` -> the samples (S',) at ``new_rate`` ready so far."""
+        if self._soxr is None:
+            return piece
+        import torch
+
+        return torch.from_numpy(self._soxr.resample_chunk(piece.detach().float().cpu().numpy()))
+
+    def flush(self) -> torch.Tensor:
+        """The samples the filter held back, at the signal's end."""
+        import torch
+
+        if self._soxr is None:
+            return torch.zeros(0)
+        return torch.from_numpy(self._soxr.resample_chunk(np.zeros(0, np.float32), last=True))
+
+
 def load_audio(source: Optional[str], sample_rate: int, *, start: float = 0.0, end: Optional[float] = None,
                name: Optional[str] = None, pipe: bool = True) -> torch.Tensor:
     """Load one utterance as a mono float32 tensor of shape (T,) at ``sample_rate``.

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from asrkit.audio import silero
-from asrkit.audio.io import resample
+from asrkit.audio.io import StreamResampler
 from asrkit.audio.vad import EnergyStream
 from asrkit.config import EndpointConfig
 
@@ -76,6 +76,9 @@ class Endpointer:
         self._silero: Optional[silero.SileroStream] = None  # made when audio first comes (a caller may feed
         if cfg.vad == "silero":                              # probabilities of its own instead)
             silero.check_installed("decode.endpoint.vad: silero")  # the missing extra named now
+        # the audio as one signal at Silero's rate; the few ms its filter holds at the input's end never decide
+        # an endpoint
+        self._to_silero = StreamResampler(sample_rate, silero.SAMPLE_RATE)
 
     def _to_frames(self, seconds: float) -> Optional[int]:
         """Frames a rule of ``seconds`` needs (None: the rule is off); rounded up, less float noise."""
@@ -93,7 +96,7 @@ class Endpointer:
         elif self.cfg.vad == "silero":
             if self._silero is None:
                 self._silero = silero.SileroStream("decode.endpoint.vad: silero")
-            x = resample(torch.as_tensor(samples).float(), self.sample_rate, silero.SAMPLE_RATE)
+            x = self._to_silero(torch.as_tensor(samples).float())
             self.vad_update(self._silero.accept(x), silero.HOP_SECONDS)
 
     def vad_update(self, probs: np.ndarray, hop_seconds: float) -> None:

@@ -75,6 +75,24 @@ def test_irregular_pieces_equal_the_audio_at_once(exps, which, decode):
     assert got.duration == pytest.approx(wav.numel() / SR)
 
 
+def test_a_stream_at_another_rate_in_pieces_equals_it_at_once(exps):
+    # 8 kHz audio is resampled as one signal: in pieces of 1 sample to 1 s it decodes as the same audio at once
+    model = asrkit.load_model(exps["ctc"], decode=DecodeConfig(mode="ctc_prefix", beam=4, nbest=2))
+    wav = _audio()[::2].contiguous()
+    whole = model.stream(chunk_ms=320)
+    whole.accept_waveform(wav, 8000)
+    reference = whole.finish()
+    rng = np.random.default_rng(2)
+    pieces, i = model.stream(chunk_ms=320), 0
+    while i < wav.numel():
+        n = int(rng.choice([1, 7, 160, 1234, 8000]))
+        pieces.accept_waveform(wav[i: i + n], 8000)
+        i += n
+    got = pieces.finish()
+    _same_result(got, reference)
+    assert reference.text and got.duration == pytest.approx(wav.numel() / 8000)
+
+
 @pytest.mark.parametrize("which, decode", MODES, ids=["greedy", "ctc_prefix", "rescore"])
 def test_one_chunk_over_the_utterance_equals_offline_decoding(exps, which, decode):
     model = asrkit.load_model(exps[which], decode=decode)
