@@ -35,7 +35,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from asrkit.audio.waveaug import check_sources
+from asrkit.audio.waveaug import KINDS, check_sources
 from asrkit.config import ConfigError, ExperimentConfig, TrainConfig
 from asrkit.rundir_lock import RunDirBusy, RunDirLock
 from asrkit.extras import require
@@ -52,6 +52,8 @@ log = logging.getLogger("asrkit.train")
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 # What _save writes and _resume reads ("scaler" and "best" are read if present).
 AUGMENTED = "augmented_"  # epoch totals of waveform augmentation, by kind ("augmented_utts": utterances through it)
+# The batch counts summed over the ranks with each update's unit count (one collective), in a fixed order.
+RANK_COUNTS = ("skipped_utts", *(AUGMENTED + k for k in ("utts", *KINDS)))
 RESUME_KEYS = ("model", "optimizer", "scheduler", "step", "epoch", "batches_done", "end_of_epoch", "totals",
                "nonfinite_in_row", "rng", "sampler")
 
@@ -205,11 +207,16 @@ class Trainer:
         """One optimizer update over the batches of ``group`` (see the module docstring)."""
         t, world = self.cfg, self.ctx.world_size
         counts = [self.task.count(b) for b in group]
-        self.totals["skipped_utts"] += sum(int(b.get("num_skipped", 0)) for b in group)  # unreadable audio
-        for b in group:  # waveform augmentation in the loader (augment:): what was applied, for train.log
+        # unreadable audio, and waveform augmentation in the loader (augment:): what was applied, for train.log
+        mine = dict.fromkeys(RANK_COUNTS, 0.0)
+        for b in group:
+            mine["skipped_utts"] += int(b.get("num_skipped", 0))
             for kind, n in b.get("augmented", {}).items():
-                self.totals[AUGMENTED + kind] = self.totals.get(AUGMENTED + kind, 0) + n
-        total = all_reduce_sum([float(sum(counts))], self.ctx)[0]
+                mine[AUGMENTED + kind] += n
+        total, *summed = all_reduce_sum([float(sum(counts)), *mine.values()], self.ctx)  # every rank's
+        for k, v in zip(RANK_COUNTS, summed):
+            if v:  # a kind never applied stays out of train.log's list
+                self.totals[k] = self.totals.get(k, 0) + int(v)
         if total == 0:
             log.warning("epoch %d: %d batches with nothing readable skipped", self.epoch, len(group))
             return
