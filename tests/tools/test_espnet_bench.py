@@ -38,6 +38,10 @@ def report(bench):
     return load_tool("espnet/espnet_report")
 
 
+# What the demo's config needs to map: no per-utterance normalisation, no VTLP (ESPnet has neither here).
+DEMO_SETS = ["frontend.utterance_cmn=false", "augment.vtlp.prob=0"]
+
+
 @pytest.fixture(scope="module")
 def tiny():
     return load_config(ROOT / "conf" / "tiny_ctc.yaml")
@@ -78,8 +82,8 @@ def test_warmuplr_equals_asrkit_schedule(bench, tiny):
 
 @pytest.fixture(scope="module")
 def demo():
-    """The demo's model without per-utterance normalisation (which ESPnet cannot add to global MVN)."""
-    return load_config(ROOT / "conf" / "mini_small.yaml", ["frontend.utterance_cmn=false"])
+    """The demo's model without per-utterance normalisation (which ESPnet cannot add to global MVN) nor VTLP."""
+    return load_config(ROOT / "conf" / "mini_small.yaml", DEMO_SETS)
 
 
 def test_interctc_and_self_conditioning_map(bench, demo):
@@ -88,15 +92,13 @@ def test_interctc_and_self_conditioning_map(bench, demo):
     assert tuple(demo.model.encoder.interctc_layers) == (2,) and demo.model.interctc_weight == 0.3
     assert ec["interctc_layer_idx"] == [2] and ec["interctc_use_conditioning"] is False
     assert conf["model_conf"]["interctc_weight"] == 0.3 and conf["encoder"] == "conformer"
-    cond = load_config(ROOT / "conf" / "mini_small.yaml", ["frontend.utterance_cmn=false",
-                                                          "model.encoder.interctc_layers=[3, 1]",
+    cond = load_config(ROOT / "conf" / "mini_small.yaml", [*DEMO_SETS, "model.encoder.interctc_layers=[3, 1]",
                                                           "model.encoder.self_condition=true"])
     ec = bench.espnet_config(cond, 5, updates_per_epoch=100)["encoder_conf"]
     assert ec["interctc_layer_idx"] == [1, 3] and ec["interctc_use_conditioning"] is True
     plain = bench.espnet_config(load_config(ROOT / "conf" / "tiny_ctc.yaml"), 1)
     assert "interctc_layer_idx" not in plain["encoder_conf"] and "interctc_weight" not in plain["model_conf"]
-    iterated = load_config(ROOT / "conf" / "mini_small.yaml", ["frontend.utterance_cmn=false",
-                                                              "model.intermediate_loss=iterated"])
+    iterated = load_config(ROOT / "conf" / "mini_small.yaml", [*DEMO_SETS, "model.intermediate_loss=iterated"])
     with pytest.raises(bench.BenchError, match="iterated"):
         bench.espnet_config(iterated, 5, updates_per_epoch=100)
 
@@ -128,7 +130,7 @@ def test_config_command_sets_batches_and_cosine_length(bench, tmp_path):
     (train / "text").write_text("".join(f"{u} HELLO WORLD\n" for u in durs))
     (train / "wav.scp").write_text("".join(f"{u} /data/{u}.wav\n" for u in durs))
     out = tmp_path / "esp"
-    sets = ["frontend.utterance_cmn=false", "data.max_frames=1500", "train.warmup_steps=50"]
+    sets = [*DEMO_SETS, "data.max_frames=1500", "train.warmup_steps=50"]
     assert bench.main(["config", "--asrkit-config", str(ROOT / "conf" / "mini_small.yaml"),
                        *[a for kv in sets for a in ("--set", kv)], "--epochs", "4", "--train", str(train), "--cmvn",
                        "--out", str(out)]) == 0
@@ -138,7 +140,7 @@ def test_config_command_sets_batches_and_cosine_length(bench, tmp_path):
     assert conf["scheduler_conf"]["first_cycle_steps"] == 4 * batches["espnet"]
     assert conf["encoder_conf"]["interctc_layer_idx"] == [2]
     overrides = (out / "asrkit_overrides.txt").read_text().split()
-    assert overrides[:3] == sets
+    assert overrides[:len(sets)] == sets
     assert "train.epochs=4" in overrides and "model.encoder.conv_channels=144" in overrides
 
 
@@ -191,7 +193,9 @@ def test_attention_loss_normalisation_maps(bench, normalize, length_normalized):
     ("train.scheduler=constant", "train.scheduler"), ("model.encoder.interctc_layers=[4]", "layers 1..3"),
     ("model.encoder.dejavu_layer=2", "dejavu_layer"),
     ("frontend.utterance_cmn=true", "frontend.utterance_cmn"), ("frontend.dither=1.0", "frontend.dither 1.0"),
-    ("frontend.log_floor=1e-6", "frontend.log_floor 1e-06")])
+    ("frontend.log_floor=1e-6", "frontend.log_floor 1e-06"), ("augment.vtlp.prob=0.5", "augment.vtlp"),
+    ("augment.reverb.prob=0.2", "augment.reverb"), ("augment.noise.prob=1", "augment.noise"),
+    ("augment.band.prob=0.1", "augment.band"), ("augment.gain.prob=0.3", "augment.gain")])
 def test_unmappable_settings_are_named(bench, override, key):
     cfg = load_config(ROOT / "conf" / "tiny_ctc.yaml", [override, "frontend.n_fft=512"])
     with pytest.raises(bench.BenchError, match=key):
@@ -410,6 +414,26 @@ def test_report_reads_both_espnet_decodings(report, tmp_path, capsys):
     assert "| ESPnet2, its beam-1 CTC prefix search | 0.00 |" in table
     assert "both best path: 0.50 (target <= 0.9); against ESPnet's beam-1 prefix search: inf" in table
     assert "throughput: 2.00" in table
+
+
+def test_report_rows_with_the_same_lm(report, tmp_path, capsys):
+    """--lm-decode-config's decodings (OUT/{asrkit,espnet}/decode_test_lm) get rows of their own and a ratio of
+    their own; the best-path ratio stays the one against ESPnet's best path (WERs counted by hand, 4 words)."""
+    data, out = tmp_path / "data", tmp_path / "out"
+    hyps = {"asrkit/decode_test": "u1 A X\nu2 C D\n", "espnet/decode_test_greedy": "u1 A X\nu2 C\n",
+            "asrkit/decode_test_lm": "u1 A B\nu2 C X\n", "espnet/decode_test_lm": "u1 A B\nu2 X\n"}
+    for d in (data / "test", data / "train", *(out / h for h in hyps)):
+        d.mkdir(parents=True)
+    for h, text in hyps.items():
+        (out / h / "text").write_text(text)
+    (data / "test" / "text").write_text("u1 A B\nu2 C D\n")
+    (data / "train" / "utt2dur").write_text("t1 50.0\n")
+    (out / "timings.json").write_text(json.dumps({"asrkit_train": 10.0, "espnet_train": 20.0}))
+    assert report.main(["--out", str(out), "--data", str(data), "--epochs", "2"]) == 0
+    table = capsys.readouterr().out
+    assert "| asrkit, with the LM | 25.00 |" in table  # 1 substitution
+    assert "| ESPnet2, with the LM (asrkit's search on its posteriors) | 50.00 |" in table  # 1 sub + 1 deletion
+    assert "both best path: 0.50 (target <= 0.9); both with the same LM and search: 0.50;" in table
 
 
 def _bench_out(tmp_path):

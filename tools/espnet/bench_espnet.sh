@@ -9,6 +9,7 @@
 #                              --out DIR [--threads 1] [--stage 0] [--stop-stage 100]
 #                              [--tokenizer DIR/lang/tokenizer.json] [--cmvn FILE | none]
 #                              [--overrides "KEY=VALUE ..."] [--probe-epochs 2] [--cores "0 1"]
+#                              [--lm-decode-config decode.yaml]
 #   --overrides: asrkit config overrides (as asrkit train's --set; space-separated) applied to --asrkit-config
 #   for both toolkits, e.g. "frontend.utterance_cmn=false data.max_frames=4000" for the demo's model
 #   DIR holds train/ dev/ test/ Kaldi dirs (wav.scp of audio files, text, utt2dur) and lang/ (asrkit's char
@@ -22,6 +23,10 @@
 #            CTC prefix search) into OUT/espnet/decode_test/, and best path (frame argmax, collapse, drop blank;
 #            tools/espnet/espnet_bench.py greedy) into OUT/espnet/decode_test_greedy/
 #   stage 5: asrkit greedy (best-path) CTC decoding of test/ into OUT/asrkit/decode_test/
+#   --lm-decode-config FILE: both models decoded once more by asrkit's search as FILE says (a word LM, its lexicon,
+#            weights): stage 4 dumps ESPnet's CTC log-probabilities (espnet_bench.py posteriors, into
+#            OUT/espnet/posteriors_test/) and decodes them with tools/espnet/espnet_lm.py into
+#            OUT/espnet/decode_test_lm/; stage 5 runs asrkit decode --decode-config FILE into OUT/asrkit/decode_test_lm/
 #   stage 6: per-step time of both on identical batches (tools/espnet/espnet_step_time.py, interleaved, 2 rounds)
 #   stage 7: score all three decodings, print the table and write it to OUT/results.md
 #            (tools/espnet/espnet_report.py); the asrkit / ESPnet WER ratio is taken against ESPnet's best path (the
@@ -55,6 +60,7 @@ overrides=""
 budget_minutes=""   # equal training time: both toolkits at once, one CPU each, each fitting its epochs in M minutes
 probe_epochs=2      # epochs of the probe that measures each toolkit's seconds per epoch (>= 2: start-up apart)
 cores="0 1"         # the CPUs of asrkit and ESPnet in the equal-time mode
+lm_decode_config="" # a decode.yaml with an LM: both models decoded by asrkit's search with it (stages 4 and 5)
 . "$root/tools/parse_options.sh"
 usage_error() { echo "$0: $*" >&2; exit 2; }
 [ $# -eq 0 ] || usage_error "unexpected argument '$1' (see --help)"
@@ -80,6 +86,8 @@ if [ -n "$budget_minutes" ]; then
 elif [ -z "$epochs" ]; then
   usage_error "--epochs is required (or --budget-minutes) (see --help)"
 fi
+[ -z "$lm_decode_config" ] || [ -f "$lm_decode_config" ] \
+  || usage_error "--lm-decode-config: $lm_decode_config: no such file"
 for split in train dev test; do
   [ -d "$data/$split" ] || { echo "$0: $data/$split: no such Kaldi data dir" >&2; exit 1; }
 done
@@ -232,11 +240,25 @@ if run_stage 4; then
   "$esp" "$helper" greedy --config "$out/espnet/exp/config.yaml" --model "$out/espnet/exp/${espnet_epochs}epoch.pth" \
     --data "$data/test" --out "$out/espnet/decode_test_greedy" 2> "$out/espnet/decode_test_greedy.log" \
     || { tail -n 30 "$out/espnet/decode_test_greedy.log" >&2; exit 1; }
+  if [ -n "$lm_decode_config" ]; then
+    log 4 "ESPnet's CTC log-probabilities of $data/test, decoded by asrkit's search as $lm_decode_config says" \
+      "into decode_test_lm"
+    "$esp" "$helper" posteriors --config "$out/espnet/exp/config.yaml" \
+      --model "$out/espnet/exp/${espnet_epochs}epoch.pth" --data "$data/test" --out "$out/espnet/posteriors_test" \
+      2> "$out/espnet/posteriors_test.log" || { tail -n 30 "$out/espnet/posteriors_test.log" >&2; exit 1; }
+    "$py" "$root/tools/espnet/espnet_lm.py" --posteriors "$out/espnet/posteriors_test" --tokenizer "$tokenizer" \
+      --decode-config "$lm_decode_config" --out "$out/espnet/decode_test_lm"
+  fi
 fi
 
 if run_stage 5; then
   log 5 "asrkit greedy CTC decoding of $data/test"
   "$root/.venv/bin/asrkit" decode --model "$out/asrkit/exp" --data "$data/test" --out "$out/asrkit/decode_test"
+  if [ -n "$lm_decode_config" ]; then
+    log 5 "asrkit decoding of $data/test as $lm_decode_config says into decode_test_lm"
+    "$root/.venv/bin/asrkit" decode --model "$out/asrkit/exp" --data "$data/test" --decode-config "$lm_decode_config" \
+      --out "$out/asrkit/decode_test_lm"
+  fi
 fi
 
 if run_stage 6; then

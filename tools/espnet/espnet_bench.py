@@ -15,6 +15,10 @@ usage:
       decode a Kaldi data dir (wav.scp of audio files) with an ESPnet2 CTC model by best path, the rule of
       asrkit's greedy mode (frame argmax, collapse repeats, drop blank); write DIR/text. Run it with
       .venv-espnet's Python.
+  espnet_bench.py posteriors --config exp/config.yaml --model exp/Nepoch.pth --data DIR --out DIR
+      the same model's CTC log-probabilities, one (T, V) array per utterance, into DIR/log_probs.npz and its
+      token list into DIR/tokens.txt, for tools/espnet/espnet_lm.py (asrkit's search with an LM on them).
+      Run it with .venv-espnet's Python.
 
 Runs with the toolkit's .venv (config, tokens import asrkit), .venv-espnet (greedy imports espnet2, inside the
 function only) or any Python (text-shapes, timed). Per-step times on identical batches:
@@ -32,7 +36,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
@@ -59,6 +63,10 @@ def _unsupported(cfg: Any) -> List[str]:
         bad.append(f"frontend.log_floor {cfg.frontend.log_floor} (ESPnet's log-mel floors at 1e-10)")
     if cfg.speed_perturb.enabled:
         bad.append("speed_perturb.enabled (ESPnet perturbs speed offline, as copies of the data)")
+    for kind in ("reverb", "noise", "vtlp", "band", "gain"):
+        if getattr(cfg.augment, kind).prob > 0:  # the five AugmentConfig fields, each with a probability
+            bad.append(f"augment.{kind}.prob {getattr(cfg.augment, kind).prob} (the benchmark maps no waveform "
+                       "augmentation or VTLP to ESPnet: set it to 0)")
     if enc.kind not in ("transformer", "conformer"):
         bad.append(f"model.encoder.kind {enc.kind} (transformer or conformer)")
     else:
@@ -264,10 +272,10 @@ def read_wav_scp(data_dir: str) -> List[Tuple[str, str]]:
     return out
 
 
-def espnet_best_path(config: str, model_file: str, data_dir: str, out_dir: str) -> int:
-    """Decode ``data_dir`` (wav.scp) with an ESPnet2 ASR model by CTC best path on the CPU, one utterance at a
-    time (as the benchmark's ``asr_inference --batch_size 1``, so no padding enters the centred STFT), and write
-    ``out_dir/text``. Returns the number of utterances. Needs espnet2 (run with .venv-espnet)."""
+def espnet_log_probs(config: str, model_file: str, data_dir: str) -> Iterator[Tuple[str, Any, List[str]]]:
+    """``(utt, log_probs (T, V) float32 numpy, token list)`` of every utterance of ``data_dir`` (wav.scp) by an
+    ESPnet2 ASR model's CTC head on the CPU, one utterance at a time (as the benchmark's ``asr_inference
+    --batch_size 1``, so no padding enters the centred STFT). Needs espnet2 (run with .venv-espnet)."""
     utts = read_wav_scp(data_dir)
     for path in (config, model_file):
         if not os.path.isfile(path):
@@ -278,14 +286,13 @@ def espnet_best_path(config: str, model_file: str, data_dir: str, out_dir: str) 
         from espnet2.tasks.asr import ASRTask
         from tqdm import tqdm
     except ImportError as exc:
-        raise BenchError(f"{exc}: run greedy with .venv-espnet's Python (tools/espnet/setup_espnet_env.sh)") from None
+        raise BenchError(f"{exc}: run this with .venv-espnet's Python (tools/espnet/setup_espnet_env.sh)") from None
     model, train_args = ASRTask.build_model_from_file(config, model_file, device="cpu")
     model.eval()
     tokens = list(model.token_list)
     fs = (getattr(train_args, "frontend_conf", None) or {}).get("fs")
-    lines = []
     with torch.inference_mode():
-        for utt, path in tqdm(utts, desc="best path", unit="utt"):
+        for utt, path in tqdm(utts, desc="CTC head", unit="utt"):
             try:
                 wav, sr = soundfile.read(path, dtype="float32")
             except (OSError, RuntimeError) as exc:  # soundfile raises LibsndfileError (a RuntimeError)
@@ -298,14 +305,46 @@ def espnet_best_path(config: str, model_file: str, data_dir: str, out_dir: str) 
             enc, enc_lens = model.encode(speech, torch.tensor([speech.size(1)]))  # (1, T, D), (1,)
             if isinstance(enc, tuple):  # with InterCTC layers: (final output, [(layer, output), ...])
                 enc = enc[0]
-            ids = model.ctc.argmax(enc)[0, : int(enc_lens[0])]  # (T,)
-            lines.append(f"{utt} {' '.join(best_path_words(ids.tolist(), tokens, utt))}".rstrip() + "\n")
+            yield utt, model.ctc.log_softmax(enc)[0, : int(enc_lens[0])].float().numpy(), tokens
+
+
+def _write_text(out_dir: str, lines: Sequence[str]) -> None:
+    """OUT/text, which appears only when complete."""
     os.makedirs(out_dir, exist_ok=True)
     text = os.path.join(out_dir, "text")
-    with open(text + ".tmp", "w", encoding="utf-8") as fh:  # a text file appears only when complete
+    with open(text + ".tmp", "w", encoding="utf-8") as fh:
         fh.writelines(lines)
     os.replace(text + ".tmp", text)
+
+
+def espnet_best_path(config: str, model_file: str, data_dir: str, out_dir: str) -> int:
+    """Decode ``data_dir`` (wav.scp) with an ESPnet2 CTC model by best path (the argmax of its CTC head's
+    log-probabilities, :func:`espnet_log_probs`) and write ``out_dir/text``. Returns the number of utterances."""
+    lines = [f"{utt} {' '.join(best_path_words(lp.argmax(-1).tolist(), tokens, utt))}".rstrip() + "\n"
+             for utt, lp, tokens in espnet_log_probs(config, model_file, data_dir)]
+    _write_text(out_dir, lines)
     return len(lines)
+
+
+def espnet_posteriors(config: str, model_file: str, data_dir: str, out_dir: str) -> int:
+    """Write the CTC log-probabilities of every utterance of ``data_dir`` to ``out_dir/log_probs.npz`` (one
+    (T, V) float32 array per utterance id, in wav.scp order) and the model's token list (its V columns) to
+    ``out_dir/tokens.txt``: what tools/espnet/espnet_lm.py decodes with asrkit's search and an LM. Returns the
+    number of utterances."""
+    import numpy as np
+
+    arrays: Dict[str, Any] = {}
+    tokens: List[str] = []
+    for utt, lp, tokens in espnet_log_probs(config, model_file, data_dir):
+        arrays[utt] = lp
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "log_probs.npz")
+    with open(path + ".tmp", "wb") as fh:  # the archive appears only when complete
+        np.savez(fh, **arrays)
+    os.replace(path + ".tmp", path)
+    with open(os.path.join(out_dir, "tokens.txt"), "w", encoding="utf-8") as fh:
+        fh.write("\n".join(tokens) + "\n")
+    return len(arrays)
 
 
 def median_frames(utt2dur: str) -> float:
@@ -431,6 +470,11 @@ def cmd_greedy(args: argparse.Namespace) -> None:
     print(f"best path: {n} utterances into {os.path.join(args.out, 'text')}", file=sys.stderr)
 
 
+def cmd_posteriors(args: argparse.Namespace) -> None:
+    n = espnet_posteriors(args.config, args.model, args.data, args.out)
+    print(f"CTC log-probabilities: {n} utterances into {os.path.join(args.out, 'log_probs.npz')}", file=sys.stderr)
+
+
 def text_shapes(stats_dir: str, vocab_size: int) -> None:
     """collect_stats writes ``utt L``; ESPnet's trainer wants ``utt L,V`` in ``text_shape.char``."""
     for split in ("train", "valid"):
@@ -517,6 +561,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     c.add_argument("--data", required=True, help="a Kaldi data dir (its wav.scp)")
     c.add_argument("--out", required=True, help="writes OUT/text")
     c.set_defaults(func=cmd_greedy)
+    c = sub.add_parser("posteriors", help="ESPnet model, CTC log-probabilities to OUT/log_probs.npz (.venv-espnet)")
+    c.add_argument("--config", required=True, help="the experiment's config.yaml")
+    c.add_argument("--model", required=True, help="the weights, e.g. exp/10epoch.pth")
+    c.add_argument("--data", required=True, help="a Kaldi data dir (its wav.scp)")
+    c.add_argument("--out", required=True, help="writes OUT/log_probs.npz and OUT/tokens.txt")
+    c.set_defaults(func=cmd_posteriors)
     args = p.parse_args(argv)
     try:
         return args.func(args) or 0

@@ -30,7 +30,8 @@ from espnet_bench import BenchError, load_record  # noqa: E402
 
 # Row labels of the table; "espnet" (best path, asrkit's decoding rule) is what the WER ratio is taken against.
 ROW_LABELS = {"asrkit": "asrkit, best path", "espnet": "ESPnet2, best path",
-              "espnet_search": "ESPnet2, its beam-1 CTC prefix search"}
+              "espnet_search": "ESPnet2, its beam-1 CTC prefix search",
+              "asrkit_lm": "asrkit, with the LM", "espnet_lm": "ESPnet2, with the LM (asrkit's search on its posteriors)"}
 
 _DURATION = re.compile(r"([0-9.]+) (hour|minute|second)s?")
 _UNIT = {"hour": 3600.0, "minute": 60.0, "second": 1.0}
@@ -88,6 +89,9 @@ def results_table(rows: Dict[str, Dict[str, float]], train_seconds: float, epoch
         if "espnet_search" in rows:
             es = rows["espnet_search"]["wer"]
             lines[-1] += f"; against ESPnet's beam-1 prefix search: {a['wer'] / es if es > 0 else math.inf:.2f}"
+        if "asrkit_lm" in rows and "espnet_lm" in rows:
+            el = rows["espnet_lm"]["wer"]
+            lines[-1] += f"; both with the same LM and search: {rows['asrkit_lm']['wer'] / el if el > 0 else math.inf:.2f}"
         lines[-1] += f"; asrkit / ESPnet training throughput: {speed['asrkit'] / speed['espnet']:.2f} (target >= 1.3)"
         if a.get("train_only_s") and e.get("train_only_s"):
             ratio = (audio["asrkit"] / a["train_only_s"]) / (audio["espnet"] / e["train_only_s"])
@@ -96,7 +100,8 @@ def results_table(rows: Dict[str, Dict[str, float]], train_seconds: float, epoch
                   "Train wall time: the whole training command (start-up, model building, data loading, "
                   "per-epoch validation on dev, checkpoints); not CMVN/collect_stats nor decoding. The epochs' "
                   "training parts: the times both trainers log per epoch for the training pass alone. "
-                  "No LM; all rows scored by asrkit's scorer on the same test/text. Best path: frame argmax, "
+                  "No LM but in the rows that say so (bench_espnet.sh --lm-decode-config: asrkit's search with "
+                  "that decode config on each model's CTC log-probabilities); all rows scored by asrkit's scorer on the same test/text. Best path: frame argmax, "
                   "repeats collapsed, blanks dropped (asrkit decode's greedy mode; espnet_bench.py greedy for "
                   "ESPnet). ESPnet's asr_inference with beam 1 and ctc_weight 1.0 is a label-synchronous CTC "
                   "prefix search, not best path: the same ESPnet model as the row above, decoded its way."]
@@ -114,7 +119,9 @@ def score_rows(out_dir: str, data_dir: str) -> Dict[str, Dict[str, float]]:
     # row -> (toolkit, hypotheses); both ESPnet rows decode the same model (stage 4)
     hyps = {"asrkit": ("asrkit", os.path.join(out_dir, "asrkit", "decode_test", "text")),
             "espnet": ("espnet", os.path.join(out_dir, "espnet", "decode_test_greedy", "text")),
-            "espnet_search": ("espnet", os.path.join(out_dir, "espnet", "decode_test", "1best_recog", "text"))}
+            "espnet_search": ("espnet", os.path.join(out_dir, "espnet", "decode_test", "1best_recog", "text")),
+            "asrkit_lm": ("asrkit", os.path.join(out_dir, "asrkit", "decode_test_lm", "text")),
+            "espnet_lm": ("espnet", os.path.join(out_dir, "espnet", "decode_test_lm", "text"))}
     rows: Dict[str, Dict[str, float]] = {}
     for name, (toolkit, hyp) in hyps.items():
         if not os.path.isfile(hyp) or f"{toolkit}_train" not in record:
