@@ -1,5 +1,10 @@
-"""The Triton kernel of :mod:`asrkit.search.fused_step` (imported on first use: triton decides between compiling
-and interpreting, ``TRITON_INTERPRET=1``, when a function is decorated)."""
+"""The Triton kernels of :mod:`asrkit.search.fused_step` and :mod:`asrkit.search.fused_search` (imported on first
+use: triton decides between compiling and interpreting, ``TRITON_INTERPRET=1``, when a function is decorated).
+
+:func:`beam_step` is one frame step of one utterance's beam (registers in, registers out); :func:`ctc_steps` runs it
+over host-built tables (the step-major candidate tables of ``FrameTables``), :func:`ctc_search` over the log-probs
+themselves (blank skipping and the best C tokens of each frame done in the program), :func:`backtrack_paths` follows
+the backpointers :func:`ctc_search` wrote."""
 import triton
 import triton.language as tl
 
@@ -12,13 +17,17 @@ def logaddexp(a, b):
     safe = hi == float("-inf")
     return tl.where(safe, hi, hi + tl.log(1.0 + tl.exp(lo - tl.where(safe, 0.0, hi))))
 
+
 @triton.jit
-def ctc_steps(st, ints, tok_all, cval, lpb, pad_bias, run_after, lp_rows, fusion, hist, parent_out, token_out,
-              first, n_steps, batch, beam, n_cand, vocab, bonus_ptr,
-              HAS_FUSION: tl.constexpr, HAS_SCORERS: tl.constexpr, BK: tl.constexpr, BC: tl.constexpr,
-              SENT_HASH_C: tl.constexpr, SENT_PARENT_C: tl.constexpr, SENT_MIN_C: tl.constexpr,
+def beam_step(pnb, pb, tot, fused, hsh, phsh, last, single, ctok, cv, blank_lp, lp_last, fus_in, bonus, run,
+              beam, n_cand, HAS_FUSION: tl.constexpr, HAS_SCORERS: tl.constexpr, BK: tl.constexpr,
+              BC: tl.constexpr, SENT_HASH_C: tl.constexpr, SENT_PARENT_C: tl.constexpr, SENT_MIN_C: tl.constexpr,
               HASH_MUL_C: tl.constexpr):
-    b = tl.program_id(0)
+    """One frame: beam (pnb, pb, tot, fused, hsh, phsh, last, single: (BK,)), the frame's candidates ctok / cv
+    (BC,) (lanes >= n_cand padding), its log P(blank), lp_last (BK,) log P(own last token), fus_in (BK, BC) the
+    scorers' weighted scores (HAS_SCORERS), bonus the length bonus (HAS_FUSION without scorers), run != 0: skipped
+    blank frames follow. Returns the new beam, the picks (candidate index k * (C+1) + c), parents and tokens (-1:
+    a stay)."""
     cols = n_cand + 1
     ok = tl.arange(0, BK)  # hypothesis slots
     oc = tl.arange(0, BC)  # candidate columns: 0..C-1 extensions, C the stay
@@ -30,6 +39,96 @@ def ctc_steps(st, ints, tok_all, cval, lpb, pad_bias, run_after, lp_rows, fusion
     pick_id = k2 * cols + c2  # the torch step's candidate index
     big = beam * cols + 1
     neg = float("-inf")
+    # extensions: a repeat of the own last token only from pb
+    eq = (ctok[None, :] == last[:, None]) & is_ext
+    ext = tl.where(eq, pb[:, None], tot[:, None]) + cv[None, :]
+    col = tl.min(tl.where(eq, c2, n_cand), axis=1)  # own last token's column; C: none
+    # parent in the beam: the first k2 with hash[k2] == parent_hash[k]; K: none
+    match = (phsh[:, None] == hsh[None, :]) & (ok[None, :] < beam)
+    par = tl.min(tl.where(match, ok[None, :], beam), axis=1)
+    # the extension (par[k], col[k]) is k's prefix: it leaves the candidates
+    merged = tl.max(((par[:, None, None] == ok[None, :, None]) & (col[:, None, None] == oc[None, None, :])
+                     & (col[:, None, None] < n_cand)).to(tl.int32), axis=0) > 0
+    ext = tl.where(merged, neg, ext)
+    sel_par = par[:, None] == ok[None, :]  # (BK, BK)
+    p_pb = tl.max(tl.where(sel_par, pb[None, :], neg), axis=1)
+    p_tot = tl.max(tl.where(sel_par, tot[None, :], neg), axis=1)
+    src = tl.where(single != 0, p_tot, p_pb)
+    stay_nb = logaddexp(pnb, src) + lp_last
+    stay_b = tot + blank_lp
+    stay_tot = logaddexp(stay_nb, stay_b)
+    nb = tl.where(is_ext, ext, stay_nb[:, None])
+    bb = tl.where(is_ext, neg, stay_b[:, None])
+    tt = tl.where(is_ext, ext, stay_tot[:, None])
+    if HAS_FUSION:
+        if HAS_SCORERS:
+            fus = fus_in
+        else:
+            fus = tl.where(is_ext, bonus, 0.0)  # in the beam's dtype
+        fus = fus + fused[:, None]
+        cand = tt + fus
+    else:
+        fus = tl.where(is_ext, 0.0, fused[:, None])
+        cand = tt
+    cand = tl.where(valid, cand, neg)
+    # the K best, best first, ties to the lower candidate index: two reductions a pick
+    taken = (pick_id < 0).to(tl.int32)
+    picks = ok * 0
+    bests = tl.full([BK], float("-inf"), pnb.dtype)
+    for j in range(beam):
+        avail = valid & (taken == 0)
+        key = tl.where(avail, cand, neg)
+        best = tl.max(tl.max(key, axis=1), axis=0)
+        pid = tl.min(tl.min(tl.where(avail & (key == best), pick_id, big), axis=1), axis=0)
+        taken = taken | ((pick_id == pid) & valid).to(tl.int32)  # padded lanes alias ids of real cells
+        picks = tl.where(ok == j, pid, picks)
+        bests = tl.where(ok == j, best, bests)
+    # the new beam, every slot at once: slot j reads cell picks[j]
+    sel = (picks[:, None, None] == pick_id[None, :, :]) & valid[None, :, :] & kmask[:, None, None]
+    v_nb = tl.max(tl.max(tl.where(sel, nb[None, :, :], neg), axis=2), axis=1)
+    v_b = tl.max(tl.max(tl.where(sel, bb[None, :, :], neg), axis=2), axis=1)
+    v_tot = tl.max(tl.max(tl.where(sel, tt[None, :, :], neg), axis=2), axis=1)
+    v_fus = tl.max(tl.max(tl.where(sel, fus[None, :, :], neg), axis=2), axis=1)
+    # a run of skipped blank frames follows: all mass ends in blank
+    v_b = tl.where(run != 0, v_tot, v_b)
+    v_nb = tl.where(run != 0, neg, v_nb)
+    dead = bests == neg
+    if HAS_SCORERS:  # a scorer's -inf leaves a finite CTC score on a dead pick
+        v_nb = tl.where(dead, neg, v_nb)
+        v_tot = tl.where(dead, neg, v_tot)
+    p = picks // cols
+    c = picks - p * cols
+    sel_p = p[:, None] == ok[None, :]  # (slot, parent)
+    tok_c = tl.max(tl.where(c[:, None] == oc[None, :], ctok[None, :], -2), axis=1)
+    ext_pick = c < n_cand
+    o_hsh = tl.max(tl.where(sel_p, hsh[None, :], SENT_MIN_C), axis=1)
+    o_phsh = tl.max(tl.where(sel_p, phsh[None, :], SENT_MIN_C), axis=1)
+    o_last = tl.max(tl.where(sel_p, last[None, :], -2), axis=1)
+    o_single = tl.max(tl.where(sel_p, single[None, :], -2), axis=1)
+    gone = dead | (ok >= beam)  # dead picks and padded slots: impossible hypotheses
+    hsh = tl.where(gone, SENT_HASH_C, tl.where(ext_pick, tok_c + o_hsh * HASH_MUL_C, o_hsh))
+    phsh = tl.where(gone, SENT_PARENT_C, tl.where(ext_pick, o_hsh, o_phsh))
+    last = tl.where(gone, 0, tl.where(ext_pick, tok_c, o_last))
+    single = tl.where(gone, 0, tl.where(ext_pick, (tok_c != o_last).to(tl.int64), o_single))
+    if HAS_FUSION:
+        fused = v_fus
+    return v_nb, v_b, v_tot, fused, hsh, phsh, last, single, picks.to(tl.int64), p.to(tl.int64), \
+        tl.where(ext_pick, tok_c, -1)
+
+
+@triton.jit
+def ctc_steps(st, ints, tok_all, cval, lpb, pad_bias, run_after, lp_rows, fusion, hist, parent_out, token_out,
+              first, n_steps, batch, beam, n_cand, vocab, bonus_ptr,
+              HAS_FUSION: tl.constexpr, HAS_SCORERS: tl.constexpr, BK: tl.constexpr, BC: tl.constexpr,
+              SENT_HASH_C: tl.constexpr, SENT_PARENT_C: tl.constexpr, SENT_MIN_C: tl.constexpr,
+              HASH_MUL_C: tl.constexpr):
+    b = tl.program_id(0)
+    cols = n_cand + 1
+    ok = tl.arange(0, BK)
+    oc = tl.arange(0, BC)
+    kmask = ok < beam
+    valid = (ok[:, None] < beam) & (oc[None, :] <= n_cand)
+    neg = float("-inf")
     srow = st + b * 4 * (beam + 1)
     pnb = tl.load(srow + ok, mask=kmask, other=neg)
     pb = tl.load(srow + (beam + 1) + ok, mask=kmask, other=neg)
@@ -40,6 +139,7 @@ def ctc_steps(st, ints, tok_all, cval, lpb, pad_bias, run_after, lp_rows, fusion
     phsh = tl.load(irow + beam + ok, mask=kmask, other=SENT_PARENT_C)
     last = tl.load(irow + 2 * beam + ok, mask=kmask, other=0)
     single = tl.load(irow + 3 * beam + ok, mask=kmask, other=0)
+    bonus = tl.load(bonus_ptr)
     for t in range(first, first + n_steps):
         tb = t * batch + b
         ctok = tl.load(tok_all + tb * cols + oc, mask=oc < n_cand, other=-2)  # (BC,)
@@ -48,85 +148,13 @@ def ctc_steps(st, ints, tok_all, cval, lpb, pad_bias, run_after, lp_rows, fusion
         pad = tl.load(pad_bias + tb)
         run = tl.load(run_after + tb)
         lp_last = tl.load(lp_rows + tb * vocab + last, mask=kmask, other=neg) + pad  # (BK,)
-        # extensions: a repeat of the own last token only from pb
-        eq = (ctok[None, :] == last[:, None]) & is_ext
-        ext = tl.where(eq, pb[:, None], tot[:, None]) + cv[None, :]
-        col = tl.min(tl.where(eq, c2, n_cand), axis=1)  # own last token's column; C: none
-        # parent in the beam: the first k2 with hash[k2] == parent_hash[k]; K: none
-        match = (phsh[:, None] == hsh[None, :]) & (ok[None, :] < beam)
-        par = tl.min(tl.where(match, ok[None, :], beam), axis=1)
-        # the extension (par[k], col[k]) is k's prefix: it leaves the candidates
-        merged = tl.max(((par[:, None, None] == ok[None, :, None]) & (col[:, None, None] == oc[None, None, :])
-                         & (col[:, None, None] < n_cand)).to(tl.int32), axis=0) > 0
-        ext = tl.where(merged, neg, ext)
-        sel_par = par[:, None] == ok[None, :]  # (BK, BK)
-        p_pb = tl.max(tl.where(sel_par, pb[None, :], neg), axis=1)
-        p_tot = tl.max(tl.where(sel_par, tot[None, :], neg), axis=1)
-        src = tl.where(single != 0, p_tot, p_pb)
-        stay_nb = logaddexp(pnb, src) + lp_last
-        stay_b = tot + blank_lp
-        stay_tot = logaddexp(stay_nb, stay_b)
-        nb = tl.where(is_ext, ext, stay_nb[:, None])
-        bb = tl.where(is_ext, neg, stay_b[:, None])
-        tt = tl.where(is_ext, ext, stay_tot[:, None])
-        if HAS_FUSION:
-            if HAS_SCORERS:
-                fus = tl.load(fusion + (b * beam + k2) * cols + c2, mask=valid, other=0.0)
-            else:
-                fus = tl.where(is_ext, tl.load(bonus_ptr), 0.0)  # in the beam's dtype
-            fus = fus + fused[:, None]
-            cand = tt + fus
+        if HAS_SCORERS:
+            fus_in = tl.load(fusion + (b * beam + ok[:, None]) * cols + oc[None, :], mask=valid, other=0.0)
         else:
-            fus = tl.where(is_ext, 0.0, fused[:, None])
-            cand = tt
-        cand = tl.where(valid, cand, neg)
-        # the K best, best first, ties to the lower candidate index: two reductions a pick
-        taken = (pick_id < 0).to(tl.int32)
-        picks = ok * 0
-        bests = tl.full([BK], float("-inf"), pnb.dtype)
-        for j in range(beam):
-            avail = valid & (taken == 0)
-            key = tl.where(avail, cand, neg)
-            best = tl.max(tl.max(key, axis=1), axis=0)
-            pid = tl.min(tl.min(tl.where(avail & (key == best), pick_id, big), axis=1), axis=0)
-            taken = taken | ((pick_id == pid) & valid).to(tl.int32)  # padded lanes alias ids of real cells
-            picks = tl.where(ok == j, pid, picks)
-            bests = tl.where(ok == j, best, bests)
-        # the new beam, every slot at once: slot j reads cell picks[j]
-        sel = (picks[:, None, None] == pick_id[None, :, :]) & valid[None, :, :] & kmask[:, None, None]
-        v_nb = tl.max(tl.max(tl.where(sel, nb[None, :, :], neg), axis=2), axis=1)
-        v_b = tl.max(tl.max(tl.where(sel, bb[None, :, :], neg), axis=2), axis=1)
-        v_tot = tl.max(tl.max(tl.where(sel, tt[None, :, :], neg), axis=2), axis=1)
-        v_fus = tl.max(tl.max(tl.where(sel, fus[None, :, :], neg), axis=2), axis=1)
-        # a run of skipped blank frames follows: all mass ends in blank
-        v_b = tl.where(run != 0, v_tot, v_b)
-        v_nb = tl.where(run != 0, neg, v_nb)
-        dead = bests == neg
-        if HAS_SCORERS:  # a scorer's -inf leaves a finite CTC score on a dead pick
-            v_nb = tl.where(dead, neg, v_nb)
-            v_tot = tl.where(dead, neg, v_tot)
-        p = picks // cols
-        c = picks - p * cols
-        sel_p = p[:, None] == ok[None, :]  # (slot, parent)
-        tok_c = tl.max(tl.where(c[:, None] == oc[None, :], ctok[None, :], -2), axis=1)
-        ext_pick = c < n_cand
-        o_hsh = tl.max(tl.where(sel_p, hsh[None, :], SENT_MIN_C), axis=1)
-        o_phsh = tl.max(tl.where(sel_p, phsh[None, :], SENT_MIN_C), axis=1)
-        o_last = tl.max(tl.where(sel_p, last[None, :], -2), axis=1)
-        o_single = tl.max(tl.where(sel_p, single[None, :], -2), axis=1)
-        gone = dead | (ok >= beam)  # dead picks and padded slots: impossible hypotheses
-        hsh = tl.where(gone, SENT_HASH_C, tl.where(ext_pick, tok_c + o_hsh * HASH_MUL_C, o_hsh))
-        phsh = tl.where(gone, SENT_PARENT_C, tl.where(ext_pick, o_hsh, o_phsh))
-        last = tl.where(gone, 0, tl.where(ext_pick, tok_c, o_last))
-        single = tl.where(gone, 0, tl.where(ext_pick, (tok_c != o_last).to(tl.int64), o_single))
-        pnb = v_nb
-        pb = v_b
-        tot = v_tot
-        if HAS_FUSION:
-            fused = v_fus
-        parents = p.to(tl.int64)
-        tokens = tl.where(ext_pick, tok_c, -1)
-        picks = picks.to(tl.int64)
+            fus_in = bonus
+        pnb, pb, tot, fused, hsh, phsh, last, single, picks, parents, tokens = beam_step(
+            pnb, pb, tot, fused, hsh, phsh, last, single, ctok, cv, blank_lp, lp_last, fus_in, bonus, run,
+            beam, n_cand, HAS_FUSION, HAS_SCORERS, BK, BC, SENT_HASH_C, SENT_PARENT_C, SENT_MIN_C, HASH_MUL_C)
         tl.store(hist + tb * beam + ok, picks, mask=kmask)
         if HAS_SCORERS:
             tl.store(parent_out + b * beam + ok, parents, mask=kmask)
@@ -139,3 +167,107 @@ def ctc_steps(st, ints, tok_all, cval, lpb, pad_bias, run_after, lp_rows, fusion
     tl.store(irow + beam + ok, phsh, mask=kmask)
     tl.store(irow + 2 * beam + ok, last, mask=kmask)
     tl.store(irow + 3 * beam + ok, single, mask=kmask)
+
+
+@triton.jit
+def ctc_search(lp, lengths, limits, bonus_ptr, st, ints, parent_out, token_out, frame_out, count_out, offset_out,
+               stride_b, stride_t, frames, batch, beam, n_cand, vocab,
+               HAS_FUSION: tl.constexpr, EVERY_TOKEN: tl.constexpr, BK: tl.constexpr, BC: tl.constexpr,
+               BV: tl.constexpr, SENT_HASH_C: tl.constexpr, SENT_PARENT_C: tl.constexpr, SENT_MIN_C: tl.constexpr,
+               HASH_MUL_C: tl.constexpr):
+    """Every frame of utterance ``b`` (one program each) from the log-probs ``lp`` (B, T, V), last axis contiguous:
+    frames whose log P(blank) exceeds limits[0] are skipped (their log P(blank) summed in float64 into
+    offset_out[b], and pnb's mass moved into pb before the next kept frame), the best n_cand non-blank tokens of
+    each kept frame (every token when EVERY_TOKEN) are its candidates, those under limits[1] dropped. Kept frame i
+    writes parents and tokens (T, B, K) row i and frame_out[b, i] = its input frame; count_out[b] = kept frames
+    (rows past it are left unwritten)."""
+    b = tl.program_id(0)
+    ok = tl.arange(0, BK)
+    oc = tl.arange(0, BC)
+    ov = tl.arange(0, BV)
+    kmask = ok < beam
+    token_ok = (ov > 0) & (ov < vocab)  # the blank (0) is never a candidate
+    neg = float("-inf")
+    srow = st + b * 4 * (beam + 1)
+    pnb = tl.load(srow + ok, mask=kmask, other=neg)
+    pb = tl.load(srow + (beam + 1) + ok, mask=kmask, other=neg)
+    tot = tl.load(srow + 2 * (beam + 1) + ok, mask=kmask, other=neg)
+    fused = tl.load(srow + 3 * (beam + 1) + ok, mask=kmask, other=0.0)
+    irow = ints + b * 4 * beam
+    hsh = tl.load(irow + ok, mask=kmask, other=SENT_HASH_C)
+    phsh = tl.load(irow + beam + ok, mask=kmask, other=SENT_PARENT_C)
+    last = tl.load(irow + 2 * beam + ok, mask=kmask, other=0)
+    single = tl.load(irow + 3 * beam + ok, mask=kmask, other=0)
+    bonus = tl.load(bonus_ptr)
+    skip_above = tl.load(limits)
+    min_logp = tl.load(limits + 1)
+    n = tl.load(lengths + b)
+    utt = lp + b.to(tl.int64) * stride_b
+    offset = (n * 0).to(tl.float64)
+    pending = b * 0  # skipped frames since the last kept one
+    kept = b * 0
+    for t in range(0, n):
+        row = utt + t * stride_t
+        blank_lp = tl.load(row)
+        if blank_lp > skip_above:
+            offset += blank_lp.to(tl.float64)
+            pending = b * 0 + 1
+        else:
+            if EVERY_TOKEN:
+                ctok = tl.where(oc < n_cand, oc + 1, -2).to(tl.int64)
+                cv = tl.load(row + 1 + oc, mask=oc < n_cand, other=neg)
+            else:  # the n_cand best, ties to the lower token id
+                x = tl.load(row + ov, mask=token_ok, other=neg)
+                ctok = tl.full([BC], -2, tl.int64)
+                cv = tl.full([BC], float("-inf"), x.dtype)
+                free = token_ok
+                for j in range(n_cand):
+                    key = tl.where(free, x, neg)
+                    best = tl.max(key, axis=0)
+                    at = tl.min(tl.where(free & (key == best), ov, BV), axis=0)
+                    ctok = tl.where(oc == j, at.to(tl.int64), ctok)
+                    cv = tl.where(oc == j, best, cv)
+                    free = free & (ov != at)
+            cv = tl.where(cv < min_logp, neg, cv)
+            lp_last = tl.load(row + last, mask=kmask, other=neg)
+            # skipped blank frames since the last kept one: all mass ends in blank
+            pb = tl.where(pending != 0, tot, pb)
+            pnb = tl.where(pending != 0, neg, pnb)
+            pending = b * 0
+            pnb, pb, tot, fused, hsh, phsh, last, single, picks, parents, tokens = beam_step(
+                pnb, pb, tot, fused, hsh, phsh, last, single, ctok, cv, blank_lp, lp_last, bonus, bonus, pending,
+                beam, n_cand, HAS_FUSION, False, BK, BC, SENT_HASH_C, SENT_PARENT_C, SENT_MIN_C, HASH_MUL_C)
+            at_row = (kept * batch + b) * beam + ok
+            tl.store(parent_out + at_row, parents, mask=kmask)
+            tl.store(token_out + at_row, tokens, mask=kmask)
+            tl.store(frame_out + b * frames + kept, t)
+            kept += 1
+    tl.store(count_out + b, kept)
+    tl.store(offset_out + b, offset)
+    tl.store(srow + ok, pnb, mask=kmask)
+    tl.store(srow + (beam + 1) + ok, pb, mask=kmask)
+    tl.store(srow + 2 * (beam + 1) + ok, tot, mask=kmask)
+    tl.store(srow + 3 * (beam + 1) + ok, fused, mask=kmask)
+    tl.store(irow + ok, hsh, mask=kmask)
+    tl.store(irow + beam + ok, phsh, mask=kmask)
+    tl.store(irow + 2 * beam + ok, last, mask=kmask)
+    tl.store(irow + 3 * beam + ok, single, mask=kmask)
+
+
+@triton.jit
+def backtrack_paths(parents, tokens, order, count, paths, batch, beam, nbest, frames, BN: tl.constexpr):
+    """paths (B, N, T): the token each ranked hypothesis order[b, :] appended at every kept frame (-1: none), from
+    the backpointers :func:`ctc_search` wrote (its first count[b] rows)."""
+    b = tl.program_id(0)
+    on = tl.arange(0, BN)
+    nmask = on < nbest
+    rows = tl.load(order + b * nbest + on, mask=nmask, other=0)
+    n = tl.load(count + b)
+    out = paths + (b * nbest + on).to(tl.int64) * frames
+    for i in range(n, frames):  # after the utterance's last kept frame
+        tl.store(out + i, -1, mask=nmask)
+    for j in range(0, n):
+        i = n - 1 - j
+        at = (i * batch + b) * beam + rows
+        tl.store(out + i, tl.load(tokens + at, mask=nmask, other=-1), mask=nmask)
+        rows = tl.load(parents + at, mask=nmask, other=0)

@@ -26,7 +26,7 @@ from typing import Any, Mapping, Optional, Tuple
 
 import torch
 
-from asrkit.search import fused_step, prefix_loop
+from asrkit.search import fused_search, fused_step, prefix_loop
 from asrkit.search.hypotheses import NBest
 from asrkit.search.interfaces import BatchScorer
 
@@ -34,6 +34,9 @@ MAX_ENTRIES = 8
 # The CTC arithmetic of a step as one Triton kernel (asrkit.search.fused_step) where it can run (CUDA): 1.1-2.8x the
 # captured torch step on an H100 (docs/benchmarks.md); ASRKIT_FUSED_STEP=0 turns it off.
 FUSED_STEP = os.environ.get("ASRKIT_FUSED_STEP", "1") != "0"
+# Without scorers, the whole search as one launch over the log-probs (asrkit.search.fused_search: no host-built
+# tables, no capture); ASRKIT_FUSED_SEARCH=0 keeps the fused step on the tables (the benchmark times both).
+FUSED_SEARCH = os.environ.get("ASRKIT_FUSED_SEARCH", "1") != "0"
 
 
 class _Entry:
@@ -84,7 +87,10 @@ def cached_entries() -> int:
 def search(lp: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: int, scorers: Mapping[str, BatchScorer],
            weights: Mapping[str, float], bonus: float, topk: Optional[int], min_logp: Optional[float],
            skip: Optional[float]) -> NBest:
-    """One batch through its bucket's captured loop (arguments as ``ctc_prefix._search_batch``'s)."""
+    """One batch through its bucket's captured loop (arguments as ``ctc_prefix._search_batch``'s), or through the
+    one-launch search where it runs (:data:`FUSED_SEARCH`)."""
+    if FUSED_STEP and FUSED_SEARCH and fused_search.unavailable(lp, scorers, topk) is None:
+        return fused_search.search(lp, lengths, beam, nbest, bonus, topk, min_logp, skip)
     fr = prefix_loop.tables(lp, lengths, beam, scorers, bonus, topk, min_logp, skip, bucketed=True)
     start = prefix_loop.fresh_rows(lp.shape[0], beam, lp.dtype, lp.device, scorers)
     key = (FUSED_STEP, lp.device, lp.dtype, lp.shape[0], lp.shape[2], beam, fr.n_cand, fr.steps, skip is not None, nbest, bonus,

@@ -68,6 +68,16 @@ def _steps(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(0, 1).contiguous()
 
 
+def candidate_count(vocab: int, topk: Optional[int]) -> int:
+    """C: the extension candidates per hypothesis and frame (every non-blank token without ``token_topk``)."""
+    return vocab - 1 if topk is None else max(1, min(topk, vocab - 1))
+
+
+def is_wide(vocab: int, n_cand: int) -> bool:
+    """Every token a candidate and many of them: per-pick bookkeeping beats whole candidate tables."""
+    return n_cand == vocab - 1 and n_cand > _WIDE_MIN
+
+
 def bucket_steps(width: int) -> int:
     """Compacted frames rounded up to a bucket: a multiple of 16 up to 128, then of 1/8 of the power of two below
     (at most 12.5% padding), so that batches of similar lengths share one captured loop."""
@@ -106,7 +116,7 @@ class FrameTables:
         at = frame.clamp(min=0)
         rows = (torch.arange(batch, device=dev)[:, None] * frames + at).flatten()  # (B*T',) input rows
         flat = lp.reshape(batch * frames, vocab)
-        self.n_cand = n_cand = vocab - 1 if topk is None else max(1, min(topk, vocab - 1))
+        self.n_cand = n_cand = candidate_count(vocab, topk)
         if n_cand < vocab - 1:
             # The one full-size read: the best C tokens of each kept frame (candidates.top_tokens:
             # cheaper than torch.topk per row; kept rows are copied in cache-sized chunks).
@@ -534,9 +544,8 @@ def prepare(lp: torch.Tensor, lengths: torch.Tensor, beam: int, scorers: Mapping
 def beam_state(fr: FrameTables, lp: torch.Tensor, beam: int, scorers: Mapping[str, BatchScorer], bonus: float,
                start: Optional[BeamRows] = None) -> BeamState:
     """The beam that searches the tables ``fr`` of log-probs ``lp``."""
-    # Every token a candidate and many of them: per-pick bookkeeping beats whole candidate tables.
-    wide = fr.n_cand == lp.shape[2] - 1 and fr.n_cand > _WIDE_MIN
-    return BeamState(lp.shape[0], beam, fr.steps, fr.n_cand, lp.dtype, lp.device, scorers, bonus, wide, start)
+    return BeamState(lp.shape[0], beam, fr.steps, fr.n_cand, lp.dtype, lp.device, scorers, bonus,
+                     is_wide(lp.shape[2], fr.n_cand), start)
 
 
 def tables(lp: torch.Tensor, lengths: torch.Tensor, beam: int, scorers: Mapping[str, BatchScorer], bonus: float,

@@ -4,6 +4,8 @@ On the CPU the kernel runs under Triton's interpreter, in a fresh process starte
 CUDA machine it is compiled and runs on the GPU. The reference is the plain eager torch
 loop (itself tested against a dict-based reference search): every scorer kind (the kernel one launch per step
 between the scorers' torch calls) and none (one launch for every step), pruned and exact, float32 and float64.
+Without scorers both forms run: the step on host-built tables and the whole search from the log-probs
+(asrkit.search.fused_search: compaction and candidates in the program).
 """
 from __future__ import annotations
 
@@ -16,8 +18,11 @@ from pathlib import Path
 import pytest
 import torch
 
+import asrkit.search.fused_search as fused_search
 import asrkit.search.prefix_graph as prefix_graph
+import asrkit.search.prefix_loop as prefix_loop
 from asrkit.search import ctc_prefix_beam_search
+from host_sync import SYNC_METHODS, no_host_sync
 from test_ctc_prefix import peaky_log_probs, random_log_probs
 from test_resumable_search import PRUNING, assert_same_lists, fusion, inputs, word_lm  # noqa: F401
 
@@ -43,15 +48,23 @@ def test_the_kernel_tests_under_the_interpreter() -> None:
 @pytest.fixture(autouse=True)
 def fused(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(prefix_graph, "FUSED_STEP", True)
+    monkeypatch.setattr(prefix_graph, "FUSED_SEARCH", False)
     prefix_graph.clear()
     yield
     prefix_graph.clear()
 
 
 def both(lp: torch.Tensor, lengths: torch.Tensor, **kw):
-    """(fused, eager) n-best lists of one batch, and whether the fused kernel ran."""
-    got = ctc_prefix_beam_search(lp, lengths, native=False, cuda_graph=True, **kw).to_lists()
-    ran = all(e.s.fused_step for e in prefix_graph._CACHE.values())
+    """(fused, eager) n-best lists of one batch, and whether the fused kernel ran (the step on tables, or with
+    FUSED_SEARCH the whole search)."""
+    searches = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fused_search, "run", lambda *a, _run=fused_search.run: searches.append(1) or _run(*a))
+        got = ctc_prefix_beam_search(lp, lengths, native=False, cuda_graph=True, **kw).to_lists()
+    if prefix_graph.FUSED_SEARCH:
+        ran = searches == [1] and not prefix_graph._CACHE
+    else:
+        ran = not searches and all(e.s.fused_step for e in prefix_graph._CACHE.values())
     want = ctc_prefix_beam_search(lp, lengths, native=False, cuda_graph=False, **kw).to_lists()
     return got, want, ran
 
@@ -66,10 +79,14 @@ NO_SCORER_CASES = {  # input, vocabulary, beam, pruning, dtype, weights
 
 
 @in_this_process
+@pytest.mark.parametrize("setup", ["host tables", "in the kernel"])
 @pytest.mark.parametrize("case", sorted(NO_SCORER_CASES))
-def test_without_scorers_one_launch_equals_the_torch_loop(case: str) -> None:
+def test_without_scorers_one_launch_equals_the_torch_loop(case: str, setup: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     # Catches any slip in the kernel's arithmetic: merges, stays, repeats after a blank, blank runs (tight
-    # pruning skips frames), padding, dead hypotheses (3 tokens, beam 6), the bonus in the beam's dtype.
+    # pruning skips frames), padding, dead hypotheses (3 tokens, beam 6), the bonus in the beam's dtype; in the
+    # kernel: skipped frames (their offset, pnb moved into pb), the best C tokens of a frame, min_logp, the paths.
+    monkeypatch.setattr(prefix_graph, "FUSED_SEARCH", setup == "in the kernel")
     make, vocab, beam, pruning, dtype, weights = NO_SCORER_CASES[case]
     lp = make(2, 16, vocab, torch.Generator().manual_seed(len(case)), dtype=dtype).to(DEVICE)
     lengths = torch.tensor([16, 11], device=DEVICE)
@@ -100,3 +117,65 @@ def test_the_exact_search_over_many_tokens_keeps_the_torch_step() -> None:
     got, want, ran = both(lp, torch.tensor([6, 5], device=DEVICE), beam=3, **PRUNING["exact"])
     assert not ran
     assert_same_lists(got, want)
+
+
+@in_this_process
+def test_the_search_in_the_kernel_at_the_edges(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An utterance of no frames, one whose every frame is skipped, one that starts and ends with skipped frames,
+    # a V that is no power of two with token_topk over half of it, n-best of the whole beam (min_logp drops some).
+    monkeypatch.setattr(prefix_graph, "FUSED_SEARCH", True)
+    lp = peaky_log_probs(4, 12, 11, torch.Generator().manual_seed(5), dtype=torch.float32)
+    lp[1, :, 0] = -1e-5  # every frame blank above the threshold
+    lp[2, :3, 0] = lp[2, 9:, 0] = -1e-5
+    lengths = torch.tensor([12, 12, 12, 0])
+    got, want, ran = both(lp.to(DEVICE), lengths.to(DEVICE), beam=4, nbest=4, token_topk=6, token_min_logp=-4.0,
+                          blank_skip_threshold=0.99)
+    assert ran and want[1][0].tokens == [] == want[3][0].tokens and want[2][0].tokens and len(want[0][0].tokens) > 2
+    assert want[1][0].score == pytest.approx(12 * -1e-5, abs=1e-6)
+    assert_same_lists(got, want)
+
+
+class _NoKernel:
+    """A kernel launcher that launches nothing (the host side alone is under test)."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
+def test_the_search_in_the_kernel_makes_no_host_sync_and_no_op_per_frame(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The host side of the GPU path without scorers: no value read back before the result (to_nbest), and a
+    # fixed number of torch ops whatever the frames. With FUSED_SEARCH off (the fused step on host-built
+    # tables) this fails: the compaction reads its width back.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    ops: list = []
+    no_launch = {"select", "slice", "unsqueeze", "view", "expand", "empty", "lift_fresh", "alias", "detach"}
+
+    class Count(TorchDispatchMode):  # the ops that launch a kernel (not views, not allocations)
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.__name__.split(".")[0] not in no_launch:
+                ops.append(func)
+            return func(*args, **(kwargs or {}))
+
+    originals = {name: getattr(torch.Tensor, name) for name in SYNC_METHODS}
+
+    def unguarded_to_nbest(ranked, frame, _to_nbest=prefix_loop.to_nbest):
+        ops.append("to_nbest")  # the result's conversion: its one sync by design, its ops not counted
+        with pytest.MonkeyPatch.context() as mp:
+            for name, method in originals.items():
+                mp.setattr(torch.Tensor, name, method)
+            return _to_nbest(ranked, frame)
+
+    monkeypatch.setattr(prefix_graph, "FUSED_SEARCH", True)
+    monkeypatch.setattr(fused_search, "_kernels", lambda: (_NoKernel(), _NoKernel()))
+    monkeypatch.setattr(fused_search.fused_step, "unavailable", lambda device: None)
+    monkeypatch.setattr(prefix_loop, "to_nbest", unguarded_to_nbest)
+    counts = []
+    for frames in (20, 200):
+        lp = peaky_log_probs(3, frames, 9, torch.Generator().manual_seed(frames), dtype=torch.float32)
+        del ops[:]
+        lengths = torch.tensor([frames, frames - 3, 5])
+        with Count():
+            no_host_sync(prefix_graph.search)(lp, lengths, 4, 2, {}, {}, 0.5, 8, -12.0, 0.999)
+        counts.append(ops.index("to_nbest"))
+    assert counts[0] == counts[1] <= 16, counts

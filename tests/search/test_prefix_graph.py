@@ -125,11 +125,46 @@ def test_the_fused_step_runs_where_it_is_on_and_can_run(monkeypatch: pytest.Monk
             prefix_loop.step(i, s, fr, scorers, weights)
 
     monkeypatch.setattr(prefix_graph, "FUSED_STEP", fused)
+    monkeypatch.setattr(prefix_graph, "FUSED_SEARCH", False)
     monkeypatch.setattr(prefix_graph.fused_step, "unavailable", lambda device: why_not)
     monkeypatch.setattr(prefix_loop, "_fused_loop", torch_steps)
     lp = random_log_probs(2, 10, vocab, torch.Generator().manual_seed(vocab))
     lengths = torch.tensor([10, 7])
     assert_same_lists(search(lp, lengths, True, beam=3, **EXACT), search(lp, lengths, False, beam=3, **EXACT))
+    assert bool(ran) == expect
+
+
+@pytest.mark.parametrize("step, whole, why_not, vocab, lm, expect", [
+    (True, True, None, 9, False, True), (False, True, None, 9, False, False), (True, False, None, 9, False, False),
+    (True, True, "no triton", 9, False, False), (True, True, None, 40, False, False), (True, True, None, 9, True, False),
+])
+def test_the_search_in_the_kernel_runs_where_it_is_on_and_can_run(monkeypatch: pytest.MonkeyPatch, step: bool,
+                                                                  whole: bool, why_not: Optional[str], vocab: int,
+                                                                  lm: bool, expect: bool) -> None:
+    # The choice of asrkit.search.fused_search (its kernel is test_fused_step.py's): on with the fused step, where
+    # triton runs, without scorers, not for the exact search over many tokens. Its stand-in is the eager loop with
+    # the arguments it was given, so that a slip in what is passed on changes the result.
+    ran: List[bool] = []
+
+    def eager(lp, lengths, beam, nbest, bonus, topk, min_logp, skip):
+        ran.append(True)
+        s, fr = prefix_loop.prepare(lp, lengths, beam, {}, bonus, topk, min_logp, skip)
+        prefix_loop.frame_loop(s, fr, {}, {})
+        return prefix_loop.finish(s, fr, {}, {}, nbest)
+
+    monkeypatch.setattr(prefix_graph, "FUSED_STEP", step)
+    monkeypatch.setattr(prefix_graph, "FUSED_SEARCH", whole)
+    monkeypatch.setattr(prefix_graph.fused_step, "unavailable", lambda device: why_not)
+    monkeypatch.setattr(prefix_loop, "_fused_loop", lambda s, fr, scorers, weights: [
+        prefix_loop.step(i, s, fr, scorers, weights) for i in range(fr.steps)])
+    monkeypatch.setattr(prefix_graph.fused_search, "search", eager)
+    lp = peaky_log_probs(2, 30, vocab, torch.Generator().manual_seed(vocab))
+    lengths = torch.tensor([30, 21])
+    kw = dict(beam=4, nbest=3, weights={"length_bonus": 0.4}, token_topk=None if vocab > 32 else 5,
+              token_min_logp=-6.0, blank_skip_threshold=0.9)
+    if lm:
+        kw.update(scorers={"lm": BigramScorer(vocab, torch.Generator().manual_seed(1))}, weights={"lm": 0.5, "length_bonus": 0.4})
+    assert_same_lists(search(lp, lengths, True, **kw), search(lp, lengths, False, **kw))
     assert bool(ran) == expect
 
 
