@@ -179,3 +179,33 @@ def test_the_search_in_the_kernel_makes_no_host_sync_and_no_op_per_frame(monkeyp
             no_host_sync(prefix_graph.search)(lp, lengths, 4, 2, {}, {}, 0.5, 8, -12.0, 0.999)
         counts.append(ops.index("to_nbest"))
     assert counts[0] == counts[1] <= 16, counts
+
+
+def _signature(kernel, pointers: dict, constants: dict) -> dict:
+    """The kernel's argument types: the named pointers, constexpr for the constants, int32 for the rest."""
+    names = kernel.arg_names
+    return {n: pointers.get(n, "constexpr" if n in constants else "i32") for n in names}
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="the interpreter's kernels are not compiled")
+def test_the_kernels_compile_for_an_h100() -> None:
+    # The interpreter runs the kernels as Python, so a kernel it runs may still not compile (an if's branches that
+    # leave a value of two types, a loop-carried value that changes type): compile them for sm_90 here, no GPU
+    # needed, so that a GPU session finds them compiling.
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile
+
+    from asrkit.search import fused_kernel
+    from asrkit.search.interfaces import HASH_MUL, SENT_HASH, SENT_PARENT
+
+    hashes = dict(SENT_HASH_C=SENT_HASH, SENT_PARENT_C=SENT_PARENT, SENT_MIN_C=-(2 ** 63), HASH_MUL_C=HASH_MUL)
+    search = dict(HAS_FUSION=True, EVERY_TOKEN=False, BK=16, BC=16, BV=32, **hashes)
+    floats = ("lp", "limits", "bonus_ptr", "st")
+    longs = ("lengths", "ints", "parent_out", "token_out", "frame_out", "count_out")
+    pointers = {**{n: "*fp32" for n in floats}, **{n: "*i64" for n in longs}, "offset_out": "*fp64"}
+    back = {n: "*i64" for n in ("parents", "tokens", "order", "count", "paths")}
+    for kernel, ptrs, consts in ((fused_kernel.ctc_search, pointers, search),
+                                 (fused_kernel.backtrack_paths, back, dict(BN=16))):
+        out = compile(ASTSource(kernel, _signature(kernel, ptrs, consts), consts), target=GPUTarget("cuda", 90, 32),
+                      options={"num_warps": 8})
+        assert ".entry " + kernel.__name__ in out.asm["ptx"] and out.asm["cubin"]
