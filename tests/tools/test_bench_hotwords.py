@@ -50,3 +50,18 @@ def test_arguments_are_checked(capsys) -> None:
     with pytest.raises(SystemExit):
         bench.main(["run", "--work", "w", "--model", "m", "--skip-test", "--class-scores", "low"])
     assert "--class-scores: 'low' is not a number or none" in capsys.readouterr().err
+
+
+def test_a_tuning_set_has_other_sentences_and_leaves_the_other_sets_names_out() -> None:
+    tune_words = {w for t in bench.TUNE_TEMPLATES for w in t.split() if w != "{}"}
+    known = TEMPLATE_WORDS | tune_words
+    report = bench.plan_names_set(known, 10, 4, seed=0)
+    taken = set(report[1]) | set(report[2])
+    sentences, said, unsaid, _ = bench.plan_names_set(known, 10, 4, seed=1, templates=bench.TUNE_TEMPLATES,
+                                                      exclude=taken)
+    assert not (set(said) | set(unsaid)) & taken and len(said) == len(unsaid) == 4
+    assert not set(sentences) & set(report[0])
+    assert {s.replace(n, "{}") for s in sentences for n in said if n in s.split()} <= set(bench.TUNE_TEMPLATES)
+    assert not set(bench.TEMPLATES) & set(bench.TUNE_TEMPLATES)
+    with pytest.raises(ValueError, match="outside the known text and the excluded names"):
+        bench.plan_names_set(known, 10, 4, seed=1, exclude=set(bench.NAMES[7:]))

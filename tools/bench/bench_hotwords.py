@@ -4,6 +4,7 @@
 Usage:
     tools/bench/bench_hotwords.py make --work exp/bench_hotwords \
         [--known-text recipes/mini/data/lm/text.txt ...] [--num-utts 120] [--num-names 40] [--seed 0] [--jobs 2]
+        [--templates report|tune] [--exclude-names OTHER_WORK/hotwords.txt]
     tools/bench/bench_hotwords.py run --work exp/bench_hotwords --model recipes/mini/exp/small \
         --test recipes/mini/data/test [--decode-config MODEL/tune_dev/decode.yaml] [--hotword-weights 1.5]
         [--class-scores -9 none] [--phrases 1000] [--repeats 2] [--skip-names] [--skip-test] [--markdown FILE]
@@ -42,7 +43,7 @@ import sys
 import time
 from dataclasses import replace
 from types import ModuleType
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Collection, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import torch
 
@@ -85,6 +86,17 @@ TEMPLATES = (
     "{} HAS BEEN VERY KIND TO US", "WE SHALL WAIT FOR {} IN THE GARDEN", "THE LETTER FROM {} CAME THIS MORNING",
     "ASK {} WHAT TIME IT IS", "{} AND I WERE OLD FRIENDS", "NOBODY HAD SEEN {} FOR MANY YEARS",
 )
+# Other sentences for a second names set to tune on (``make --templates tune``), so that what is reported on
+# the first was not chosen on its sentences.
+TUNE_TEMPLATES = (
+    "WHERE IS {} NOW", "I WROTE TO {} LAST NIGHT", "{} WAS STANDING BY THE DOOR", "WE MUST FIND {} BEFORE DARK",
+    "THE CHILDREN LIKE {} VERY MUCH", "{} CAME BACK FROM THE CITY", "HE GAVE THE BOOK TO {}",
+    "DO YOU KNOW WHERE {} LIVES", "{} OPENED THE WINDOW AND LOOKED OUT", "I HEARD {} SINGING IN THE NEXT ROOM",
+    "SHE HAS A LETTER FOR {}", "{} TOOK THE EARLY TRAIN", "LET US CALL ON {} ON SUNDAY",
+    "THE OLD WOMAN THANKED {} FOR THE FLOWERS", "{} IS WAITING FOR YOU OUTSIDE", "YOU SHOULD ASK {} FOR HELP",
+    "THE HORSE BELONGS TO {}", "{} LAUGHED AT THE STORY", "WE DINED WITH {} ON FRIDAY", "NOBODY BELIEVED {} AT FIRST",
+)
+TEMPLATE_SETS = {"report": TEMPLATES, "tune": TUNE_TEMPLATES}
 
 
 def read_words(paths: Iterable[str]) -> Set[str]:
@@ -98,29 +110,30 @@ def read_words(paths: Iterable[str]) -> Set[str]:
     return words
 
 
-def plan_names_set(known: Set[str], num_utts: int, num_names: int, seed: int
-                   ) -> Tuple[List[str], List[str], List[str], List[str]]:
-    """(sentences, names said, names never said, 1000 two-name phrases) from :data:`NAMES` outside ``known``;
-    each name said in ``num_utts / num_names`` (rounded up) utterances of distinct templates."""
-    missing = sorted({w for t in TEMPLATES for w in t.split() if w != "{}"} - known)
+def plan_names_set(known: Set[str], num_utts: int, num_names: int, seed: int, templates: Sequence[str] = TEMPLATES,
+                   exclude: Collection[str] = ()) -> Tuple[List[str], List[str], List[str], List[str]]:
+    """(sentences, names said, names never said, 1000 two-name phrases) from :data:`NAMES` outside ``known`` and
+    ``exclude`` (another set's names); each name said in ``num_utts / num_names`` (rounded up) utterances of
+    distinct ``templates``."""
+    missing = sorted({w for t in templates for w in t.split() if w != "{}"} - known)
     if missing:
         raise ValueError(f"template words not in the known text: {', '.join(missing)}")
-    names = [n for n in NAMES if n not in known]
+    names = [n for n in NAMES if n not in known and n not in exclude]
     if num_names < 1 or num_utts < num_names:
         raise ValueError(f"--num-utts {num_utts} must be at least --num-names {num_names} (>= 1)")
     if 2 * num_names > len(names):
-        raise ValueError(f"--num-names {num_names}: only {len(names)} names are outside the known text, and the "
-                         f"list needs twice as many")
+        raise ValueError(f"--num-names {num_names}: only {len(names)} names are outside the known text and the "
+                         f"excluded names, and the list needs twice as many")
     per_name = -(-num_utts // num_names)
-    if per_name > len(TEMPLATES):
-        raise ValueError(f"{per_name} utterances per name, but only {len(TEMPLATES)} templates")
+    if per_name > len(templates):
+        raise ValueError(f"{per_name} utterances per name, but only {len(templates)} templates")
     rng = random.Random(seed)
     rng.shuffle(names)
     said, unsaid = names[:num_names], names[num_names:2 * num_names]
     sentences = []
     for k in range(num_utts):
         name = said[k % num_names]
-        template = TEMPLATES[(k // num_names + 7 * (k % num_names)) % len(TEMPLATES)]
+        template = templates[(k // num_names + 7 * (k % num_names)) % len(templates)]
         sentences.append(template.format(name))
     pairs = [(a, b) for a in names for b in names if a != b]
     rng.shuffle(pairs)
@@ -129,7 +142,9 @@ def plan_names_set(known: Set[str], num_utts: int, num_names: int, seed: int
 
 def make(args: argparse.Namespace) -> int:
     known = read_words(args.known_text)
-    sentences, said, unsaid, phrases = plan_names_set(known, args.num_utts, args.num_names, args.seed)
+    exclude = set().union(*(_read_lines(path) for path in args.exclude_names))
+    sentences, said, unsaid, phrases = plan_names_set(known, args.num_utts, args.num_names, args.seed,
+                                                      TEMPLATE_SETS[args.templates], exclude)
     os.makedirs(args.work, exist_ok=True)
     listed = said + unsaid
     random.Random(args.seed + 1).shuffle(listed)
@@ -306,6 +321,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     m.add_argument("--num-names", type=int, default=40)
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--jobs", type=int, default=1)
+    m.add_argument("--templates", choices=sorted(TEMPLATE_SETS), default="report",
+                   help="the sentences: report (the set the figures are given on) or tune (other sentences)")
+    m.add_argument("--exclude-names", nargs="+", default=[], metavar="FILE",
+                   help="lists (one name a line: another set's hotwords.txt) whose names this set leaves out")
     r = sub.add_parser("run", help="decode the names set and the test set, print the tables")
     r.add_argument("--work", required=True)
     r.add_argument("--model", required=True, help="the experiment dir (the demo: recipes/mini/exp/small)")
