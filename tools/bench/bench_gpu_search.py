@@ -2,7 +2,7 @@
 """The GPU search side by side with its peers on the same inputs, in one run sized for a 15-minute GPU lease.
 
 Usage: tools/bench/bench_gpu_search.py [--device cuda] [--lm-dir .bench_lm] [--out results.md]
-           [--sections search lm e2e] [--batches 32 2048] [--lm-batches 32 512] [--lm-units bpe500]
+           [--sections search lm e2e] [--vocabs 29 500] [--batches 32 2048] [--lm-batches 32 512] [--lm-units bpe500]
            [--e2e-batches 32 256]
            [--frames 250] [--beam 10] [--repeats 3] [--config conf/mini_medium.yaml]
 
@@ -11,18 +11,22 @@ Every row is one batch of 10 s utterances (250 frames of 40 ms), timed best of -
 utterances per second and RTFx (audio seconds per wall second).
 
 * ``search``: the search alone, no LM, beam --beam, on peaky random log-probs (tools/bench/bench_decode_inputs.py)
-  of V = 29 and V = 500 at each of --batches: greedy; asrkit's torch loop eager (``cuda_graph=False``) and
-  captured once per bucket and replayed (``cuda_graph=True``, the default on CUDA); torchaudio's
+  of each of --vocabs at each of --batches: greedy; asrkit's torch loop eager (``cuda_graph=False``) and
+  captured once per bucket and replayed with the torch step (``ASRKIT_FUSED_STEP=0``); torchaudio's
   ``cuda_ctc_decoder`` (no LM) at the same beam and blank-skip threshold (0.999); the captured loop with its CTC
-  step as one Triton kernel (``+ fused step``, :mod:`asrkit.search.fused_step`, opt-in); asrkit's C++ loop on one CPU
-  core (first batch size only). "agree": top-1 equal to asrkit's exact search (no pruning, C++ loop, CPU) at the
-  first batch size.
+  step as one Triton kernel on tables the host builds (``+ fused step``, :mod:`asrkit.search.fused_step`,
+  ``ASRKIT_FUSED_SEARCH=0``); the whole search as one launch over the log-probs (``fused search``,
+  :mod:`asrkit.search.fused_search`, the default on CUDA); asrkit's C++ loop on one CPU core (first batch size
+  only). "agree": top-1 equal to asrkit's exact search (no pruning, C++ loop, CPU) at the first batch size.
+  Each row sets its switches itself, whatever the environment says.
 * ``lm``: the BPE-500 text inputs of --lm-dir (tools/bench/make_bench_lm.py --order 3) with the word 3-gram:
-  eager, captured, and the C++ loop on one CPU core, at each of --lm-batches.
+  eager, captured with the torch step, captured with the fused step, and the C++ loop on one CPU core, at each of
+  --lm-batches.
 * ``e2e``: waveform to text with the --config model (random weights: speed only; the CTC head's posteriors are
   flat, so no frame is skipped as blank and every frame is searched) at each of --e2e-batches: the frontend,
-  the encoder and the search; greedy, CTC prefix without LM, with the char-unit word 3-gram, with a 2 x 512 LSTM
-  LM; RTFx and its ratio to greedy's.
+  the encoder and the search; greedy, CTC prefix without LM (the default: the fused search; and the fused step on
+  host tables), with the char-unit word 3-gram, with a 2 x 512 LSTM LM (the default: the fused step); RTFx and its
+  ratio to greedy's.
 
 ``--device cpu`` runs the same code on the CPU (a smoke test; torchaudio's CUDA decoder is left out).
 """
@@ -87,14 +91,20 @@ def prefix(lp: torch.Tensor, lens: torch.Tensor, beam: int, graph: Optional[bool
     return [h.tokens for h in nbest.best()]
 
 
-def with_fused_step(fn: Callable[[], Tokens]) -> Callable[[], Tokens]:
-    """fn with the captured loop's CTC step as one Triton kernel (asrkit.search.fused_step; opt-in)."""
+# The GPU path's forms, as (FUSED_STEP, FUSED_SEARCH) of asrkit.search.prefix_graph: the captured torch step, the
+# fused step on host-built tables, the whole search in one launch (the default on CUDA; without scorers only).
+TORCH_STEP, FUSED_STEP, FUSED_SEARCH = (False, False), (True, False), (True, True)
+
+
+def with_path(fn: Callable[[], Tokens], path: Tuple[bool, bool]) -> Callable[[], Tokens]:
+    """fn with the GPU path's switches set to ``path`` (one of TORCH_STEP, FUSED_STEP, FUSED_SEARCH)."""
     def run() -> Tokens:
-        prefix_graph.FUSED_STEP = True
+        saved = prefix_graph.FUSED_STEP, prefix_graph.FUSED_SEARCH
+        prefix_graph.FUSED_STEP, prefix_graph.FUSED_SEARCH = path
         try:
             return fn()
         finally:
-            prefix_graph.FUSED_STEP = False
+            prefix_graph.FUSED_STEP, prefix_graph.FUSED_SEARCH = saved
     return run
 
 
@@ -172,19 +182,21 @@ def cpu_one_core(fn: Callable[[], Tokens], repeats: int) -> Tuple[float, Tokens]
 def section_search(args: argparse.Namespace, dev: torch.device) -> str:
     table = Table(f"Search alone, no LM, beam {args.beam} ({args.frames} frames = 10 s per utterance)",
                   ["V", "batch", "decoder", "utt/s", "RTFx", "ms/batch", "agree (exact)"])
-    for vocab in (29, 500):
+    for vocab in args.vocabs:
         for i, batch in enumerate(args.batches):
             lp_cpu = peaky_log_probs(batch, args.frames, vocab, seed=vocab + batch)
             lens_cpu = torch.full((batch,), args.frames, dtype=torch.long)
             lp, lens = lp_cpu.to(dev), lens_cpu.to(dev)
             ref = prefix(lp_cpu, lens_cpu, args.beam, False, native=None, exact=True) if i == 0 else None
+            def captured() -> Tokens:
+                return prefix(lp, lens, args.beam, True, native=False)
             rows: List[Tuple[str, Callable[[], Tokens], torch.device]] = [
                 ("greedy", lambda: greedy(lp, lens), dev),
                 ("asrkit eager", lambda: prefix(lp, lens, args.beam, False, native=False), dev),
-                ("asrkit captured", lambda: prefix(lp, lens, args.beam, True, native=False), dev)]
+                ("asrkit captured", with_path(captured, TORCH_STEP), dev)]
             if fused_rows(dev):
-                rows.append(("asrkit captured + fused step", with_fused_step(
-                    lambda: prefix(lp, lens, args.beam, True, native=False)), dev))
+                rows += [("asrkit captured + fused step", with_path(captured, FUSED_STEP), dev),
+                         ("asrkit fused search", with_path(captured, FUSED_SEARCH), dev)]
             if i == 0:
                 rows.append((cpu_label(), lambda: prefix(lp_cpu, lens_cpu, args.beam, False), None))
             results = [(name, *(cpu_one_core(fn, args.repeats) if where is None else timed(fn, dev, args.repeats)))
@@ -222,13 +234,13 @@ def section_lm(args: argparse.Namespace, dev: torch.device) -> str:
         weights = {"lm": 0.5}
         ref_secs, ref = cpu_one_core(lambda: prefix(lp_cpu, lens_cpu, args.beam, False, scorers=cpu_lm,
                                                     weights=weights), args.repeats if i == 0 else 1)
-        variants = [("asrkit eager", False, False), ("asrkit captured", True, False)]
+        variants = [("asrkit eager", False, TORCH_STEP), ("asrkit captured", True, TORCH_STEP)]
         if fused_rows(dev):
-            variants.append(("asrkit captured + fused step", True, True))
-        for name, graph, fuse in variants:
+            variants.append(("asrkit captured + fused step", True, FUSED_STEP))
+        for name, graph, path in variants:
             def search(graph: bool = graph) -> Tokens:
                 return prefix(lp, lens, args.beam, graph, native=False, scorers=gpu_lm, weights=weights)
-            secs, out = timed(with_fused_step(search) if fuse else search, dev, args.repeats)
+            secs, out = timed(with_path(search, path), dev, args.repeats)
             table.row(batch, name, f"{batch / secs:.0f}", f"{batch * AUDIO_SECONDS / secs:.0f}", f"{secs * 1000:.1f}",
                       agree(out, ref))
         table.row(batch, cpu_label(), f"{batch / ref_secs:.0f}",
@@ -265,9 +277,9 @@ def section_e2e(args: argparse.Namespace, dev: torch.device) -> str:
                                                                  scorers={"lm": word}, weights={"lm": 0.5})),
             ("CTC prefix + LSTM LM", lambda lp, lens: prefix(lp, lens, args.beam, None, native=False,
                                                              scorers={"lm": lstm}, weights={"lm": 0.3}))]
-        if fused_rows(dev):
-            decodings += [(f"{name} (fused step)", lambda lp, lens, fn=fn: with_fused_step(lambda: fn(lp, lens))())
-                          for name, fn in decodings[1:3]]
+        if fused_rows(dev):  # the rows above run the default (no LM: the fused search; with scorers: the fused step)
+            decodings.insert(2, ("CTC prefix, no LM (fused step, host tables)", lambda lp, lens: with_path(
+                lambda: prefix(lp, lens, args.beam, None, native=False), FUSED_STEP)()))
         for name, search in decodings:
             def run(search: Callable[[torch.Tensor, torch.Tensor], Tokens] = search) -> Tokens:
                 lp, lens = encode()
@@ -289,6 +301,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--lm-dir", default=".bench_lm")
     p.add_argument("--out", default=None, help="append the markdown tables to this file")
     p.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=list(SECTIONS))
+    p.add_argument("--vocabs", nargs="+", type=int, default=[29, 500], help="the search section's vocabularies")
     p.add_argument("--batches", nargs="+", type=int, default=[32, 2048])
     p.add_argument("--lm-batches", nargs="+", type=int, default=[32, 512])
     p.add_argument("--lm-units", default="bpe500", help="the lm section's tokenizer: LM_DIR/NAME/tokenizer.json")

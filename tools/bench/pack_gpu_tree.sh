@@ -6,6 +6,7 @@
 #   bash tools/bench/pack_gpu_tree.sh DIR        (here, with network access to the package index)
 #   cd DIR && bash gpu_run.sh                    (there: installs the wheels into /tmp/site, then
 #                                                 tools/bench/run_cuda_checks.sh $OUT .bench_lm)
+#   cd DIR && bash gpu_run.sh --dry-run          (anywhere: the same steps on the CPU at tiny sizes, no CUDA tests)
 set -euo pipefail
 dir="${1:?usage: tools/bench/pack_gpu_tree.sh DIR}"
 py="${PYTHON:-python3}"
@@ -26,9 +27,16 @@ for w in "${wheels[@]}"; do
 done
 cat > "$dir/gpu_run.sh" <<'RUN'
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+dry=()
+[[ "${1:-}" == "--dry-run" ]] && dry=(--dry-run)
+python3 -c "import torch" || { echo "gpu_run.sh: python3 has no torch" >&2; exit 1; }
+# The wheels only where the packages are missing (they are built for Python 3.12).
+if ! python3 -c "import jiwer, soundfile, librosa" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-bash tools/bench/run_cuda_checks.sh "${OUT:-gpu_out}" .bench_lm
+if command -v nvidia-smi >/dev/null; then nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; fi
+bash tools/bench/run_cuda_checks.sh "${dry[@]}" "${OUT:-gpu_out}" .bench_lm
 RUN
 du -sh "$dir"
