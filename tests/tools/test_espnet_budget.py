@@ -150,6 +150,31 @@ def test_plan_errors_name_the_file(budget, tmp_path, capsys):
         budget.main(["plan", "--budget-minutes", "x", "--probe-epochs", "2", "--out-dir", str(out), "--cores", "0 1"])
 
 
+def test_a_probe_is_reused_by_another_run(budget, tmp_path, capsys):
+    """reuse-probe (bench_espnet.sh --probe-from: a second seed on the same machine) copies the probe's logs and
+    wall times, so the plan is the first run's, and says whose probe it was; a run with a probe of its own, or a
+    source without one, is refused by name."""
+    src = make_probe(tmp_path, ["10:01:10,000", "10:02:10,000"], ["10:01:50,000", "10:03:20,000"], (130.0, 200.0))
+    dst = tmp_path / "seed2"
+    dst.mkdir()
+    (dst / "timings.json").write_text(json.dumps({"other": 1.0}))
+    assert budget.main(["reuse-probe", "--from", str(src), "--out-dir", str(dst)]) == 0
+    assert budget.main(["reuse-probe", "--from", str(src), "--out-dir", str(dst)]) == 0  # a rerun: nothing to do
+    assert json.loads((dst / "timings.json").read_text()) == {"other": 1.0, "asrkit_probe": 130.0,
+                                                              "espnet_probe": 200.0}
+    args = ["--budget-minutes", "30", "--probe-epochs", "2", "--cores", "0 1"]
+    assert budget.main(["plan", *args, "--out-dir", str(dst)]) == 0
+    assert capsys.readouterr().out == "29 19\n"  # as test_plan_writes_each_toolkits_epochs
+    assert json.loads((dst / "budget.json").read_text())["probe_from"] == str(src)
+    assert budget.main(["plan", *args, "--out-dir", str(src)]) == 0
+    assert "probe_from" not in json.loads((src / "budget.json").read_text())
+    capsys.readouterr()
+    assert budget.main(["reuse-probe", "--from", str(dst), "--out-dir", str(src)]) == 1
+    assert f"{src}: has a probe of its own" in capsys.readouterr().err
+    assert budget.main(["reuse-probe", "--from", str(tmp_path / "none"), "--out-dir", str(tmp_path / "x")]) == 1
+    assert f"{tmp_path / 'none' / 'timings.json'} has no asrkit_probe" in capsys.readouterr().err
+
+
 def test_config_gives_asrkit_its_own_epochs(bench, tmp_path):
     train = tmp_path / "train"
     train.mkdir()
@@ -189,6 +214,10 @@ def test_report_of_an_equal_time_run(report, tmp_path):
     assert ("Equal training time: a budget of 1800 s each, both trainings at once (asrkit on core 0, ESPnet on "
             "core 1); epochs from a 2-epoch probe run the same way: asrkit 60 s per epoch + 10 s start-up -> 29 "
             "epochs, ESPnet 90 s per epoch + 20 s start-up -> 19 epochs.") in table
+    plan["probe_from"] = "/runs/seed1"  # bench_espnet.sh --probe-from
+    (out / "budget.json").write_text(json.dumps(plan))
+    assert report.main(["--out", str(out), "--data", str(data), "--budget-plan", str(out / "budget.json")]) == 0
+    assert "epochs from the 2-epoch probe of /runs/seed1, run the same way: asrkit 60 s" in (out / "results.md").read_text()
     with pytest.raises(SystemExit):  # --epochs and --budget-plan exclude each other
         report.main(["--out", str(out), "--data", str(data), "--epochs", "3", "--budget-plan", "x"])
 
@@ -208,6 +237,7 @@ def bench_sh(*args, tmp_path):
     (["--budget-minutes", "60", "--cores", "1 1"], "--cores needs two different CPUs (asrkit's, ESPnet's), not '1 1'"),
     (["--budget-minutes", "60", "--cores", "0 100000"], "--cores: CPU 100000 is not one this process may run on"),
     ([], "--epochs is required (or --budget-minutes)"),
+    (["--epochs", "5", "--probe-from", "x"], "--probe-from belongs to --budget-minutes"),
 ])
 def test_bench_sh_budget_arguments(tmp_path, args, message):
     res = bench_sh(*args, tmp_path=tmp_path)

@@ -9,7 +9,7 @@
 #                              --out DIR [--threads 1] [--stage 0] [--stop-stage 100]
 #                              [--tokenizer DIR/lang/tokenizer.json] [--cmvn FILE | none]
 #                              [--overrides "KEY=VALUE ..."] [--probe-epochs 2] [--cores "0 1"]
-#                              [--lm-decode-config decode.yaml]
+#                              [--lm-decode-config decode.yaml] [--probe-from OTHER_OUT]
 #   --overrides: asrkit config overrides (as asrkit train's --set; space-separated) applied to --asrkit-config
 #   for both toolkits, e.g. "frontend.utterance_cmn=false data.max_frames=4000" for the demo's model
 #   DIR holds train/ dev/ test/ Kaldi dirs (wav.scp of audio files, text, utt2dur) and lang/ (asrkit's char
@@ -39,6 +39,8 @@
 #            epoch stamps) and start-up; its epochs = floor((M x 60 - start-up) / seconds per epoch), at least 2
 #            (OUT/budget.json); both configs written for their epochs; both train at once (timed, as above)
 #   A timed training of this mode that was killed starts again from scratch (its wall time is what is compared).
+#   --probe-from OTHER_OUT: stage 2 reuses the probe of that equal-time run on this machine (another seed: the
+#            seed does not change the throughput) instead of probing (espnet_budget.py reuse-probe); the plan says so
 # Needs .venv (make install) and .venv-espnet (tools/espnet/setup_espnet_env.sh). Both toolkits run with
 # OMP_NUM_THREADS=--threads and one data-loader worker (data.num_workers of the config, for both).
 # Stages are idempotent: a timed training that finished is not run again (OUT/timings.json); decoding and
@@ -61,6 +63,7 @@ budget_minutes=""   # equal training time: both toolkits at once, one CPU each, 
 probe_epochs=2      # epochs of the probe that measures each toolkit's seconds per epoch (>= 2: start-up apart)
 cores="0 1"         # the CPUs of asrkit and ESPnet in the equal-time mode
 lm_decode_config="" # a decode.yaml with an LM: both models decoded by asrkit's search with it (stages 4 and 5)
+probe_from=""       # the OUT of an equal-time run whose probe this one reuses (stage 2)
 . "$root/tools/parse_options.sh"
 usage_error() { echo "$0: $*" >&2; exit 2; }
 [ $# -eq 0 ] || usage_error "unexpected argument '$1' (see --help)"
@@ -83,6 +86,8 @@ if [ -n "$budget_minutes" ]; then
   for c in "${cpus[@]}"; do
     taskset -c "$c" true 2> /dev/null || usage_error "--cores: CPU $c is not one this process may run on (taskset -c $c)"
   done
+elif [ -n "$probe_from" ]; then
+  usage_error "--probe-from belongs to --budget-minutes (an equal-time run's probe)"
 elif [ -z "$epochs" ]; then
   usage_error "--epochs is required (or --budget-minutes) (see --help)"
 fi
@@ -195,6 +200,9 @@ fi
 if run_stage 2 && [ -z "$budget_minutes" ]; then
   log 2 "ESPnet training ($epochs epochs) into $out/espnet/exp; log: $out/espnet/train.log"
   espnet_train "$out/espnet/asr.yaml" "$out/espnet/exp" "$out/espnet/train.log" espnet_train
+elif run_stage 2 && [ -n "$probe_from" ]; then
+  log 2 "the probe of $probe_from reused (its logs and wall times) in $out/probe"
+  "$py" "$budget_tool" reuse-probe --from "$probe_from" --out-dir "$out"
 elif run_stage 2; then
   log 2 "the probe: both toolkits train $probe_epochs epochs at once (asrkit on CPU ${cpus[0]}, ESPnet on CPU" \
     "${cpus[1]}) into $out/probe"

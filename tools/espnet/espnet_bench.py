@@ -122,9 +122,9 @@ def _scheduler(t: Any, epochs: int, updates_per_epoch: Optional[int]) -> Dict[st
     # warm-up, then down to 0 (it gives update s the factor asrkit gives update s - 1: one update later).
     if not updates_per_epoch:
         raise BenchError("train.scheduler warmup_cosine needs ESPnet's updates per epoch (the cosine's length)")
-    total = epochs * updates_per_epoch
-    if t.warmup_steps >= total:
-        raise BenchError(f"train.warmup_steps {t.warmup_steps} is not below the run's {total} updates")
+    # A run no longer than its warm-up (the equal-time mode's probe) warms up all along: asrkit's cosine spans at
+    # least warmup + 1 updates (asrkit.train.optim.lr_factor), and ESPnet's cycle must be longer than its warm-up.
+    total = max(epochs * updates_per_epoch, t.warmup_steps + 1)
     return {"scheduler": "cosineannealingwarmuprestarts",
             "scheduler_conf": {"first_cycle_steps": total, "warmup_steps": t.warmup_steps, "max_lr": t.lr,
                                "min_lr": 0.0}}

@@ -12,6 +12,10 @@ usage:
           epochs            = floor((M x 60 - start-up) / seconds per epoch)
       Each toolkit's own throughput decides its epochs; fewer than 2 is an error. Writes OUT/budget.json and
       prints "ASRKIT_EPOCHS ESPNET_EPOCHS".
+  espnet_budget.py reuse-probe --from OTHER_OUT --out-dir OUT
+      Another run's probe as this run's (bench_espnet.sh --probe-from: a second seed on the same machine, whose
+      throughput the seed does not change): copies its probe logs and its asrkit_probe / espnet_probe wall times
+      (OUT/timings.json), and names it in OUT/probe/source.txt, which the plan records as probe_from.
   espnet_budget.py show --plan OUT/budget.json
       print "ASRKIT_EPOCHS ESPNET_EPOCHS" of a written plan
 
@@ -26,6 +30,7 @@ import json
 import math
 import os
 import re
+import shutil
 import sys
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -34,13 +39,14 @@ from typing import Dict, List, Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # espnet_bench beside this file
 
-from espnet_bench import BenchError, load_record  # noqa: E402
+from espnet_bench import BenchError, add_to_record, load_record  # noqa: E402
 
 TOOLKITS = ("asrkit", "espnet")
 MIN_EPOCHS = 2  # one epoch each says nothing about what the faster trainer's extra epochs are worth
 # Where each toolkit's probe logs (bench_espnet.sh: asrkit writes exp/train.log, ESPnet's output is redirected).
 PROBE_LOGS = {"asrkit": os.path.join("probe", "asrkit", "exp", "train.log"),
               "espnet": os.path.join("probe", "espnet", "train.log")}
+PROBE_SOURCE = os.path.join("probe", "source.txt")  # written by reuse-probe: the run whose probe this is
 _STAMP = re.compile(r"(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3})")
 _EPOCH_END = {"asrkit": re.compile(r"asrkit\.train: epoch \d+: train loss "),
               "espnet": re.compile(r"\d+epoch results: \[train\]")}
@@ -107,11 +113,50 @@ def plan(out_dir: str, budget_minutes: float, probe_epochs: int, cores: Dict[str
         except BenchError as exc:
             raise BenchError(f"{exc} ({log})") from None
         result[toolkit] = asdict(fit)
+    source = probe_source(out_dir)
+    if source:
+        result["probe_from"] = source
     path = os.path.join(out_dir, "budget.json")
     with open(path + ".tmp", "w", encoding="utf-8") as fh:
         json.dump(result, fh, indent=1)
     os.replace(path + ".tmp", path)
     return result
+
+
+def probe_source(out_dir: str) -> Optional[str]:
+    """The run whose probe ``out_dir`` reused (OUT/probe/source.txt), or None: its own."""
+    path = os.path.join(out_dir, PROBE_SOURCE)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as fh:
+        return fh.read().strip()
+
+
+def reuse_probe(src: str, out_dir: str) -> None:
+    """Make the probe of the run in ``src`` this run's (``out_dir``): its logs and wall times, and its name in
+    OUT/probe/source.txt. A rerun with the same source does nothing; a run with a probe of its own is refused."""
+    src = os.path.abspath(src)
+    names = [f"{toolkit}_probe" for toolkit in TOOLKITS]
+    source_file = os.path.join(out_dir, PROBE_SOURCE)
+    own = load_record(os.path.join(out_dir, "timings.json"))
+    if any(name in own for name in names):
+        if probe_source(out_dir) == src:
+            return
+        raise BenchError(f"{out_dir}: has a probe of its own (timings.json); not replaced by {src}'s")
+    record_path = os.path.join(src, "timings.json")
+    record = load_record(record_path)
+    for toolkit, name in zip(TOOLKITS, names):
+        if name not in record:
+            raise BenchError(f"{record_path} has no {name}: that run's probe did not finish")
+        if not os.path.isfile(os.path.join(src, PROBE_LOGS[toolkit])):
+            raise BenchError(f"{os.path.join(src, PROBE_LOGS[toolkit])}: no probe log")
+    for toolkit in TOOLKITS:
+        os.makedirs(os.path.dirname(os.path.join(out_dir, PROBE_LOGS[toolkit])), exist_ok=True)
+        shutil.copyfile(os.path.join(src, PROBE_LOGS[toolkit]), os.path.join(out_dir, PROBE_LOGS[toolkit]))
+    with open(source_file, "w", encoding="utf-8") as fh:
+        fh.write(src + "\n")
+    for name in names:  # the records last: a copy cut short leaves no probe behind
+        add_to_record(os.path.join(out_dir, "timings.json"), name, record[name])
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -122,6 +167,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     c.add_argument("--probe-epochs", type=int, required=True)
     c.add_argument("--out-dir", required=True, help="bench_espnet.sh's OUT (timings.json, probe/)")
     c.add_argument("--cores", required=True, help='"ASRKIT_CPU ESPNET_CPU", recorded in the plan')
+    c = sub.add_parser("reuse-probe")
+    c.add_argument("--from", dest="src", required=True, help="the OUT of the run whose probe is reused")
+    c.add_argument("--out-dir", required=True, help="this run's OUT")
     c = sub.add_parser("show")
     c.add_argument("--plan", required=True, help="OUT/budget.json")
     args = p.parse_args(argv)
@@ -131,6 +179,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if len(cores) != 2:
                 raise BenchError(f"--cores needs two CPUs, got '{args.cores}'")
             result = plan(args.out_dir, args.budget_minutes, args.probe_epochs, dict(zip(TOOLKITS, cores)))
+        elif args.cmd == "reuse-probe":
+            reuse_probe(args.src, args.out_dir)
+            return 0
         else:
             if not os.path.isfile(args.plan):
                 raise BenchError(f"{args.plan}: no plan: run stage 3 (it plans the epochs before training)")

@@ -154,9 +154,11 @@ def budget_line(plan: Dict) -> str:
     """How an equal-time run chose each toolkit's epochs (tools/espnet/espnet_budget.py's plan)."""
     fits = [f"{name} {plan[key]['per_epoch_s']:.0f} s per epoch + {plan[key]['startup_s']:.0f} s start-up -> "
             f"{plan[key]['epochs']} epochs" for key, name in (("asrkit", "asrkit"), ("espnet", "ESPnet"))]
+    probe = (f"the {plan['probe_epochs']}-epoch probe of {plan['probe_from']}, run the same way" if "probe_from" in plan
+             else f"a {plan['probe_epochs']}-epoch probe run the same way")
     return (f"Equal training time: a budget of {plan['budget_s']:.0f} s each, both trainings at once (asrkit on core "
-            f"{plan['cores']['asrkit']}, ESPnet on core {plan['cores']['espnet']}); epochs from a "
-            f"{plan['probe_epochs']}-epoch probe run the same way: {', '.join(fits)}.\n")
+            f"{plan['cores']['asrkit']}, ESPnet on core {plan['cores']['espnet']}); epochs from {probe}: "
+            f"{', '.join(fits)}.\n")
 
 
 def write_report(out_dir: str, data_dir: str, epochs: Optional[int], threads: int = 1,
