@@ -3,8 +3,9 @@
 Frames whose blank probability exceeds ``skip_threshold`` are treated as pure blank frames: they emit
 nothing, so a search visits only the other ("kept") frames, and the skipped frames' log P(blank), the same
 for every hypothesis of an utterance, is added once at the end (``offset``). Shared by the torch frame loop
-(:mod:`asrkit.search.ctc_prefix`) and the native one (:mod:`asrkit.search.native_loop`). Host syncs are
-allowed here: it runs once per batch, before the loop.
+(:mod:`asrkit.search.ctc_prefix`) and the native one (:mod:`asrkit.search.native_loop`). It reads the width back
+to the host once per batch, before the loop (the one-launch GPU search, :mod:`asrkit.search.fused_search`, skips
+frames in its kernel instead).
 """
 from __future__ import annotations
 
@@ -30,13 +31,14 @@ def compact_frames(lp: torch.Tensor, lengths: torch.Tensor, blank_id: int,
     t_ids = torch.arange(frames, device=lp.device)
     in_len = t_ids < lengths[:, None]  # (B, T)
     blank = lp[..., blank_id]  # (B, T)
-    skip = None
-    if skip_threshold is not None:
-        skip = (blank > math.log(skip_threshold)) & in_len
-        if not bool(skip.any()):
-            skip = None
+    skip = None if skip_threshold is None else (blank > math.log(skip_threshold)) & in_len
     keep = in_len if skip is None else in_len & ~skip
-    width = int(keep.sum(1).max()) if batch else 0
+    width, skipped = 0, 0
+    if batch:  # one host read for both numbers (on a GPU each read waits for the device)
+        parts = [keep.sum(1).max()] if skip is None else [keep.sum(1).max(), skip.any()]
+        width, skipped = (torch.stack(parts).tolist() + [0])[:2]
+    if not skipped:
+        skip = None  # no frame passed the threshold: keep == in_len, the width stands
     if skip is None:
         frame = torch.where(in_len[:, :width], t_ids[:width], -1)  # (B, T')
         offset = torch.zeros(batch, dtype=lp.dtype, device=lp.device)

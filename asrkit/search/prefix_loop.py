@@ -175,7 +175,7 @@ class FrameTables:
             stride = (beam + 1) * cols  # one row of the candidate table
             plain = torch.arange(rows_out, device=dev) * stride  # rows pnb, pb, tot, fused
             moved = plain.clone()
-            moved[:2] = torch.tensor([4 * stride, 2 * stride])  # pnb <- the -inf row, pb <- tot
+            moved[0], moved[1] = 4 * stride, 2 * stride  # pnb <- the -inf row, pb <- tot (no host array: no copy)
             roff = _steps(torch.where(run_after[..., None], moved, plain)[..., None])  # (T', B, R, 1)
             self.roff = [r if any_run else None for r, any_run in zip(roff.unbind(0), self.run_steps)]
             tables["roff"] = roff

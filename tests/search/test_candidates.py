@@ -33,3 +33,13 @@ def test_top_tokens_equal_torch_topk_over_the_non_blank_tokens(vocab: int, count
 def test_no_rows_give_empty_tables() -> None:
     vals, ids = top_tokens(torch.zeros(0, 600), None, 8)
     assert vals.shape == (0, 8) and ids.shape == (0, 8) and ids.dtype == torch.long
+
+
+def test_a_gpu_takes_a_batch_of_rows_in_few_chunks() -> None:
+    # Catches the CPU's cache-sized chunks (512 rows) on a GPU, where every op of a chunk is a kernel launch the host
+    # pays for: 2048 utterances of 250 frames took ~4700 launches to build their candidate tables.
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert candidates.rows_per_chunk(29, cuda) >= 2048 * 250
+    assert -(-2048 * 250 // candidates.rows_per_chunk(500, cuda)) <= 4
+    assert candidates.rows_per_chunk(10 ** 8, cuda) == 1
+    assert [candidates.rows_per_chunk(v, cpu) for v in (29, 500, 5000, 10 ** 7)] == [512, 512, 419, 1]

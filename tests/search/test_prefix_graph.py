@@ -180,3 +180,24 @@ def test_auto_runs_the_captured_loop_on_cuda_only(monkeypatch: pytest.MonkeyPatc
     if torch.cuda.is_available():
         ctc_prefix_beam_search(lp.cuda(), torch.tensor([12, 7]).cuda(), beam=3)
         assert calls == ["cpu", "cuda"]
+
+
+def test_the_bucketed_tables_copy_no_host_array_to_the_device() -> None:
+    # On a GPU a tensor made from host numbers (torch.tensor([...])) is a copy that waits for the device; single
+    # numbers (x[i] = 3) are kernel arguments. Catches such a copy in building a batch's tables.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    made = []
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.__name__.startswith("lift_fresh") and out.numel() > 1:
+                made.append(tuple(out.shape))
+            return out
+
+    lp = peaky_log_probs(3, 40, 9, torch.Generator().manual_seed(4))
+    lengths = torch.tensor([40, 31, 12])
+    with Watch():
+        fr = prefix_loop.tables(lp, lengths, 4, {}, 0.5, 5, -8.0, 0.999, bucketed=True)
+    assert fr.skip is not None and not made, made
