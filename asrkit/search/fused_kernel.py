@@ -171,14 +171,17 @@ def ctc_steps(st, ints, tok_all, cval, lpb, pad_bias, run_after, lp_rows, fusion
 
 @triton.jit
 def ctc_search(lp, lengths, limits, bonus_ptr, st, ints, parent_out, token_out, frame_out, count_out, offset_out,
-               stride_b, stride_t, frames, batch, beam, n_cand, vocab,
-               HAS_FUSION: tl.constexpr, EVERY_TOKEN: tl.constexpr, BK: tl.constexpr, BC: tl.constexpr,
+               ctab, vtab, stride_b, stride_t, frames, batch, beam, n_cand, vocab,
+               HAS_FUSION: tl.constexpr, EVERY_TOKEN: tl.constexpr, TABLES: tl.constexpr, BK: tl.constexpr,
+               BC: tl.constexpr,
                BV: tl.constexpr, SENT_HASH_C: tl.constexpr, SENT_PARENT_C: tl.constexpr, SENT_MIN_C: tl.constexpr,
                HASH_MUL_C: tl.constexpr):
     """Every frame of utterance ``b`` (one program each) from the log-probs ``lp`` (B, T, V), last axis contiguous:
     frames whose log P(blank) exceeds limits[0] are skipped (their log P(blank) summed in float64 into
     offset_out[b], and pnb's mass moved into pb before the next kept frame), the best n_cand non-blank tokens of
-    each kept frame (every token when EVERY_TOKEN) are its candidates, those under limits[1] dropped. Kept frame i
+    each kept frame (every token when EVERY_TOKEN; with TABLES read from ctab / vtab (B*T, n_cand), the tokens and
+    their log-probs of every frame, taken before the launch) are its candidates, those under limits[1] dropped. Kept
+    frame i
     writes parents and tokens (T, B, K) row i and frame_out[b, i] = its input frame; count_out[b] = kept frames
     (rows past it are left unwritten)."""
     b = tl.program_id(0)
@@ -216,6 +219,10 @@ def ctc_search(lp, lengths, limits, bonus_ptr, st, ints, parent_out, token_out, 
             if EVERY_TOKEN:
                 ctok = tl.where(oc < n_cand, oc + 1, -2).to(tl.int64)
                 cv = tl.load(row + 1 + oc, mask=oc < n_cand, other=neg)
+            elif TABLES:
+                at_tab = (b.to(tl.int64) * frames + t) * n_cand + oc
+                ctok = tl.load(ctab + at_tab, mask=oc < n_cand, other=-2)
+                cv = tl.load(vtab + at_tab, mask=oc < n_cand, other=neg)
             else:  # the n_cand best, ties to the lower token id
                 x = tl.load(row + ov, mask=token_ok, other=neg)
                 ctok = tl.full([BC], -2, tl.int64)

@@ -9,8 +9,9 @@ program, one per utterance: it walks the utterance's own frames (its length read
 whose blank probability passes the threshold (their log P(blank) summed into the offset, pnb's mass moved into pb
 before the next kept frame, as the compaction does), takes each kept frame's best C tokens itself, and writes
 backpointers for its kept frames only; :func:`~asrkit.search.fused_kernel.backtrack_paths` follows them. The host
-issues about twenty small ops and two launches per batch, none of them per frame, and reads nothing back until
-the result (``to_nbest``: one sync). Results equal the torch loop's (hypotheses, frames, scores within rounding);
+issues 15 small ops and two launches per batch (``ASRKIT_FUSED_CANDIDATES=topk``: the candidates of every frame
+taken before the launch by :func:`~asrkit.search.candidates.top_tokens`, a few ops more), none of them per frame,
+and reads nothing back until the result (``to_nbest``: one sync). Results equal the torch loop's (hypotheses, frames, scores within rounding);
 ties between equal log-probs may pick other candidates, as between ``torch.topk`` calls.
 
 Used by :mod:`asrkit.search.prefix_graph` where the fused step is (``ASRKIT_FUSED_SEARCH=0`` keeps the fused step
@@ -20,15 +21,21 @@ search over more than 32 tokens, nor over more than :data:`MAX_VOCAB` tokens (a 
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Mapping, Optional, Tuple
 
 import torch
 
 from asrkit.search import fused_step, prefix_loop
+from asrkit.search.candidates import top_tokens
 from asrkit.search.hypotheses import NBest
-from asrkit.search.interfaces import HASH_MUL, SENT_HASH, SENT_PARENT
+from asrkit.search.interfaces import BLANK_ID, HASH_MUL, SENT_HASH, SENT_PARENT
 
 MAX_VOCAB = 8192  # one frame's row is one block of the next power of two of V floats in a program's registers
+# Where the best C tokens of a frame are taken: "kernel" (in the program, each kept frame: 2C reductions on its
+# path from one frame to the next) or "topk" (every frame of the batch before the launch, by
+# candidates.top_tokens: a few launches, in parallel over frames). Untimed on a GPU yet: the benchmark times both.
+CANDIDATES = os.environ.get("ASRKIT_FUSED_CANDIDATES", "kernel")
 
 
 def unavailable(lp: torch.Tensor, scorers: Mapping[str, Any], topk: Optional[int]) -> Optional[str]:
@@ -76,11 +83,15 @@ def run(lp: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: int, bonus: f
     # Compared in the input's dtype, as the torch loop compares its tensors with the Python floats.
     limits = torch.cat([_scalar(math.inf if skip is None else math.log(skip), lp),
                         _scalar(-math.inf if min_logp is None else min_logp, lp)])
+    every = n_cand == vocab - 1
+    tables = CANDIDATES == "topk" and not every
+    # (B*T, C) values and token ids of every frame (tables), else unread
+    vtab, ctab = top_tokens(lp.view(batch * frames, vocab), None, n_cand, BLANK_ID) if tables else (lp, ints)
     search, backtrack = _kernels()
     search[(batch,)](
-        lp, lengths, limits, _scalar(bonus, lp), st, ints, parents, tokens, frame, count, offset,
+        lp, lengths, limits, _scalar(bonus, lp), st, ints, parents, tokens, frame, count, offset, ctab, vtab,
         lp.stride(0), lp.stride(1), frames, batch, beam, n_cand, vocab,
-        HAS_FUSION=bonus != 0.0, EVERY_TOKEN=n_cand == vocab - 1, BK=triton.next_power_of_2(beam),
+        HAS_FUSION=bonus != 0.0, EVERY_TOKEN=every, TABLES=tables, BK=triton.next_power_of_2(beam),
         BC=triton.next_power_of_2(n_cand + 1), BV=triton.next_power_of_2(vocab), SENT_HASH_C=SENT_HASH,
         SENT_PARENT_C=SENT_PARENT, SENT_MIN_C=-(2 ** 63), HASH_MUL_C=HASH_MUL, num_warps=fused_step.NUM_WARPS)
     ctc = st[:, 2, :beam] + offset.to(lp.dtype)[:, None]  # + the skipped blank frames

@@ -79,14 +79,16 @@ NO_SCORER_CASES = {  # input, vocabulary, beam, pruning, dtype, weights
 
 
 @in_this_process
-@pytest.mark.parametrize("setup", ["host tables", "in the kernel"])
+@pytest.mark.parametrize("setup", ["host tables", "in the kernel", "in the kernel, topk tables"])
 @pytest.mark.parametrize("case", sorted(NO_SCORER_CASES))
 def test_without_scorers_one_launch_equals_the_torch_loop(case: str, setup: str,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     # Catches any slip in the kernel's arithmetic: merges, stays, repeats after a blank, blank runs (tight
     # pruning skips frames), padding, dead hypotheses (3 tokens, beam 6), the bonus in the beam's dtype; in the
-    # kernel: skipped frames (their offset, pnb moved into pb), the best C tokens of a frame, min_logp, the paths.
-    monkeypatch.setattr(prefix_graph, "FUSED_SEARCH", setup == "in the kernel")
+    # kernel: skipped frames (their offset, pnb moved into pb), the best C tokens of a frame (or their tables),
+    # min_logp, the paths.
+    monkeypatch.setattr(prefix_graph, "FUSED_SEARCH", setup != "host tables")
+    monkeypatch.setattr(fused_search, "CANDIDATES", "topk" if setup.endswith("tables") else "kernel")
     make, vocab, beam, pruning, dtype, weights = NO_SCORER_CASES[case]
     lp = make(2, 16, vocab, torch.Generator().manual_seed(len(case)), dtype=dtype).to(DEVICE)
     lengths = torch.tensor([16, 11], device=DEVICE)
@@ -120,10 +122,12 @@ def test_the_exact_search_over_many_tokens_keeps_the_torch_step() -> None:
 
 
 @in_this_process
-def test_the_search_in_the_kernel_at_the_edges(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("candidates", ["kernel", "topk"])
+def test_the_search_in_the_kernel_at_the_edges(monkeypatch: pytest.MonkeyPatch, candidates: str) -> None:
     # An utterance of no frames, one whose every frame is skipped, one that starts and ends with skipped frames,
     # a V that is no power of two with token_topk over half of it, n-best of the whole beam (min_logp drops some).
     monkeypatch.setattr(prefix_graph, "FUSED_SEARCH", True)
+    monkeypatch.setattr(fused_search, "CANDIDATES", candidates)
     lp = peaky_log_probs(4, 12, 11, torch.Generator().manual_seed(5), dtype=torch.float32)
     lp[1, :, 0] = -1e-5  # every frame blank above the threshold
     lp[2, :3, 0] = lp[2, 9:, 0] = -1e-5
@@ -142,7 +146,9 @@ class _NoKernel:
         return lambda *args, **kwargs: None
 
 
-def test_the_search_in_the_kernel_makes_no_host_sync_and_no_op_per_frame(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("candidates, most", [("kernel", 16), ("topk", 24)])
+def test_the_search_in_the_kernel_makes_no_host_sync_and_no_op_per_frame(monkeypatch: pytest.MonkeyPatch,
+                                                                          candidates: str, most: int) -> None:
     # The host side of the GPU path without scorers: no value read back before the result (to_nbest), and a
     # fixed number of torch ops whatever the frames. With FUSED_SEARCH off (the fused step on host-built
     # tables) this fails: the compaction reads its width back.
@@ -167,6 +173,7 @@ def test_the_search_in_the_kernel_makes_no_host_sync_and_no_op_per_frame(monkeyp
             return _to_nbest(ranked, frame)
 
     monkeypatch.setattr(prefix_graph, "FUSED_SEARCH", True)
+    monkeypatch.setattr(fused_search, "CANDIDATES", candidates)
     monkeypatch.setattr(fused_search, "_kernels", lambda: (_NoKernel(), _NoKernel()))
     monkeypatch.setattr(fused_search.fused_step, "unavailable", lambda device: None)
     monkeypatch.setattr(prefix_loop, "to_nbest", unguarded_to_nbest)
@@ -178,7 +185,7 @@ def test_the_search_in_the_kernel_makes_no_host_sync_and_no_op_per_frame(monkeyp
         with Count():
             no_host_sync(prefix_graph.search)(lp, lengths, 4, 2, {}, {}, 0.5, 8, -12.0, 0.999)
         counts.append(ops.index("to_nbest"))
-    assert counts[0] == counts[1] <= 16, counts
+    assert counts[0] == counts[1] <= most, counts
 
 
 def _signature(kernel, pointers: dict, constants: dict) -> dict:
@@ -200,11 +207,12 @@ def test_the_kernels_compile_for_an_h100() -> None:
 
     hashes = dict(SENT_HASH_C=SENT_HASH, SENT_PARENT_C=SENT_PARENT, SENT_MIN_C=-(2 ** 63), HASH_MUL_C=HASH_MUL)
     search = dict(HAS_FUSION=True, EVERY_TOKEN=False, BK=16, BC=16, BV=32, **hashes)
-    floats = ("lp", "limits", "bonus_ptr", "st")
-    longs = ("lengths", "ints", "parent_out", "token_out", "frame_out", "count_out")
+    floats = ("lp", "limits", "bonus_ptr", "st", "vtab")
+    longs = ("lengths", "ints", "parent_out", "token_out", "frame_out", "count_out", "ctab")
     pointers = {**{n: "*fp32" for n in floats}, **{n: "*i64" for n in longs}, "offset_out": "*fp64"}
     back = {n: "*i64" for n in ("parents", "tokens", "order", "count", "paths")}
-    for kernel, ptrs, consts in ((fused_kernel.ctc_search, pointers, search),
+    for kernel, ptrs, consts in ((fused_kernel.ctc_search, pointers, dict(search, TABLES=False)),
+                                 (fused_kernel.ctc_search, pointers, dict(search, TABLES=True)),
                                  (fused_kernel.backtrack_paths, back, dict(BN=16))):
         out = compile(ASTSource(kernel, _signature(kernel, ptrs, consts), consts), target=GPUTarget("cuda", 90, 32),
                       options={"num_warps": 8})

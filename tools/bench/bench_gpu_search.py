@@ -16,8 +16,9 @@ utterances per second and RTFx (audio seconds per wall second).
   ``cuda_ctc_decoder`` (no LM) at the same beam and blank-skip threshold (0.999); the captured loop with its CTC
   step as one Triton kernel on tables the host builds (``+ fused step``, :mod:`asrkit.search.fused_step`,
   ``ASRKIT_FUSED_SEARCH=0``); the whole search as one launch over the log-probs (``fused search``,
-  :mod:`asrkit.search.fused_search`, the default on CUDA); asrkit's C++ loop on one CPU core (first batch size
-  only). "agree": top-1 equal to asrkit's exact search (no pruning, C++ loop, CPU) at the first batch size.
+  :mod:`asrkit.search.fused_search`, the default on CUDA), with each frame's best tokens taken in the kernel (the
+  default) and by ``torch.topk`` before the launch (``ASRKIT_FUSED_CANDIDATES=topk``); asrkit's C++ loop on one
+  CPU core (first batch size only). "agree": top-1 equal to asrkit's exact search (no pruning, C++ loop, CPU) at the first batch size.
   Each row sets its switches itself, whatever the environment says.
 * ``lm``: the BPE-500 text inputs of --lm-dir (tools/bench/make_bench_lm.py --order 3) with the word 3-gram:
   eager, captured with the torch step, captured with the fused step, and the C++ loop on one CPU core, at each of
@@ -50,7 +51,8 @@ if _TOOLS not in sys.path:
 from asrkit.config import load_config  # noqa: E402
 from asrkit.lm import LSTMLM, NeuralLMScorer, ngram_scorer  # noqa: E402
 from asrkit.models.registry import build_model  # noqa: E402
-from asrkit.search import ctc_prefix_beam_search, fused_step, greedy_search, native_build, prefix_graph  # noqa: E402
+from asrkit.search import ctc_prefix_beam_search, fused_search, fused_step, greedy_search, native_build  # noqa: E402
+from asrkit.search import prefix_graph  # noqa: E402
 from asrkit.text.tokenizer import load_tokenizer  # noqa: E402
 from bench_decode_inputs import AUDIO_SECONDS, peaky_log_probs, pick_texts, text_log_probs  # noqa: E402
 
@@ -96,15 +98,17 @@ def prefix(lp: torch.Tensor, lens: torch.Tensor, beam: int, graph: Optional[bool
 TORCH_STEP, FUSED_STEP, FUSED_SEARCH = (False, False), (True, False), (True, True)
 
 
-def with_path(fn: Callable[[], Tokens], path: Tuple[bool, bool]) -> Callable[[], Tokens]:
-    """fn with the GPU path's switches set to ``path`` (one of TORCH_STEP, FUSED_STEP, FUSED_SEARCH)."""
+def with_path(fn: Callable[[], Tokens], path: Tuple[bool, bool], candidates: str = "kernel") -> Callable[[], Tokens]:
+    """fn with the GPU path's switches set to ``path`` (one of TORCH_STEP, FUSED_STEP, FUSED_SEARCH) and the fused
+    search's ``candidates`` ("kernel" or "topk", :data:`asrkit.search.fused_search.CANDIDATES`)."""
     def run() -> Tokens:
-        saved = prefix_graph.FUSED_STEP, prefix_graph.FUSED_SEARCH
+        saved = prefix_graph.FUSED_STEP, prefix_graph.FUSED_SEARCH, fused_search.CANDIDATES
         prefix_graph.FUSED_STEP, prefix_graph.FUSED_SEARCH = path
+        fused_search.CANDIDATES = candidates
         try:
             return fn()
         finally:
-            prefix_graph.FUSED_STEP, prefix_graph.FUSED_SEARCH = saved
+            prefix_graph.FUSED_STEP, prefix_graph.FUSED_SEARCH, fused_search.CANDIDATES = saved
     return run
 
 
@@ -196,7 +200,8 @@ def section_search(args: argparse.Namespace, dev: torch.device) -> str:
                 ("asrkit captured", with_path(captured, TORCH_STEP), dev)]
             if fused_rows(dev):
                 rows += [("asrkit captured + fused step", with_path(captured, FUSED_STEP), dev),
-                         ("asrkit fused search", with_path(captured, FUSED_SEARCH), dev)]
+                         ("asrkit fused search", with_path(captured, FUSED_SEARCH), dev),
+                         ("asrkit fused search, topk tables", with_path(captured, FUSED_SEARCH, "topk"), dev)]
             if i == 0:
                 rows.append((cpu_label(), lambda: prefix(lp_cpu, lens_cpu, args.beam, False), None))
             results = [(name, *(cpu_one_core(fn, args.repeats) if where is None else timed(fn, dev, args.repeats)))
