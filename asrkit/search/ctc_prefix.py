@@ -4,7 +4,8 @@ The algorithm, its cost model and its tensors are :mod:`asrkit.search.prefix_loo
 batch is searched by one of three runners with equal results: on the CPU, by default, one C++ call per batch
 (:mod:`asrkit.search.native_loop`, ~5x faster with a word LM; ``native=`` chooses); on a GPU the torch loop
 captured once per bucket of batch shapes and replayed (:mod:`asrkit.search.prefix_graph`; ``cuda_graph=``
-chooses); else the torch loop run eagerly. On CUDA, a batch that runs out of memory is split in half and
+chooses), its step a Triton kernel, and without scorers the whole search one Triton launch
+(:mod:`asrkit.search.fused_search`); else the torch loop run eagerly. On CUDA, a batch that runs out of memory is split in half and
 retried. On CPU the search runs with one intra-op thread (its tensors are tiny) and restores the setting after.
 
 Streaming: :func:`resume_search` runs the same loop from a state the caller holds (:class:`BeamRows`) over
