@@ -13,7 +13,7 @@ Scores, defined by a potential ``Phi = C + pend(state)``:
 * ``pend``: the provisional bonus of the partial match, for its tokens past the last whole phrase along it;
   a token of the trie carries the largest weight of the phrases through it, except the first
   :data:`HELD_TOKENS` bonus-carrying tokens of a phrase, which hold none (their bonus is paid when the phrase
-  completes): nearly every word begins as some phrase of a long list does, and a bonus on that first letter
+  completes): nearly every word begins as some phrase of a long list does, and a bonus on those first letters
   went to each hypothesis that starts a new word, which split words in the beam ("AMUSING" -> "TO MUSING")
   before the failure took it back.
 
@@ -66,9 +66,10 @@ class Phrase(NamedTuple):
 # The largest S x (V + 1) step tables kept whole (int64 + float32: 48 MiB); larger automata search their arcs.
 DENSE_MAX_ENTRIES = 1 << 22
 # Tokens at the start of a phrase that hold no provisional bonus (see the module docstring). Measured with
-# tools/bench/bench_hotwords.py on the demo (beam 100): 1000 unrelated phrases moved the test WER 21.70 ->
-# 22.70 with 0, 21.51 with 1, 21.42 with 2; the names set's recall was 50.0 / 48.3 / 42.5%.
-HELD_TOKENS = 1
+# tools/bench/bench_hotwords.py on the demo (beam 100), 1000 unrelated phrases: on its dev set the WER moved
+# 24.44 -> 25.42 with 1 held, 24.53 with 2, 24.36 with 3 (the test set: 22.42 -> 22.97 with 1, 22.33 with 2);
+# on the tuning names set, class score -9: recall / false alarms 40.8 / 4.2% with 1, 38.3 / 2.5% with 2.
+HELD_TOKENS = 2
 
 
 class HotwordGraph(NamedTuple):

@@ -93,18 +93,19 @@ def tiny_exp(tmp_path_factory) -> Path:
 
 def test_load_model_and_per_call_hotwords(tiny_exp: Path, tmp_path: Path) -> None:
     wav = (0.3 * np.random.default_rng(0).standard_normal(16000)).astype(np.float32)
-    # every token a candidate (the untrained model ranks I and J low), and a bonus that outweighs the model
+    # every token a candidate, a phrase of letters the untrained model ranks high (the first two of a phrase hold
+    # no bonus: asrkit.search.hotwords.HELD_TOKENS), and a bonus that outweighs the model
     decode = DecodeConfig(mode="ctc_prefix", beam=32, hotword_weight=30.0, token_topk=None, token_min_logp=None)
     plain = asrkit.load_model(str(tiny_exp), decode=decode, segmenter="none")
-    assert "HIJ" not in plain.transcribe(wav).text
-    biased = asrkit.load_model(str(tiny_exp), decode=decode, segmenter="none", hotwords=["HIJ"])
-    assert "HIJ" in biased.transcribe(wav).text
-    assert "HIJ" in plain.transcribe(wav, hotwords=["HIJ"]).text  # per call
-    assert "HIJ" not in biased.transcribe(wav, hotwords=["KLM"]).text  # a call's list replaces the model's
-    assert "HIJ" not in biased.transcribe(wav, hotword_weight=0.0).text
+    assert "CJD" not in plain.transcribe(wav).text
+    biased = asrkit.load_model(str(tiny_exp), decode=decode, segmenter="none", hotwords=["CJD"])
+    assert "CJD" in biased.transcribe(wav).text
+    assert "CJD" in plain.transcribe(wav, hotwords=["CJD"]).text  # per call
+    assert "CJD" not in biased.transcribe(wav, hotwords=["KLM"]).text  # a call's list replaces the model's
+    assert "CJD" not in biased.transcribe(wav, hotword_weight=0.0).text
     listed = tmp_path / "hot.txt"
-    listed.write_text("HIJ\n")
-    assert "HIJ" in plain.transcribe(wav, hotwords=str(listed)).text  # a file, the DecodeConfig key
+    listed.write_text("CJD\n")
+    assert "CJD" in plain.transcribe(wav, hotwords=str(listed)).text  # a file, the DecodeConfig key
 
 
 def test_cli_transcribe_with_a_hotwords_file(tiny_exp: Path, tmp_path: Path, capsys) -> None:
@@ -115,12 +116,12 @@ def test_cli_transcribe_with_a_hotwords_file(tiny_exp: Path, tmp_path: Path, cap
     wav = (0.3 * np.random.default_rng(0).standard_normal(16000)).astype(np.float32)
     sf.write(tmp_path / "a.wav", wav, 16000)
     listed = tmp_path / "hot.txt"
-    listed.write_text("HIJ\t2\n")
+    listed.write_text("CJD\t2\n")  # as in test_load_model_and_per_call_hotwords
     base = ["transcribe", "--model", str(tiny_exp), "--segmenter", "none", "--no-progress", "--mode", "ctc_prefix",
             "--set", "token_topk=null", "--set", "token_min_logp=null",
             str(tmp_path / "a.wav")]
     assert main(base + ["--hotwords", str(listed), "--hotword-weight", "15"]) == 0
-    assert "HIJ" in capsys.readouterr().out
+    assert "CJD" in capsys.readouterr().out
     empty = tmp_path / "empty.txt"
     empty.write_text("")
     assert main(base + ["--hotwords", str(empty)]) != 0

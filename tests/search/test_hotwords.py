@@ -205,18 +205,18 @@ def test_failure_cancels_the_partial_bonus_and_the_end_cancels_an_unfinished_mat
     assert final == 0.0 and rows[3][2] == 0.0  # a whole phrase keeps its bonus at the end
 
 
-def test_a_one_token_match_holds_no_bonus_and_the_phrase_pays_it_when_complete() -> None:
-    # the default: a phrase's first bonus-carrying token gains nothing while the match is partial, so a hypothesis
-    # that only starts a word as some phrase does gains nothing over one that goes on with its word
-    assert hotwords.HELD_TOKENS == 1
-    scorer = HotwordScorer(compile_hotwords([((1, 3, 4, 5), 2.0)], 8, free=(1,), start_token=1))  # "▁ 3 4 5"
-    rows, final = run_scorer(scorer, [6, 1, 3, 4, 5], 8)
-    assert [rows[1][1], rows[2][3], rows[3][4], rows[4][5]] == pytest.approx([0.0, 0.0, 2.0, 4.0])
-    assert rows[3][7] == 0.0 and rows[4][7] == pytest.approx(-2.0)  # a failure takes back what was gained
+def test_the_first_two_tokens_hold_no_bonus_and_the_phrase_pays_them_when_complete() -> None:
+    # the default: a phrase's first two bonus-carrying tokens gain nothing while the match is partial, so a
+    # hypothesis that only starts a word as some phrase does gains nothing over one that goes on with its word
+    assert hotwords.HELD_TOKENS == 2
+    scorer = HotwordScorer(compile_hotwords([((1, 3, 4, 5, 6), 2.0)], 8, free=(1,), start_token=1))  # "▁ 3 4 5 6"
+    rows, final = run_scorer(scorer, [7, 1, 3, 4, 5, 6], 8)
+    assert [rows[1][1], rows[2][3], rows[3][4], rows[4][5], rows[5][6]] == pytest.approx([0.0, 0.0, 0.0, 2.0, 6.0])
+    assert rows[4][7] == 0.0 and rows[5][7] == pytest.approx(-2.0)  # a failure takes back what was gained
     assert final == 0.0
-    assert run_scorer(scorer, [1, 3, 4], 8)[1] == pytest.approx(-2.0) and run_scorer(scorer, [3], 8)[1] == 0.0
-    one = HotwordScorer(compile_hotwords([((3,), 1.5)], 8))  # a one-token phrase is paid as it completes
-    assert run_scorer(one, [3], 8)[0][0][3] == pytest.approx(1.5)
+    assert run_scorer(scorer, [1, 3, 4, 5], 8)[1] == pytest.approx(-2.0) and run_scorer(scorer, [1, 3, 4], 8)[1] == 0.0
+    two = HotwordScorer(compile_hotwords([((3, 4), 1.5)], 8))  # a two-token phrase is paid as it completes
+    assert run_scorer(two, [3, 4], 8)[0][1][4] == pytest.approx(3.0)
 
 
 def test_prefix_of_another_keeps_the_shorter_and_rewards_the_longer() -> None:
@@ -313,7 +313,7 @@ def test_bpe_phrases_use_word_initial_pieces() -> None:
     scorer = hotword_scorer([("JOHN ANNA", 0.5)], encode, PIECES, unk_id=1)
     seq = encode("JOHN ANNA")
     rows, final = run_scorer(scorer, seq, len(PIECES))
-    assert [row[t] for row, t in zip(rows, seq)] == pytest.approx([0.0, 0.5, 0.5, 1.0]) and final == 0.0
+    assert [row[t] for row, t in zip(rows, seq)] == pytest.approx([0.0, 0.0, 0.5, 1.5]) and final == 0.0
     check_against_reference([(seq, 0.5)], encode("JOHN JOHN ANNA SO"), len(PIECES))
 
 
