@@ -498,6 +498,22 @@ class EndpointConfig:
 
 
 @dataclass(frozen=True)
+class VtlnConfig:
+    """Vocal tract length normalisation at decode time (``decode.vtln``; asrkit.pipeline.vtln): each speaker of the
+    data dir (utt2spk; without it each utterance) is decoded with the warp factor of ``alphas`` under which the
+    model is most confident on the speaker's utterances (the highest mean per-frame best CTC log-posterior). The
+    warp is VTLP's (asrkit.audio.vtlp) with the model's ``augment.vtlp.boundary_hz``. ``asrkit decode`` of a data
+    dir only; empty: off."""
+    alphas: Tuple[float, ...] = ()  # candidate warp factors (1: none); one factor warps every utterance by it
+
+    def __post_init__(self) -> None:
+        if any(not 0.5 <= a <= 2.0 for a in self.alphas):
+            raise ConfigError(f"decode.vtln.alphas must lie within [0.5, 2], got {list(self.alphas)}")
+        if len(set(self.alphas)) != len(self.alphas):
+            raise ConfigError(f"decode.vtln.alphas lists a factor twice: {list(self.alphas)}")
+
+
+@dataclass(frozen=True)
 class DecodeConfig:
     """How ``asrkit decode`` / ``asrkit transcribe`` search (``conf/decode_*.yaml``).
 
@@ -556,6 +572,7 @@ class DecodeConfig:
     # model.encoder.streaming.chunk_frames, or 640 ms where that is 0
     chunk_ms: Optional[int] = None
     left_chunks: Optional[int] = None  # chunks of left context a stream keeps; null: the model's; -1: all
+    vtln: VtlnConfig = field(default_factory=VtlnConfig)  # decode-time warp per speaker (asrkit decode only)
 
 
 @dataclass(frozen=True)

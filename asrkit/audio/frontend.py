@@ -350,6 +350,11 @@ class Frontend(nn.Module):
             feats, feat_lens = self.cmvn(feats, feat_lens)
         return feats, feat_lens
 
+    def warped(self, wav: Tensor, wav_lens: Tensor, warp: Tensor) -> Tuple[Tensor, Tensor]:
+        """Evaluation features (no speed perturbation, no SpecAugment, whatever the mode) from filterbanks warped by
+        ``warp`` (B,), one factor per utterance (1: none): vocal tract length normalisation at decode time."""
+        return self.normalize(*self.extractor(wav, wav_lens, warp))
+
     def normalize(self, feats: Tensor, feat_lens: Tensor) -> Tuple[Tensor, Tensor]:
         """Extractor output -> model input without augmentation: utterance CMN (if on), global CMVN (if any), causal
         CMN (if on)."""

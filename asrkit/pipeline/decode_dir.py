@@ -4,7 +4,9 @@
   before any work);
 * ``text``: ``utt hypothesis`` lines of the utterances decoded;
 * ``nbest.jsonl`` (with ``decode.nbest > 1``): one JSON object per hypothesis: utt, rank, text, score, ctc_score;
-* ``failed``: ``utt reason`` lines of the utterances that could not be decoded (absent when none failed).
+* ``failed``: ``utt reason`` lines of the utterances that could not be decoded (absent when none failed);
+* ``spk2warp`` (with ``decode.vtln``): ``speaker factor`` lines, the warp chosen for each speaker
+  (:mod:`asrkit.pipeline.vtln`).
 
 **One utterance's failure is that utterance's alone.** Audio that cannot be read, and an utterance whose
 decoding raises (absurd samples that overflow the features to inf and the log-probs to NaN, a search error,
@@ -35,6 +37,7 @@ from asrkit.data.table import write_table
 from asrkit.pipeline.inputs import AudioInput
 from asrkit.pipeline.results import Alternative
 from asrkit.pipeline.transcriber import Transcriber
+from asrkit.pipeline.vtln import speaker_warps
 
 log = logging.getLogger("asrkit.pipeline")
 
@@ -42,6 +45,7 @@ log = logging.getLogger("asrkit.pipeline")
 # test sets: 35 s), so their decoding is unchanged; below the lengths whose whole-utterance attention needs
 # gigabytes (one hour: 3.2 GB on the tiny model, against 0.95 GB segmented).
 MAX_UTTERANCE_SECONDS = 60.0
+SPK2WARP = "spk2warp"  # decode.vtln's choice: ``speaker factor`` lines (Kaldi's name for the table)
 
 
 def decode_data_dir(transcriber: Transcriber, data_dir: str, out_dir: str, batch_size: Optional[int] = None,
@@ -56,12 +60,21 @@ def decode_data_dir(transcriber: Transcriber, data_dir: str, out_dir: str, batch
     max_samples = max_seconds * transcriber.sample_rate
     nbest: Dict[str, List[Alternative]] = {}
     failed: Dict[str, str] = {}
+    alphas = transcriber.decode_cfg.vtln.alphas
+    utt2warp: Optional[Dict[str, float]] = None
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(out_dir, SPK2WARP))  # an earlier decode's
+    if alphas:
+        spk2warp, utt2warp = speaker_warps(transcriber, data_dir, alphas, batch_size, failed, max_seconds)
+        write_table(os.path.join(out_dir, SPK2WARP), {s: f"{a:g}" for s, a in spk2warp.items()})
     for names, wavs in transcriber.data_dir_batches(data_dir, batch_size, failed, max_seconds):
         short = [(name, wav) for name, wav in zip(names, wavs) if wav.numel() <= max_samples]
         for name, wav in zip(names, wavs):
             if wav.numel() > max_samples:
                 _decode_long(transcriber, name, wav, nbest, failed)
-        _decode_batch(transcriber, [name for name, _ in short], [wav for _, wav in short], nbest, failed)
+        # (no factor: its scoring raised, so its decode most likely raises too and records why, else runs unwarped)
+        warps = None if utt2warp is None else [utt2warp.get(name, 1.0) for name, _ in short]
+        _decode_batch(transcriber, [name for name, _ in short], [wav for _, wav in short], nbest, failed, warps)
     write_outputs(out_dir, {u: alts[0].text for u, alts in nbest.items()}, failed,
                   nbest_lines(nbest) if transcriber.decode_cfg.nbest > 1 else [])
     log.info("decoded %d utterances into %s (%d failed)", len(nbest), os.path.join(out_dir, "text"), len(failed))
@@ -92,19 +105,20 @@ def write_outputs(out_dir: str, text: Dict[str, str], failed: Dict[str, str], nb
 
 
 def _decode_batch(tr: Transcriber, names: List[str], wavs: List[torch.Tensor], out: Dict[str, List[Alternative]],
-                  failed: Dict[str, str]) -> None:
-    """Decode the batch; if it raises, each utterance alone, so that only the one that raises fails."""
+                  failed: Dict[str, str], warps: Optional[List[float]] = None) -> None:
+    """Decode the batch (``warps``: decode.vtln's factor per utterance); if it raises, each utterance alone, so that
+    only the one that raises fails."""
     if not names:
         return
     try:
-        results = tr.transcribe_nbest(wavs)
+        results = tr.transcribe_nbest(wavs, warps)
     except Exception as exc:  # noqa: BLE001 - whatever one utterance raises must not end the decode
         if len(names) == 1:
             _fail(failed, names[0], f"utt {names[0]}: cannot be decoded: {_one_line(exc)}")
             return
         log.warning("a batch of %d utterances failed (%s): decoding them one at a time", len(names), _one_line(exc))
-        for name, wav in zip(names, wavs):
-            _decode_batch(tr, [name], [wav], out, failed)
+        for i, (name, wav) in enumerate(zip(names, wavs)):
+            _decode_batch(tr, [name], [wav], out, failed, None if warps is None else [warps[i]])
         return
     for name, transcripts in zip(names, results):
         out[name] = [Alternative(t.text, t.score, t.ctc_score) for t in transcripts]
@@ -112,7 +126,11 @@ def _decode_batch(tr: Transcriber, names: List[str], wavs: List[torch.Tensor], o
 
 def _decode_long(tr: Transcriber, name: str, wav: torch.Tensor, out: Dict[str, List[Alternative]],
                  failed: Dict[str, str]) -> None:
-    """An utterance over the limit, segmented and decoded as ``transcribe`` does."""
+    """An utterance over the limit, segmented and decoded as ``transcribe`` does (which has no speakers to warp)."""
+    if tr.decode_cfg.vtln.alphas:
+        _fail(failed, name, f"utt {name}: {wav.numel() / tr.sample_rate:.1f} s, over the limit of whole utterances; "
+                            f"decode.vtln warps whole utterances only (raise --max-utt-seconds, or no decode.vtln)")
+        return
     try:
         result = tr.transcribe([AudioInput(name, waveform=wav)])[0]
     except Exception as exc:  # noqa: BLE001 - as in _decode_batch

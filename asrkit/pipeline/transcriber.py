@@ -28,6 +28,7 @@ from asrkit.pipeline.stream import (SEGMENTERS, InputDone, SegmentDataset, Segme
                                     segment_loader)
 from asrkit.pipeline.words import TokenTime, align_tokens, group_words, snap_to_speech
 from asrkit.search import Hypothesis
+from asrkit.search.greedy import greedy_search
 from asrkit.search.hotwords import PhraseSpec
 from asrkit.text.tokenizer import Tokenizer
 
@@ -216,25 +217,46 @@ class Transcriber:
                           [round(f * self.frame_shift, 3) for f in hyp.token_frames if f >= 0],
                           hyp.score, hyp.ctc_score)
 
-    def _encode_waveforms(self, wavs: Sequence[torch.Tensor]
+    def _encode_waveforms(self, wavs: Sequence[torch.Tensor], warps: Optional[Sequence[float]] = None
                           ) -> Tuple[Optional[torch.Tensor], torch.Tensor, Optional[torch.Tensor]]:
+        """Encodings, lengths and CTC log-probs of ``wavs``; ``warps``: a VTLN warp factor per waveform."""
         wav, wav_lens = pad_waveforms(wavs)
         if self.model is None:
+            if warps is not None:
+                raise ValueError("an exported model computes its own features: it cannot warp them (decode.vtln)")
             return self.acoustic(wav.to(self.device), wav_lens.to(self.device))
-        feats, feat_lens = self.model.frontend(wav.to(self.device), wav_lens.to(self.device))
+        wav, wav_lens = wav.to(self.device), wav_lens.to(self.device)
+        if warps is None:
+            feats, feat_lens = self.model.frontend(wav, wav_lens)
+        else:
+            feats, feat_lens = self.model.frontend.warped(wav, wav_lens, torch.tensor(warps, dtype=torch.float32))
         return self.acoustic(feats, feat_lens)
 
     @torch.inference_mode()
-    def transcribe_nbest(self, wavs: Sequence[torch.Tensor]) -> List[List[Transcript]]:
+    def transcribe_nbest(self, wavs: Sequence[torch.Tensor], warps: Optional[Sequence[float]] = None
+                         ) -> List[List[Transcript]]:
         """Up to ``decode.nbest`` transcripts per mono waveform (at the model's sample rate), each decoded as one
-        utterance (no segmentation), best first.
+        utterance (no segmentation), best first. ``warps``: a VTLN warp factor per waveform (asrkit.pipeline.vtln).
 
         A batch that runs out of GPU memory (encoder or search) is split in half and retried.
         """
-        return self._split_on_oom(self._nbest_batch, list(wavs)) if wavs else []
+        def decode(index: List[int]) -> List[List[Transcript]]:
+            batch = [wavs[i] for i in index]
+            return self._nbest_batch(batch) if warps is None else self._nbest_batch(batch, [warps[i] for i in index])
 
-    def _nbest_batch(self, wavs: List[torch.Tensor]) -> List[List[Transcript]]:
-        enc, enc_lens, log_probs = self._encode_waveforms(wavs)
+        return self._split_on_oom(decode, list(range(len(wavs)))) if wavs else []
+
+    @torch.inference_mode()
+    def best_path_scores(self, wavs: Sequence[torch.Tensor], warp: float) -> torch.Tensor:
+        """(B,): each waveform's CTC best-path log-posterior (the sum over its encoder frames of the best token's
+        log-probability) with its filterbank warped by ``warp``: the criterion of decode.vtln."""
+        _, lens, log_probs = self._encode_waveforms(wavs, [warp] * len(wavs))
+        if log_probs is None:
+            raise ConfigError("decode.vtln: the model has no CTC head, whose best path scores the warps")
+        return greedy_search(log_probs.float(), lens).ctc_scores[:, 0].cpu()
+
+    def _nbest_batch(self, wavs: List[torch.Tensor], warps: Optional[List[float]] = None) -> List[List[Transcript]]:
+        enc, enc_lens, log_probs = self._encode_waveforms(wavs, warps)
         nbest = self.searcher.search(self.model, enc, enc_lens, log_probs)
         return [[self._transcript(h) for h in hyps] or [Transcript("", [])] for hyps in nbest.to_lists()]
 
@@ -320,6 +342,10 @@ class Transcriber:
         """The search for one call: the model's, or a new one with ``options`` (DecodeConfig keys) over the
         model's decode config (a per-call LM is loaded for that call). ``hotwords``: a file (the DecodeConfig
         key) or a list of phrases, which replaces the list given to load_model for that call."""
+        if self.decode_cfg.vtln.alphas or "vtln" in options:
+            # its warp is chosen per speaker of a data dir; inputs and streams have none, and must not go unwarped
+            raise ConfigError("decode.vtln warps the speakers of a data dir: asrkit decode only (not transcribe, "
+                              "serve or streams); leave decode.vtln.alphas empty here")
         if not options:
             return self.searcher
         hotwords = self.hotwords

@@ -6,6 +6,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from asrkit.config import ConfigError
 from asrkit.pipeline.transcriber import Transcriber, pad_waveforms
 
 log = logging.getLogger("asrkit.pipeline")
@@ -21,6 +22,9 @@ def tune_fusion(transcriber: Transcriber, data_dir: str, lm_weights: Sequence[fl
     setting searches them, so a grid of G settings costs one encoding and G searches. ``evaluate`` maps
     ``{utt: text}`` to an error rate (lower is better); unreadable utterances are left out (logged).
     """
+    if transcriber.decode_cfg.vtln.alphas:  # the weights are tuned on unwarped features: say so, not ignore it
+        raise ConfigError("decode.vtln: tune-fusion tunes on unwarped features; leave decode.vtln.alphas empty "
+                          "here and give it to asrkit decode")
     encoded = []
     failed: Dict[str, str] = {}
     for names, wavs in transcriber.data_dir_batches(data_dir, batch_size, failed):
