@@ -49,7 +49,7 @@ def test_select_warps_takes_each_speakers_best_candidate_and_the_first_on_a_tie(
         select_warps(scores[0], ALPHAS)
 
 
-def test_a_speaker_gets_the_factor_its_utterances_favour_together(exp, data, monkeypatch):
+def test_a_speaker_gets_the_factor_its_utterances_favour_together(exp, data, monkeypatch, caplog):
     """A constructed scorer: each utterance's score peaks at its own factor, with its own weight. Speaker a's two
     utterances pull towards 0.9 (weight 3) and 1.1 (weight 1): the sum picks 0.9, though a mean of factors would
     pick 1.0; b's agree on 1.1; c has one."""
@@ -65,8 +65,10 @@ def test_a_speaker_gets_the_factor_its_utterances_favour_together(exp, data, mon
 
     monkeypatch.setattr(tr, "best_path_scores", scores)
     failed = {}
-    spk2warp, utt2warp = speaker_warps(tr, str(data), ALPHAS, None, failed, 60.0)
+    with caplog.at_level("INFO", "asrkit.pipeline"):
+        spk2warp, utt2warp = speaker_warps(tr, str(data), ALPHAS, None, failed, 60.0)
     assert spk2warp == {"a": 0.9, "b": 1.1, "c": 1.0}
+    assert "decode.vtln: warp factors of 3 speakers: 0.9 x1, 1 x1, 1.1 x1" in caplog.messages
     assert utt2warp == {"a-1": 0.9, "a-2": 0.9, "b-1": 1.1, "b-2": 1.1, "c-1": 1.0}
     assert calls == list(ALPHAS) and failed == {}  # one batch: one pass per candidate
     (data / "utt2spk").unlink()  # without speakers each utterance is its own
