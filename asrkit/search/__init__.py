@@ -9,7 +9,7 @@ from asrkit.search.beam_search import beam_search, joint_beam_search
 from asrkit.search.ctc_prefix import ctc_prefix_beam_search
 from asrkit.search.ctc_prefix_score import CTCPrefixScorer, CTCPrefixState
 from asrkit.search.greedy import ctc_greedy_search, greedy_search
-from asrkit.search.hotwords import HotwordScorer, hotword_scorer, read_hotwords
+from asrkit.search.hotwords import HotwordScorer, HotwordUnion, hotword_scorer, read_hotwords
 from asrkit.search.hypotheses import Hypothesis, NBest
 from asrkit.search.interfaces import BatchScorer, NativeScorer
 from asrkit.search.lexicon import LexiconScorer, read_word_list
@@ -24,6 +24,7 @@ __all__ = [
     "DecoderScorerState",
     "Decoded",
     "HotwordScorer",
+    "HotwordUnion",
     "Hypothesis",
     "LengthBonus",
     "LexiconScorer",

@@ -18,12 +18,13 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import torch
 
 from asrkit.search.ctc_prefix import _checked_search
-from asrkit.search.hotwords import HOTWORDS, PhraseSpec, hotword_scorer, spell_with_tokens
+from asrkit.search.hotwords import (HOTWORDS, PhraseSpec, RowHotwords, hotword_scorer, is_per_row, per_row_scorer,
+                                    spell_with_tokens)
 from asrkit.search.interfaces import BatchScorer
 
 BLANK_NAMES = ("<blank>", "<pad>", "<b>", "<eps>", "")
@@ -156,7 +157,8 @@ def decode_ctc(log_probs: Any, lengths: Any = None, tokens: Optional[Sequence[st
                eos_id: Optional[int] = None, token_topk: Optional[int] = 8,
                token_min_logp: Optional[float] = -12.0, blank_skip_threshold: Optional[float] = 0.999,
                cuda_graph: Optional[bool] = None, native: Optional[bool] = None,
-               hotwords: Optional[Sequence[PhraseSpec]] = None, hotword_weight: float = 1.5) -> List[List[Decoded]]:
+               hotwords: Union[None, Sequence[PhraseSpec], Sequence[RowHotwords]] = None,
+               hotword_weight: float = 1.5) -> List[List[Decoded]]:
     """CTC prefix beam search with checked inputs; per utterance, up to `nbest` :class:`Decoded`, best first.
 
     log_probs: (B, T, V) or (T, V) log-probabilities (torch, numpy or nested lists; a (T, V) input is
@@ -171,7 +173,10 @@ def decode_ctc(log_probs: Any, lengths: Any = None, tokens: Optional[Sequence[st
     ``hotwords``: phrases (or (phrase, weight factor) pairs) the search is biased toward
     (:mod:`asrkit.search.hotwords`), spelled with the token list (longest tokens first, word-initial tokens
     after ``▁`` or ``|``); a hypothesis gains ``hotword_weight`` (x the factor) per token of a phrase it holds.
-    A phrase the tokens cannot spell is skipped with a warning; none left is a ValueError.
+    A phrase the tokens cannot spell is skipped with a warning; none left is a ValueError. A list per
+    utterance: ``hotwords=[[...], None, [...]]`` (one item per utterance, each a list of phrases or None for none):
+    each utterance is searched with its own list, in the same batch (the lists joined into one automaton, each
+    row kept in its own list's states), exactly as if it were decoded alone with it.
     """
     lp = _as_tensor(log_probs, "log_probs")
     if lp.dim() == 2:
@@ -230,10 +235,17 @@ def decode_ctc(log_probs: Any, lengths: Any = None, tokens: Optional[Sequence[st
     if hotwords is not None:
         order = list(range(vocab)) if perm is None else perm.tolist()  # the search's ids
         search_tokens = [tokens[i] for i in order]
-        scorers[HOTWORDS] = hotword_scorer(hotwords, spell_with_tokens(search_tokens), search_tokens,
-                                           unk_id=None if unk is None else order.index(unk),
-                                           warn=lambda message: warnings.warn(message, stacklevel=3))
-        weights[HOTWORDS] = float(hotword_weight)
+        spell, unk_at = spell_with_tokens(search_tokens), None if unk is None else order.index(unk)
+        warn = lambda message: warnings.warn(message, stacklevel=3)  # noqa: E731
+        if is_per_row(hotwords):
+            if len(hotwords) != batch:
+                raise ValueError(f"hotwords gives {len(hotwords)} lists for {batch} utterances: give one list "
+                                 f"(or None) per utterance, or one list of phrases for all")
+            scorer = per_row_scorer(hotwords, spell, search_tokens, unk_at, warn)  # type: ignore[arg-type]
+        else:
+            scorer = hotword_scorer(hotwords, spell, search_tokens, unk_id=unk_at, warn=warn)  # type: ignore[arg-type]
+        if scorer is not None:
+            scorers[HOTWORDS], weights[HOTWORDS] = scorer, float(hotword_weight)
     # The checks above cover ctc_prefix_beam_search's (NaN, +inf, lengths): no second pass over the input.
     found = _checked_search(lp, lens, beam, nbest, scorers, weights, token_topk, token_min_logp,
                             blank_skip_threshold, cuda_graph, native)

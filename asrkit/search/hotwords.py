@@ -84,10 +84,27 @@ class HotwordGraph(NamedTuple):
     max_out: float  # the most one token can complete (the largest out)
     step_next: Optional[torch.Tensor] = None  # (S * (V + 1),) int64 at row + token: the next row, if it fits
     step_gain: Optional[torch.Tensor] = None  # (S * (V + 1),) float at row + token: the score
+    # A union of L lists (union_graph): root_next is (L * V,), list l's at l * V; block (S,) int64 the list of each
+    # state; starts the start state of each list. None / (): one list, root_next (V,), starts (start,).
+    block: Optional[torch.Tensor] = None
+    starts: Tuple[int, ...] = ()
+
+    @property
+    def lists(self) -> int:
+        """The hotword lists this automaton holds (one block of states each)."""
+        return max(1, len(self.starts))
+
+    @property
+    def list_starts(self) -> Tuple[int, ...]:
+        """The start state of each list."""
+        return self.starts or (self.start,)
 
     def to(self, device: torch.device) -> "HotwordGraph":
         names = ("root_next", "arc_keys", "arc_dst", "reach", "pend") + (
-            ("step_next", "step_gain") if self.step_next is not None else ())
+            ("step_next", "step_gain") if self.step_next is not None else ()) + (
+            ("block",) if self.block is not None else ())
+        if all(getattr(self, k).device == device for k in names):
+            return self
         return self._replace(**{k: getattr(self, k).to(device) for k in names})
 
 
@@ -167,6 +184,52 @@ def _compile(phrases: Tuple[Tuple[Tuple[int, ...], float], ...], vocab: int, fre
                         max_out=max(out), step_next=step_next, step_gain=step_gain)
 
 
+def empty_graph(vocab: int) -> HotwordGraph:
+    """The automaton of no phrases (one state, every step scores 0): the list of a row without hotwords."""
+    return HotwordGraph(root_next=torch.zeros(vocab, dtype=torch.long), arc_keys=torch.tensor([vocab]),
+                        arc_dst=torch.zeros(1, dtype=torch.long), reach=torch.zeros(1), pend=torch.zeros(1), start=0,
+                        max_out=0.0, step_next=torch.ones(vocab + 1, dtype=torch.long), step_gain=torch.zeros(vocab + 1))
+
+
+def union_graph(graphs: Sequence[HotwordGraph]) -> HotwordGraph:
+    """One automaton of several lists (each a compiled graph of one vocabulary): their states concatenated, list
+    l's a contiguous block from the states of the lists before it, every move of a block shifted with it, so a
+    hypothesis started in a list's block (its ``starts[l]``) never leaves it; a list's states keep their ids
+    when lists are appended. The step tables are kept where every list has them and the union fits
+    :data:`DENSE_MAX_ENTRIES`; the arcs always. A per-frame step reads the same tables whatever the lists."""
+    if not graphs:
+        raise ValueError("union_graph: no hotword lists")
+    vocab = int(graphs[0].root_next.numel()) // graphs[0].lists
+    parts: Dict[str, List[torch.Tensor]] = {k: [] for k in ("root_next", "keys", "dst", "reach", "pend", "block",
+                                                           "next", "gain")}
+    starts: List[int] = []
+    base = 0
+    for g in graphs:
+        g = g.to(torch.device("cpu"))
+        if int(g.root_next.numel()) != vocab * g.lists:
+            raise ValueError(f"union_graph: lists of {vocab} and {int(g.root_next.numel()) // g.lists} tokens")
+        size = int(g.reach.numel())
+        first = len(starts)
+        parts["root_next"].append(g.root_next + base)
+        parts["keys"].append(g.arc_keys[:-1] + base * vocab)
+        parts["dst"].append(g.arc_dst[:-1] + base)
+        parts["reach"].append(g.reach)
+        parts["pend"].append(g.pend)
+        parts["block"].append((torch.zeros(size, dtype=torch.long) if g.block is None else g.block) + first)
+        if g.step_next is not None and g.step_gain is not None:
+            parts["next"].append(g.step_next + base * (vocab + 1))  # rows id * (V + 1) + 1 move with their ids
+            parts["gain"].append(g.step_gain)
+        starts.extend(s + base for s in g.list_starts)
+        base += size
+    dense = len(parts["next"]) == len(graphs) and base * (vocab + 1) <= DENSE_MAX_ENTRIES
+    return HotwordGraph(
+        root_next=torch.cat(parts["root_next"]), arc_keys=torch.cat(parts["keys"] + [torch.tensor([base * vocab])]),
+        arc_dst=torch.cat(parts["dst"] + [torch.zeros(1, dtype=torch.long)]), reach=torch.cat(parts["reach"]),
+        pend=torch.cat(parts["pend"]), start=starts[0], max_out=max(g.max_out for g in graphs),
+        step_next=torch.cat(parts["next"]) if dense else None, step_gain=torch.cat(parts["gain"]) if dense else None,
+        block=torch.cat(parts["block"]), starts=tuple(starts))
+
+
 def _move(arcs: List[Dict[int, int]], root_children: Dict[int, int], state: int, tok: int) -> int:
     """The next state from ``state`` by ``tok`` while the tables are built."""
     return arcs[state].get(tok, root_children.get(tok, 0))  # arcs[0] is empty: the root reads root_children
@@ -177,25 +240,47 @@ class HotwordScorer:
     docstring). Weighted by the global hotword weight in the search's weights dict. The state is (N,) int64
     automaton states. ``words``: the words of its phrases (a word-LM search adds those outside its lexicon)."""
 
-    def __init__(self, graph: HotwordGraph, words: Sequence[str] = ()) -> None:
+    def __init__(self, graph: HotwordGraph, words: Sequence[str] = (), rows: Optional[Sequence[int]] = None) -> None:
         self.graph = graph
-        self.vocab = int(graph.root_next.shape[0])
+        self.vocab = int(graph.root_next.shape[0]) // graph.lists
         self.words = tuple(words)
+        self.rows: Optional[Tuple[int, ...]] = None
+        if rows is not None:
+            self.rows = tuple(int(r) for r in rows)
+            bad = [r for r in self.rows if not 0 <= r < graph.lists]
+            if bad:
+                raise ValueError(f"hotwords: row list index {bad[0]} outside the {graph.lists} lists of the automaton")
+
+    def for_rows(self, rows: Sequence[int]) -> "HotwordScorer":
+        """The same automaton (tables shared) with search row b starting in list ``rows[b]``: a search of
+        len(rows) utterances (or one stream: ``[l]``) over a union of lists (:func:`union_graph`)."""
+        return HotwordScorer(self.graph, self.words, rows)
 
     def _next(self, state: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """Next state ids of state ids ``state`` (broadcast to tokens' shape) by ``tokens`` (>= 0), from the arcs."""
         g = self.graph
         key = state * self.vocab + tokens
         pos = torch.searchsorted(g.arc_keys, key.reshape(-1)).view(key.shape)
-        return torch.where(g.arc_keys[pos] == key, g.arc_dst[pos], g.root_next[tokens])
+        root = tokens if g.block is None else g.block[state] * self.vocab + tokens  # the state's own list's root
+        return torch.where(g.arc_keys[pos] == key, g.arc_dst[pos], g.root_next[root])
 
     def _ids(self, state: torch.Tensor) -> torch.Tensor:
         """The state ids of states (table rows ``id * (V + 1) + 1``)."""
         return torch.div(state, self.vocab + 1, rounding_mode="floor")
 
+    def _start_rows(self, batch: int) -> torch.Tensor:
+        """(batch,) the start row of each utterance: its list's start state (list 0's without ``rows``)."""
+        starts = self.graph.list_starts
+        if self.rows is None:
+            return torch.full((batch,), starts[0] * (self.vocab + 1) + 1, dtype=torch.long)
+        if len(self.rows) != batch:
+            raise ValueError(f"hotwords: lists are given for {len(self.rows)} utterances, the search has {batch}")
+        return torch.tensor([starts[r] * (self.vocab + 1) + 1 for r in self.rows], dtype=torch.long)
+
     def init_state(self, batch: int, beam: int, device: torch.device) -> torch.Tensor:
+        """(batch * beam,) each utterance's hypotheses at its list's start."""
         self.graph = self.graph.to(device)
-        return torch.full((batch * beam,), self.graph.start * (self.vocab + 1) + 1, dtype=torch.long, device=device)
+        return self._start_rows(batch).to(device).repeat_interleave(beam)
 
     def score(self, state: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """tokens (N, C) -> (N, C) the change of the potential; 0 for the blank and -1."""
@@ -229,7 +314,58 @@ class HotwordScorer:
                       vocab=torch.tensor(self.vocab), start_state=torch.tensor(g.start * (self.vocab + 1) + 1))
         if g.step_next is not None:
             tables.update(step_next=g.step_next, step_gain=g.step_gain)
+        if g.block is not None:
+            tables.update(block=g.block)
+        if self.rows is not None:  # utterance b (a stream: 0) starts at row_start[b]
+            tables.update(row_start=self._start_rows(len(self.rows)))
         return "hotwords", tables
+
+
+class HotwordUnion:
+    """The hotword lists of streams searched as one batch (:class:`asrkit.search.streaming.StreamingCtcSearch`):
+    one scorer, :attr:`scorer` (the search's), whose automaton is the union of the lists added (list 0: no
+    phrases, the streams without a list), and per stream :meth:`view` (``new_state``'s view). :meth:`add`
+    appends a list (cached by content: the same list again is the same index), growing the scorer's tables in
+    place; the lists already there keep their states, so live streams go on. A union never shrinks: a caller
+    whose lists come and go starts a new union (and search) when :attr:`states` passes its limit and no stream
+    of the old one is left."""
+
+    def __init__(self, vocab: int) -> None:
+        self.scorer = HotwordScorer(union_graph([empty_graph(vocab)]))  # scores every stream; views start them
+        self._graphs: List[HotwordGraph] = [empty_graph(vocab)]
+
+    @property
+    def states(self) -> int:
+        """The automaton states of the union (its tables' rows)."""
+        return int(self.scorer.graph.reach.numel())
+
+    def index(self, graph: HotwordGraph) -> Optional[int]:
+        """The list index of ``graph`` in the union (None: not added)."""
+        return next((i for i, g in enumerate(self._graphs) if g is graph or _same_graph(g, graph)), None)
+
+    def add(self, scorer: HotwordScorer) -> int:
+        """The list index of ``scorer``'s list (a one-list scorer, :func:`hotword_scorer`), appended if new."""
+        if scorer.graph.lists != 1:
+            raise ValueError("HotwordUnion.add: give the scorer of one list")
+        found = self.index(scorer.graph)
+        if found is not None:
+            return found
+        device = self.scorer.graph.reach.device
+        self.scorer.graph = union_graph([self.scorer.graph, scorer.graph]).to(device)
+        self.scorer.words = tuple(dict.fromkeys(self.scorer.words + scorer.words))
+        self._graphs.append(scorer.graph)
+        return len(self._graphs) - 1
+
+    def view(self, index: int) -> HotwordScorer:
+        """The scorer a stream of list ``index`` starts with (the union's tables, its list's start)."""
+        return self.scorer.for_rows([index])
+
+
+def _same_graph(a: HotwordGraph, b: HotwordGraph) -> bool:
+    """Whether two compiled lists are the same automaton (equal tables)."""
+    names = ("root_next", "arc_keys", "arc_dst", "reach", "pend")
+    return a.start == b.start and all(getattr(a, k).shape == getattr(b, k).shape and
+                                      torch.equal(getattr(a, k).cpu(), getattr(b, k).cpu()) for k in names)
 
 
 def parse_hotwords(lines: Iterable[str], source: str) -> List[Phrase]:
@@ -311,6 +447,49 @@ def hotword_scorer(hotwords: Iterable[Union[PhraseSpec, Phrase]], encode: Callab
     if not spelled:
         raise ValueError("hotwords: no phrase can be spelled with the model's units")
     return HotwordScorer(compile_hotwords(spelled, len(tokens), free=marks, start_token=boundary), list(words))
+
+
+RowHotwords = Optional[Sequence[Union[PhraseSpec, Phrase]]]  # one utterance's list; None: no hotwords
+
+
+def is_per_row(hotwords: object) -> bool:
+    """Whether ``hotwords`` gives a list per utterance (a list whose items are lists or None) rather than one list
+    of phrases (strings, (phrase, weight) pairs or :class:`Phrase`)."""
+    return (isinstance(hotwords, (list, tuple)) and not isinstance(hotwords, Phrase) and len(hotwords) > 0
+            and all(item is None or isinstance(item, list) for item in hotwords))
+
+
+def per_row_scorer(lists: Sequence[RowHotwords], encode: Callable[[str], Sequence[int]], token_list: Sequence[str],
+                   unk_id: Optional[int] = None, warn: Callable[[str], None] = lambda message: None
+                   ) -> Optional[HotwordScorer]:
+    """A :class:`HotwordScorer` for a batch whose utterance b is biased toward ``lists[b]`` (None or []: nothing):
+    each distinct list compiled once (:func:`hotword_scorer`, cached by content), the lists in use joined by
+    :func:`union_graph` (a list of no phrases for the rows without), each row starting in its own list. None
+    when no row has a list. Errors name the utterance."""
+    index: Dict[Tuple[Phrase, ...], int] = {}
+    graphs: List[HotwordGraph] = []
+    words: Dict[str, None] = {}
+    rows = []
+    for b, item in enumerate(lists):
+        if not item:
+            key: Tuple[Phrase, ...] = ()
+        else:
+            key = tuple(as_phrases(item, f"hotwords of utterance {b}"))
+        if key not in index:
+            if key:
+                try:
+                    scorer = hotword_scorer(key, encode, token_list, unk_id, warn)
+                except ValueError as exc:
+                    raise ValueError(f"utterance {b}: {exc}") from None
+                graphs.append(scorer.graph)
+                words.update(dict.fromkeys(scorer.words))
+            else:
+                graphs.append(empty_graph(len(token_list)))
+            index[key] = len(graphs) - 1
+        rows.append(index[key])
+    if () in index and len(index) == 1:
+        return None
+    return HotwordScorer(union_graph(graphs), list(words), rows)
 
 
 def spell_with_tokens(token_list: Sequence[str]) -> Callable[[str], List[int]]:

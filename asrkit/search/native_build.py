@@ -28,7 +28,7 @@ from typing import List, Optional
 SOURCE = Path(__file__).resolve().parent / "native" / "prefix_search.cpp"
 COMPILER = "g++"
 FLAGS = ("-O3", "-march=x86-64-v2", "-std=c++17", "-shared", "-fPIC", "-pthread")
-ABI = 9  # asrkit_native_abi() of a library this module can drive (bump with the C structs)
+ABI = 10  # asrkit_native_abi() of a library this module can drive (bump with the C structs)
 
 _lib: Optional[ctypes.CDLL] = None
 _error: Optional[str] = None

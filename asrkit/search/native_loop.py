@@ -21,7 +21,8 @@ tables (plain CPU tensors, read through their ``data_ptr()``; dtypes are checked
   it closes the partial word and whether a word is open after it;
 - ``hotwords`` (:class:`asrkit.search.hotwords.HotwordScorer`): the automaton's ``root_next``, its sorted
   ``arc_keys``/``arc_dst``, the per-state ``reach``/``pend`` bonuses and, where it is small enough, the step
-  tables ``step_next``/``step_gain`` (a state is its row in them).
+  tables ``step_next``/``step_gain`` (a state is its row in them); for a union of lists (per-row hotwords) the
+  ``block`` of each state (root_next holds each list's row) and ``row_start``, each utterance's start row.
 
 Streaming (resumable search): a :class:`StreamState` owns one stream's search state in C++ (the beam's prefix
 hashes and pb/pnb/fused scores, every scorer's per-hypothesis state, the emission history with frames counted
@@ -73,7 +74,7 @@ _KINDS: Dict[str, Tuple[int, Tuple[Tuple[str, torch.dtype], ...], Tuple[str, ...
     "token_ngram": (3, (("logp", _F32), ("next_state", _I32), ("eos", _F32)), ("vocab", "start_state")),
     "word_count": (4, (("closes", _BOOL), ("opens", _I64)), ()),
     "hotwords": (5, (("root_next", _I64), ("arc_keys", _I64), ("arc_dst", _I64), ("reach", _F32), ("pend", _F32),
-                     ("step_next", _I64), ("step_gain", _F32)),
+                     ("step_next", _I64), ("step_gain", _F32), ("block", _I64), ("row_start", _I64)),
                  ("vocab", "start_state")),
 }
 
@@ -211,12 +212,12 @@ def _one_torch_thread() -> Iterator[int]:
             torch.set_num_threads(threads)
 
 
-def _scorer_array(scorers: Mapping[str, BatchScorer], weights: Mapping[str, float], keep: List[torch.Tensor]
-                  ) -> ctypes.Array:
-    """The C descriptions of the scorers, their tables moved to the CPU (as the torch loop's init_state does)
-    and appended to ``keep``."""
+def _scorer_array(scorers: Mapping[str, BatchScorer], weights: Mapping[str, float], keep: List[torch.Tensor],
+                  batch: int = 1) -> ctypes.Array:
+    """The C descriptions of the scorers for ``batch`` utterances (a stream: 1), their tables moved to the CPU
+    (as the torch loop's init_state does) and appended to ``keep``."""
     for sc in scorers.values():
-        sc.init_state(1, 1, torch.device("cpu"))
+        sc.init_state(batch, 1, torch.device("cpu"))
     descs = [_scorer_desc(name, sc, weights[name], keep) for name, sc in scorers.items()]  # type: ignore[arg-type]
     return (_ScorerDesc * max(1, len(descs)))(*descs)
 
@@ -232,7 +233,7 @@ def search(lp: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: int, score
         lp = lp.contiguous()
         lengths = lengths.to(torch.long).contiguous()
         keep: List[torch.Tensor] = []
-        arr = _scorer_array(scorers, weights, keep)
+        arr = _scorer_array(scorers, weights, keep, lp.shape[0])
         frame, cval, ctok, offset, n_cand = _frames(lp, lengths, topk, skip)
         batch, frames, vocab = lp.shape
         steps = frame.shape[1]

@@ -129,12 +129,23 @@ class StreamingCtcSearch:
                 raise ValueError(f"native=True, but the native search cannot run: {why}")
             self.native = why is None
 
-    def new_state(self) -> StreamingCtcState:
-        """A stream before its first frame (scorers at sentence start)."""
-        if self.native:
-            return StreamingCtcState(self, None, native_loop.StreamState(self.beam, self.scorers, self.weights,
+    def new_state(self, views: Optional[Mapping[str, BatchScorer]] = None) -> StreamingCtcState:
+        """A stream before its first frame (scorers at sentence start). ``views``: this stream's own start for
+        some scorers, by name: a view of the search's scorer of that name that shares its tables (a hotword
+        list of a union, :meth:`asrkit.search.hotwords.HotwordScorer.for_rows` with one row), whose
+        ``init_state`` puts the stream in its own part of them; the search's scorer still scores every stream."""
+        views = dict(views or {})
+        unknown = sorted(set(views) - set(self.scorers))
+        if unknown:
+            raise ValueError(f"new_state: view {unknown[0]!r} is not an active scorer of this search "
+                             f"({sorted(self.scorers)})")
+        scorers = {**self.scorers, **views}
+        if self.native:  # the C++ state keeps the tables it was made with (a union grown later: the same ids)
+            return StreamingCtcState(self, None, native_loop.StreamState(self.beam, scorers, self.weights,
                                                                          self.bonus, self.dtype))
-        return StreamingCtcState(self, fresh_rows(1, self.beam, self.dtype, self.device, self.scorers))
+        for name in views:  # the search's own scorer reads the tables on the search's device
+            self.scorers[name].init_state(1, self.beam, self.device)
+        return StreamingCtcState(self, fresh_rows(1, self.beam, self.dtype, self.device, scorers))
 
     def _check_states(self, states: Sequence[StreamingCtcState], batch: Optional[int] = None) -> None:
         if batch is not None and len(states) != batch:

@@ -111,14 +111,15 @@ struct Chunk {
 };
 
 template <typename T>
-void reset(Beam<T>& s, int64_t K, const std::vector<Scorer>& scorers, std::vector<LookupCache>& cache) {
+void reset(Beam<T>& s, int64_t K, const std::vector<Scorer>& scorers, std::vector<LookupCache>& cache,
+           int64_t utt = 0) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const int64_t ns = static_cast<int64_t>(scorers.size());
   Core<T>& b = s.core;
   b.pnb.assign(K, neg_inf); b.pb.assign(K, neg_inf); b.tot.assign(K, neg_inf); b.fused.assign(K, 0);
   b.dead.assign(K, 1); b.hyp.assign(K, kNoHyp); b.st.resize(K * ns);
   for (int64_t k = 0; k < K; ++k)
-    for (int64_t j = 0; j < ns; ++j) scorer_init(scorers[j], b.st[k * ns + j], cache[j]);
+    for (int64_t j = 0; j < ns; ++j) scorer_init(scorers[j], b.st[k * ns + j], cache[j], utt);
   // slot 0: the empty prefix (hash 0, last token the blank)
   b.pb[0] = 0; b.tot[0] = 0; b.dead[0] = 0; b.hyp[0] = Hyp{0, kSentParent, 0, -1, 0, false};
   b.last_kept = -1;
@@ -425,7 +426,7 @@ bool offline_utterance(const SearchDesc& d, const std::vector<Scorer>& scorers, 
                        Work<T>& w, bool exact) {
   const int64_t K = d.beam, C = d.n_cand, V = d.vocab, steps = d.steps, N = d.nbest;
   bind_caches(w.cache, scorers);
-  reset(s, K, scorers, w.cache);
+  reset(s, K, scorers, w.cache, b);
   Chunk<T> ch{static_cast<const T*>(d.lp) + b * d.frames * V, d.frame + b * steps,
               d.cval ? static_cast<const T*>(d.cval) + b * steps * C : nullptr,
               d.ctok ? d.ctok + b * steps * C : nullptr, steps, C, V, 0, d.select != 0,
@@ -574,13 +575,15 @@ StreamBase* base_of(void* handle) {
 
 using namespace asrkit_native;
 
-extern "C" int64_t asrkit_native_abi(void) { return 9; }
+extern "C" int64_t asrkit_native_abi(void) { return 10; }
 
 extern "C" int64_t asrkit_prefix_search(const SearchDesc* d) {
   if (d == nullptr || d->beam < 1 || d->nbest < 1 || d->nbest > d->beam || d->n_cand < 1) return 1;
   if (d->select && (d->cval != nullptr || d->ctok != nullptr || d->n_cand >= d->vocab - 1)) return 1;
   std::vector<Scorer> scorers;
   if (!read_scorers(d->scorers, d->n_scorers, scorers)) return 2;
+  for (const Scorer& s : scorers)
+    if (s.row_start != nullptr && s.n_row_start != d->batch) return 1;  // a start per utterance
   if (d->is_double) search_all<double>(*d, scorers);
   else search_all<float>(*d, scorers);
   return 0;
@@ -590,6 +593,8 @@ extern "C" void* asrkit_stream_create(const StreamDesc* d) {
   if (d == nullptr || d->beam < 1 || d->n_scorers < 0) return nullptr;
   std::vector<Scorer> scorers;
   if (!read_scorers(d->scorers, d->n_scorers, scorers)) return nullptr;
+  for (const Scorer& s : scorers)
+    if (s.row_start != nullptr && s.n_row_start != 1) return nullptr;  // one stream: one start
   std::vector<LookupCache> cache;
   bind_caches(cache, scorers);
   StreamBase* base;

@@ -62,6 +62,10 @@ struct Scorer {
   const float* pend = nullptr;            // (S,) provisional bonus held in a state
   const int64_t* step_next = nullptr;     // (S * (V + 1)) the next row at row + token, if the automaton is small
   const float* step_gain = nullptr;       // (S * (V + 1)) the score at row + token; null with step_next
+  const int64_t* block = nullptr;         // (S,) the list of each state in a union of lists (root_next: (L * V));
+                                          // null: one list
+  const int64_t* row_start = nullptr;     // (B,) the start row of utterance b (a stream: [0]); null: start_state
+  int64_t n_row_start = 0;
 };
 
 const float kNegInfF = -std::numeric_limits<float>::infinity();
@@ -127,6 +131,9 @@ Scorer make_scorer(const ScorerDesc& d) {
     s.pend = f32(4);
     s.step_next = i64(5);
     s.step_gain = f32(6);
+    s.block = i64(7);
+    s.row_start = i64(8);
+    s.n_row_start = d.sizes[8];
     s.vocab = d.iparams[0];
     s.start_state = d.iparams[1];
   }
@@ -248,7 +255,8 @@ inline float lex_score(const Scorer& s, const SState& st, int64_t tok) {
 inline int64_t hot_next(const Scorer& s, int64_t id, int64_t tok) {
   const int64_t key = id * s.vocab + tok;
   const int64_t pos = lower(s.edge_keys, s.n_edges, key);
-  return s.edge_keys[pos] == key ? s.edge_dst[pos] : s.root_next[tok];
+  const int64_t root = s.block != nullptr ? s.block[id] * s.vocab + tok : tok;  // the state's own list's root
+  return s.edge_keys[pos] == key ? s.edge_dst[pos] : s.root_next[root];
 }
 
 inline float hot_score(const Scorer& s, int64_t row, int64_t tok) {
@@ -264,9 +272,11 @@ inline int64_t hot_select(const Scorer& s, int64_t row, int64_t tok) {
 
 // ---- dispatch over kinds ----
 
-void scorer_init(const Scorer& s, SState& st, LookupCache& cache) {
+// `utt`: the utterance of the offline call (0 for a stream), which picks a hotword row's own list.
+void scorer_init(const Scorer& s, SState& st, LookupCache& cache, int64_t utt) {
   st = SState{{0, 0, 0}, {0.0f, 0.0f, 0.0f}};
   if (s.kind == kWord) word_state(s, 0, s.start_state, st, cache);
+  else if (s.kind == kHotwords && s.row_start != nullptr) st.i[0] = s.row_start[utt];
   else if (s.kind == kTokenNgram || s.kind == kHotwords) st.i[0] = s.start_state;
 }
 
