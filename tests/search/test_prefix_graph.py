@@ -134,16 +134,19 @@ def test_the_fused_step_runs_where_it_is_on_and_can_run(monkeypatch: pytest.Monk
     assert bool(ran) == expect
 
 
-@pytest.mark.parametrize("step, whole, why_not, vocab, lm, expect", [
-    (True, True, None, 9, False, True), (False, True, None, 9, False, False), (True, False, None, 9, False, False),
-    (True, True, "no triton", 9, False, False), (True, True, None, 40, False, False), (True, True, None, 9, True, False),
+@pytest.mark.parametrize("step, whole, why_not, vocab, topk, lm, expect", [
+    (True, True, None, 9, 1, False, True), (False, True, None, 9, 1, False, False),
+    (True, False, None, 9, 1, False, False), (True, True, "no triton", 9, 1, False, False),
+    (True, True, None, 40, None, False, False), (True, True, None, 40, 3, False, True),
+    (True, True, None, 9, 1, True, False),
 ])
 def test_the_search_in_the_kernel_runs_where_it_is_on_and_can_run(monkeypatch: pytest.MonkeyPatch, step: bool,
                                                                   whole: bool, why_not: Optional[str], vocab: int,
-                                                                  lm: bool, expect: bool) -> None:
+                                                                  topk: Optional[int], lm: bool, expect: bool) -> None:
     # The choice of asrkit.search.fused_search (its kernel is test_fused_step.py's): on with the fused step, where
-    # triton runs, without scorers, not for the exact search over many tokens. Its stand-in is the eager loop with
-    # the arguments it was given, so that a slip in what is passed on changes the result.
+    # triton runs, without scorers, not for the exact search over many tokens (40 tokens with token_topk=3 is not
+    # that). Its stand-in is the eager loop with the arguments it was given, and the pruning is tight enough to
+    # change the n-best, so that a slip in what is passed on changes the result.
     ran: List[bool] = []
 
     def eager(lp, lengths, beam, nbest, bonus, topk, min_logp, skip):
@@ -158,10 +161,10 @@ def test_the_search_in_the_kernel_runs_where_it_is_on_and_can_run(monkeypatch: p
     monkeypatch.setattr(prefix_loop, "_fused_loop", lambda s, fr, scorers, weights: [
         prefix_loop.step(i, s, fr, scorers, weights) for i in range(fr.steps)])
     monkeypatch.setattr(prefix_graph.fused_search, "search", eager)
-    lp = peaky_log_probs(2, 30, vocab, torch.Generator().manual_seed(vocab))
+    lp = random_log_probs(2, 30, vocab, torch.Generator().manual_seed(vocab), scale=1.5)
     lengths = torch.tensor([30, 21])
-    kw = dict(beam=4, nbest=3, weights={"length_bonus": 0.4}, token_topk=None if vocab > 32 else 5,
-              token_min_logp=-6.0, blank_skip_threshold=0.9)
+    kw = dict(beam=4, nbest=4, weights={"length_bonus": 0.4}, token_topk=topk, token_min_logp=-2.0,
+              blank_skip_threshold=0.6)
     if lm:
         kw.update(scorers={"lm": BigramScorer(vocab, torch.Generator().manual_seed(1))}, weights={"lm": 0.5, "length_bonus": 0.4})
     assert_same_lists(search(lp, lengths, True, **kw), search(lp, lengths, False, **kw))
