@@ -181,6 +181,12 @@ class Searcher:
             self._word_list = _word_list(cfg)
         self._add_hotword_words()
 
+    @property
+    def bounds_words(self) -> bool:
+        """Whether a word LM or ``decode.lexicon`` bounds the words this search can output (a hotword's words
+        outside them join its lexicon, :meth:`with_hotwords`)."""
+        return isinstance(self._loaded_lm, WordNgramScorer) or self._word_list is not None
+
     def with_hotwords(self, hotwords: Optional[Sequence[PhraseSpec]]) -> "Searcher":
         """The same search (sharing the loaded LM) with the phrases ``hotwords`` beside ``decode.hotwords``'s."""
         other = copy.copy(self)

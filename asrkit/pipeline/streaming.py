@@ -34,6 +34,7 @@ final.
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -50,9 +51,11 @@ from asrkit.nets.stream_cache import EncoderCache
 from asrkit.pipeline.endpoint import Endpointer
 from asrkit.pipeline.results import Alternative, Result, Segment, Word
 from asrkit.pipeline.searcher import Searcher
+from asrkit.pipeline.stream_hotwords import StreamHotwords, unshared_reason
 from asrkit.pipeline.streaming_search import build_stream_search, second_pass
 from asrkit.pipeline.words import align_tokens, group_words, snap_to_speech
 from asrkit.search import Hypothesis
+from asrkit.search.hotwords import HOTWORDS, PhraseSpec
 from asrkit.text.tokenizer import Tokenizer
 
 
@@ -109,6 +112,7 @@ class StreamingRecognizer:
         if model.ctc is None:
             raise ConfigError("streaming needs a CTC head (the first pass is a CTC search); this model has none")
         self.model, self.tokenizer, self.device, self.featurizer = model, tokenizer, torch.device(device), featurizer
+        self.searcher = searcher
         self.cfg: DecodeConfig = cfg or searcher.cfg
         self.hop = model.frontend.frame_shift_seconds
         self.frame_shift = self.hop * model.subsampling_factor  # seconds per encoder frame
@@ -121,17 +125,52 @@ class StreamingRecognizer:
         self.left_chunks = trained.left_chunks if self.cfg.left_chunks is None else self.cfg.left_chunks
         if self.left_chunks < -1:
             raise ConfigError(f"decode.left_chunks must be >= 0, or -1 for all, got {self.left_chunks}")
-        self.search = build_stream_search(self.cfg, searcher.fusion, self.device)
+        # streams with their own hotword lists share this search (None: they cannot, see unshared_reason)
+        self.hotword_lists = StreamHotwords(searcher) if unshared_reason(searcher) is None else None
+        self._streams: "weakref.WeakSet[Stream]" = weakref.WeakSet()  # the live streams, whose lists are in use
+        fusion = searcher.fusion if self.hotword_lists is None else self.hotword_lists.fusion
+        self.search = build_stream_search(self.cfg, fusion, self.device)
         self.vad = VadConfig()  # the voice activity that word times are widened to (as offline)
         self.vad_hop = frame_geometry(self.sample_rate, self.vad)[1] / self.sample_rate
         self.new_cache()  # an encoder that cannot stream raises its ValueError now, before any audio
         self.stats = StreamingStats()
 
     # -- streams ----------------------------------------------------------------------------------------------
-    def create_stream(self, name: str = "stream", auto_decode: bool = False) -> "Stream":
+    def create_stream(self, name: str = "stream", auto_decode: bool = False,
+                      hotwords: Optional[Sequence[PhraseSpec]] = None) -> "Stream":
         """A new stream. ``auto_decode``: each :meth:`Stream.accept_waveform` decodes what it completes (one
-        stream alone); else the caller advances its streams with :meth:`decode_streams` / :meth:`step`."""
-        return Stream(self, name, auto_decode)
+        stream alone); else the caller advances its streams with :meth:`decode_streams` / :meth:`step`.
+        ``hotwords``: the stream's own phrases (or (phrase, weight factor) pairs) beside ``decode.hotwords``'s,
+        in place of the recognizer's list; streams of different lists share this recognizer and its batches
+        (:mod:`asrkit.pipeline.stream_hotwords`). ConfigError where the search cannot (a greedy search, a word
+        LM or lexicon: a recognizer of its own, ``streaming_recognizer(hotwords=...)``) or where the model's
+        units spell none of the phrases."""
+        index = None
+        if hotwords is not None:
+            if self.hotword_lists is None:
+                raise ConfigError(f"stream {name}: own hotwords: {unshared_reason(self.searcher)}")
+            index = self._compact_hotwords(self.hotword_lists.list_of(hotwords))
+        stream = Stream(self, name, auto_decode, index)
+        self._streams.add(stream)
+        return stream
+
+    def _compact_hotwords(self, joined: int) -> int:
+        """After list ``joined`` joined: the union compacted to it and the lists of the live streams when the
+        others are most of it (:meth:`StreamHotwords.compact_if_sparse`), the live torch-loop states moved with
+        it; returns the joined list's index after."""
+        assert self.hotword_lists is not None
+        live = [s for s in self._streams if not s.done]
+        lists = self.hotword_lists
+        done = lists.compact_if_sparse({joined} | {s._hotword_list for s in live if s._hotword_list is not None})
+        if done is None:
+            return joined
+        moved, state_map = done
+        for s in live:
+            if s._hotword_list is not None:
+                s._hotword_list = moved[s._hotword_list]
+        self.search.map_scorer_state([s._state for s in live], HOTWORDS,
+                                     lambda state: lists.union.move_rows(state, state_map))
+        return moved[joined]
 
     def new_cache(self) -> EncoderCache:
         return self.model.encoder.init_stream(1, self.device, self.chunk_frames, self.left_chunks)
@@ -241,8 +280,10 @@ class Stream:
     """One live audio stream (see the module docstring); made by :meth:`StreamingRecognizer.create_stream` or
     ``Transcriber.stream``."""
 
-    def __init__(self, recognizer: StreamingRecognizer, name: str, auto_decode: bool):
+    def __init__(self, recognizer: StreamingRecognizer, name: str, auto_decode: bool,
+                 hotword_list: Optional[int] = None):
         self.recognizer, self.name, self.auto_decode = recognizer, name, auto_decode
+        self._hotword_list = hotword_list  # its own list in the recognizer's union (None: the recognizer's)
         self._features = FeatureStream(recognizer.featurizer)
         self._rate: Optional[int] = None
         # another rate than the model's goes through one resampler for the whole stream: resampling each piece
@@ -264,7 +305,12 @@ class Stream:
         rec = self.recognizer
         self._cache: EncoderCache = rec.new_cache()
         self._fresh = True  # no frame fed to this cache yet
-        self._state: Any = rec.search.new_state()
+        lists = rec.hotword_lists
+        if lists is None:
+            self._state: Any = rec.search.new_state()
+        else:
+            own = lists.default if self._hotword_list is None else self._hotword_list
+            self._state = rec.search.new_state({HOTWORDS: lists.union.view(own)})
         self._endpointer.reset()
         self._utt_start = self._fed * rec.hop  # seconds: the first feature frame this utterance encodes
         first = int(round(self._utt_start * rec.sample_rate))

@@ -188,7 +188,8 @@ def empty_graph(vocab: int) -> HotwordGraph:
     """The automaton of no phrases (one state, every step scores 0): the list of a row without hotwords."""
     return HotwordGraph(root_next=torch.zeros(vocab, dtype=torch.long), arc_keys=torch.tensor([vocab]),
                         arc_dst=torch.zeros(1, dtype=torch.long), reach=torch.zeros(1), pend=torch.zeros(1), start=0,
-                        max_out=0.0, step_next=torch.ones(vocab + 1, dtype=torch.long), step_gain=torch.zeros(vocab + 1))
+                        max_out=0.0, step_next=torch.ones(vocab + 1, dtype=torch.long),  # every entry: row 1
+                        step_gain=torch.zeros(vocab + 1))
 
 
 def union_graph(graphs: Sequence[HotwordGraph]) -> HotwordGraph:
@@ -359,6 +360,35 @@ class HotwordUnion:
     def view(self, index: int) -> HotwordScorer:
         """The scorer a stream of list ``index`` starts with (the union's tables, its list's start)."""
         return self.scorer.for_rows([index])
+
+    def states_outside(self, keep: Collection[int]) -> int:
+        """The states of the lists not in ``keep``."""
+        block = self.scorer.graph.block
+        assert block is not None  # a union's graph always has its blocks
+        return int((~torch.isin(block, torch.tensor(sorted(keep), device=block.device))).sum())
+
+    def compact(self, keep: Collection[int]) -> Tuple[Dict[int, int], torch.Tensor]:
+        """Rebuild the union from list 0 and the lists ``keep`` (in their order), in place. Returns old -> new
+        list index of those kept, and (S_old,) the new id of each old state (-1: a dropped list's), for
+        :meth:`move_rows`."""
+        kept = sorted(set(keep) | {0})
+        old = self.scorer.graph
+        assert old.block is not None
+        block = old.block.cpu()
+        state_map = torch.full_like(block, -1)
+        base = 0
+        for i in kept:
+            ids = (block == i).nonzero().flatten()  # a block is contiguous: its order is kept
+            state_map[ids] = torch.arange(base, base + ids.numel())
+            base += ids.numel()
+        self._graphs = [self._graphs[i] for i in kept]
+        self.scorer.graph = union_graph(self._graphs).to(old.reach.device)
+        return {i: n for n, i in enumerate(kept)}, state_map
+
+    def move_rows(self, state: torch.Tensor, state_map: torch.Tensor) -> torch.Tensor:
+        """Hypothesis states (rows ``id * (V + 1) + 1``) of the union before :meth:`compact` -> after it."""
+        width = self.scorer.vocab + 1
+        return state_map.to(state.device)[torch.div(state, width, rounding_mode="floor")] * width + 1
 
 
 def _same_graph(a: HotwordGraph, b: HotwordGraph) -> bool:

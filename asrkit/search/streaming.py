@@ -23,7 +23,7 @@ after the other. Token frames count input frames since the state was created.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -146,6 +146,14 @@ class StreamingCtcSearch:
         for name in views:  # the search's own scorer reads the tables on the search's device
             self.scorers[name].init_state(1, self.beam, self.device)
         return StreamingCtcState(self, fresh_rows(1, self.beam, self.dtype, self.device, scorers))
+
+    def map_scorer_state(self, states: Sequence[StreamingCtcState], name: str,
+                         fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """Replace scorer ``name``'s state of each torch-loop stream by ``fn(state)`` (its tables were rebuilt
+        with other state ids: a compacted hotword union); a native stream keeps the tables it was made with."""
+        for st in states:
+            if st.rows is not None:
+                st.rows = st.rows._replace(states={**st.rows.states, name: fn(st.rows.states[name])})
 
     def _check_states(self, states: Sequence[StreamingCtcState], batch: Optional[int] = None) -> None:
         if batch is not None and len(states) != batch:

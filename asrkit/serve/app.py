@@ -31,7 +31,7 @@ from asrkit.pipeline.inputs import AudioInput
 from asrkit.pipeline.results import Result
 from asrkit.pipeline.transcriber import Transcriber
 from asrkit.serve.connection import StreamConnection, StreamInfo
-from asrkit.serve.engine import MAX_RECOGNIZERS, Engine
+from asrkit.serve.engine import MAX_HOTWORD_LISTS, MAX_RECOGNIZERS, Engine
 from asrkit.serve.metrics import CONTENT_TYPE, Metrics
 from asrkit.serve.protocol import CLOSE_POLICY, SAMPLE_FORMATS, UPLOAD_FORMATS, error_message
 
@@ -61,8 +61,9 @@ def build_app(transcriber: Transcriber, cfg: Optional[ServeConfig] = None, *, na
     recognizer = transcriber.streaming_recognizer()
     info = StreamInfo(name, recognizer.sample_rate)
     metrics = Metrics()
-    # a stream's own chunk size or hotwords: a recognizer of the same model and search (the loaded LM is shared:
-    # only the hotword scorer is built anew, Searcher.with_hotwords)
+    # a stream's own chunk size: a recognizer of the same model and search (the loaded LM is shared); its own
+    # hotwords join its recognizer's union, or (a word LM or lexicon) get a recognizer of their own
+    # (Searcher.with_hotwords: only the hotword scorer and the lexicon are built anew)
     engine = Engine(recognizer, metrics, cfg.max_streams,
                     lambda ms, hotwords: transcriber.streaming_recognizer(chunk_ms=ms) if hotwords is None
                     else transcriber.streaming_recognizer(chunk_ms=ms, hotwords=list(hotwords)))
@@ -97,6 +98,8 @@ def build_app(transcriber: Transcriber, cfg: Optional[ServeConfig] = None, *, na
     async def v1_info(request: Request) -> Response:
         return JSONResponse({"model": name, "sample_rate": info.sample_rate, "chunk_ms": engine.chunk_ms,
                              "chunk_ms_multiple_of": engine.frame_ms, "max_recognizers": MAX_RECOGNIZERS,
+                             "max_hotword_lists": MAX_HOTWORD_LISTS,
+                             "hotword_lists_share_batches": engine.shared_hotwords,
                              "streaming": True,
                              "formats": list(UPLOAD_FORMATS), "sample_formats": list(SAMPLE_FORMATS),
                              "max_message_bytes": cfg.max_message_bytes, "rtf": metrics.rtf})

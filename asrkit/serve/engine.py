@@ -2,9 +2,12 @@
 the :class:`~asrkit.pipeline.streaming.StreamingRecognizer` of its chunk size and hotwords, and each tick advances
 every stream with a ready chunk, the streams of one recognizer as one batch (``StreamingRecognizer.step``), so 32
 clients cost about one batch, not 32 models. The server's chunk and hotword list are the default; a stream may ask
-for another chunk (a positive multiple of the encoder frame) or its own hotwords, whose recognizer is built once
-from the same model and search (the loaded LM shared) and kept while streams use it; at most
-:data:`MAX_RECOGNIZERS` distinct (chunk, hotwords) settings are in use at once (each adds a batch to a tick).
+for another chunk (a positive multiple of the encoder frame), whose recognizer is built once from the same model
+and search (the loaded LM shared) and kept while streams use it, and its own hotwords, which join its recognizer's
+union of lists (:mod:`asrkit.pipeline.stream_hotwords`: streams of different lists in one batch); where a word LM
+or lexicon bounds the words, a list needs a recognizer of its own (as a chunk size does). At most
+:data:`MAX_RECOGNIZERS` recognizers are in use at once (each adds a batch to a tick), and at most
+:data:`MAX_HOTWORD_LISTS` distinct own lists.
 
 Connections hand audio to a :class:`Session` (:meth:`Engine.feed`); the loop wakes, takes what every session
 received, and runs a tick in its one worker thread (the event loop never waits on the model): the audio is
@@ -36,9 +39,14 @@ from asrkit.serve.protocol import (CLOSE_INTERNAL, CLOSE_NORMAL, Hotwords, Proto
 
 log = logging.getLogger("asrkit.serve")
 
-# distinct (chunk_ms, hotwords) settings of the live streams (the server's among them): a tick steps one batch each
+# distinct recognizers of the live streams (the server's among them): a tick steps one batch each; a recognizer per
+# chunk_ms (its streams' hotword lists share it), or per (chunk_ms, hotwords) where a word LM or lexicon bounds the
+# words (pipeline.stream_hotwords.unshared_reason)
 MAX_RECOGNIZERS = 4
-Key = Tuple[int, Optional[Hotwords]]  # a recognizer's chunk_ms and hotwords (None: the server's list)
+# distinct own hotword lists of the live streams (each at most protocol.MAX_HOTWORDS phrases): the lists held in a
+# recognizer's hotword union, which also keeps lists no stream uses until they are half of it (then compacted)
+MAX_HOTWORD_LISTS = 16
+Key = Tuple[int, Optional[Hotwords]]  # a recognizer's chunk_ms and hotwords (None: the server's list, or shared)
 
 
 @dataclass(frozen=True)
@@ -100,6 +108,8 @@ class Engine:
         self.frame_ms = round(recognizer.frame_shift * 1000, 6)  # a stream's chunk is a multiple of it
         self.chunk_ms = int(round(recognizer.chunk_frames * self.frame_ms))  # the default
         self._recognizers: Dict[Key, StreamingRecognizer] = {(self.chunk_ms, None): recognizer}  # the worker's alone
+        # streams with their own lists share their chunk's recognizer (else one recognizer per list)
+        self.shared_hotwords = recognizer.hotword_lists is not None
         self._sessions: Dict[int, Session] = {}
         self._next_id = 0
         self._executor: Optional[ThreadPoolExecutor] = None
@@ -137,8 +147,12 @@ class Engine:
         server's list); StreamsFull when ``max_streams`` are open, ProtocolError for a chunk size the model cannot
         use, hotwords it cannot spell, or one (chunk, hotwords) setting more than MAX_RECOGNIZERS."""
         chunk_ms = self.chunk_ms if chunk_ms is None else chunk_ms
-        key = (chunk_ms, hotwords)
-        in_use = {(self.chunk_ms, None)} | {(s.chunk_ms, s.hotwords) for s in self._sessions.values()}
+        key = self._key(chunk_ms, hotwords)
+        in_use = {(self.chunk_ms, None)} | {self._key(s.chunk_ms, s.hotwords) for s in self._sessions.values()}
+        lists = {s.hotwords for s in self._sessions.values() if s.hotwords is not None}
+        if hotwords is not None and hotwords not in lists and len(lists) >= MAX_HOTWORD_LISTS:
+            raise ProtocolError(f"start message: the server holds at most {MAX_HOTWORD_LISTS} distinct hotword lists "
+                                f"of live streams at once: give one of them, none, or try later")
         if key not in in_use:
             if chunk_ms not in {ms for ms, _ in in_use}:
                 try:
@@ -148,8 +162,9 @@ class Engine:
             if self._make is None or len(in_use) >= MAX_RECOGNIZERS:
                 chunks = ", ".join(f"{ms} ms" + ("" if hw is None else " with own hotwords")
                                    for ms, hw in sorted(in_use, key=lambda k: (k[0], k[1] is not None)))
+                what = "chunk_ms" if self.shared_hotwords else "chunk_ms and hotwords"
                 raise ProtocolError(f"start message: the server decodes at most {MAX_RECOGNIZERS if self._make else 1}"
-                                    f" distinct chunk_ms and hotwords settings at once (in use: {chunks}): give one "
+                                    f" distinct {what} settings at once (in use: {chunks}): give one "
                                     "of them or try later")
         if len(self._sessions) >= self.max_streams:
             self.metrics.add(streams_refused=1)
@@ -185,10 +200,15 @@ class Engine:
             self._sessions.pop(session.id, None)
             self.metrics.add(streams_live=-1)
 
+    def _key(self, chunk_ms: int, hotwords: Optional[Hotwords]) -> Key:
+        """The recognizer of a stream: its chunk's, or its chunk's and list's where lists cannot share one."""
+        return (chunk_ms, None if self.shared_hotwords else hotwords)
+
     def _create_stream(self, session: Session, in_use: Set[Key]) -> None:
-        """In the worker thread: ``session``'s recognizer (made for a new chunk size or hotword list; the
-        recognizers no stream uses are let go) and its stream."""
-        key = (session.chunk_ms, session.hotwords)
+        """In the worker thread: ``session``'s recognizer (made for a new chunk size, or a hotword list where
+        lists cannot share one; the recognizers no stream uses are let go) and its stream (with its own list in
+        its recognizer's union where they share)."""
+        key = self._key(session.chunk_ms, session.hotwords)
         rec = self._recognizers.get(key)
         if rec is None:
             assert self._make is not None
@@ -199,7 +219,12 @@ class Engine:
             except ConfigError as exc:  # e.g. no phrase the model's units can spell
                 raise ProtocolError(f"start message: {exc}") from None
             self._recognizers[key] = rec
-        session.recognizer, session.stream = rec, rec.create_stream(session.name)
+        own = list(session.hotwords) if self.shared_hotwords and session.hotwords is not None else None
+        try:
+            stream = rec.create_stream(session.name, hotwords=own)
+        except ConfigError as exc:  # e.g. no phrase the model's units can spell
+            raise ProtocolError(f"start message: {exc}") from None
+        session.recognizer, session.stream = rec, stream
 
     def _kick(self) -> None:
         if self._wake is not None:

@@ -87,7 +87,7 @@ def test_more_distinct_chunk_sizes_than_the_cap_are_refused(app):
             with client.websocket_connect("/v1/stream") as extra:
                 message, code = refused(extra, chunk_ms=CHUNK_MS * (MAX_RECOGNIZERS + 1))
             assert code == 1008 and \
-                f"at most {MAX_RECOGNIZERS} distinct chunk_ms and hotwords settings at once" in message["message"]
+                f"at most {MAX_RECOGNIZERS} distinct chunk_ms settings at once" in message["message"]
         finally:
             for ws in sockets:
                 ws.__exit__(None, None, None)

@@ -9,7 +9,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from asrkit.config import ServeConfig
 from asrkit.serve import build_app
-from asrkit.serve.engine import MAX_RECOGNIZERS
+from asrkit.serve.engine import MAX_HOTWORD_LISTS
 from tests.serve.serve_audio import (CHUNK_MS, SR, finish, from_s16le, reference, s16le, same_json, start, tones,
                                      wait_no_streams)
 
@@ -72,9 +72,11 @@ def test_bad_hotwords_are_refused_and_the_others_go_on(app, tone_model, hotwords
         assert same_json(finish(good)[-1]["result"], reference(tone_model, from_s16le(data), hotwords=["C"]))
 
 
-def test_hotword_lists_count_toward_the_cap_of_recognizers(app):
-    lists = [["C"] * k for k in range(1, MAX_RECOGNIZERS)]  # with the server's: the cap
+def test_hotword_lists_share_their_chunk_s_recognizer_and_count_toward_a_cap_of_their_own(app):
+    lists = [["C"] * k for k in range(1, MAX_HOTWORD_LISTS + 1)]  # more than MAX_RECOGNIZERS: one recognizer
     with TestClient(app) as client:
+        info = client.get("/v1/info").json()
+        assert info["max_hotword_lists"] == MAX_HOTWORD_LISTS and info["hotword_lists_share_batches"] is True
         sockets = [client.websocket_connect("/v1/stream") for _ in lists]
         try:
             for ws, hot in zip(sockets, lists):
@@ -83,9 +85,9 @@ def test_hotword_lists_count_toward_the_cap_of_recognizers(app):
                 assert start(same, hotwords=[" C "])["type"] == "ready"
             with client.websocket_connect("/v1/stream") as extra:
                 message, code = refused(extra, hotwords=["C C"])
-            assert code == 1008 and "(in use: 320 ms, 320 ms with own hotwords" in message["message"]
-            with client.websocket_connect("/v1/stream") as other_chunk:  # a new chunk size is one more, too
-                assert refused(other_chunk, chunk_ms=2 * CHUNK_MS)[1] == 1008
+            assert code == 1008 and f"at most {MAX_HOTWORD_LISTS} distinct hotword lists" in message["message"]
+            with client.websocket_connect("/v1/stream") as other_chunk:  # another chunk size is a recognizer more
+                assert start(other_chunk, chunk_ms=2 * CHUNK_MS)["type"] == "ready"
         finally:
             for ws in sockets:
                 ws.__exit__(None, None, None)
@@ -109,3 +111,78 @@ def test_a_stream_s_hotwords_reuse_the_loaded_search_and_a_greedy_server_refuses
     with TestClient(greedy) as client, client.websocket_connect("/v1/stream") as ws:
         message, code = refused(ws, hotwords=["C"])
     assert code == 1008 and "hotwords bias a beam search, but decode.mode is greedy" in message["message"]
+
+
+def _result(stream) -> dict:
+    from asrkit.pipeline.formats import result_to_dict
+
+    return result_to_dict(stream.result())
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_streams_with_different_lists_share_one_recognizer_and_each_equals_its_alone_result(tone_model, native,
+                                                                                           monkeypatch):
+    from asrkit.search import native_loop
+
+    if not native:  # the torch loop, as on a GPU
+        monkeypatch.setenv("ASRKIT_NATIVE", "0")
+    audio = tones(2)
+    lists = [[("C", 1.0), ("C C", 3.0)], None, ["C"], [("C", 1.0), ("C C", 3.0)]]
+    rec = tone_model.streaming_recognizer()
+    assert rec.search.native == (native and native_loop.scorers_unavailable({}) is None)
+    streams = [rec.create_stream("mic", hotwords=hot) for hot in lists]
+    assert rec.hotword_lists is not None and rec.hotword_lists.union.scorer.graph.lists == 3  # none, A, B
+    for i in range(0, len(audio), 5120):
+        for s in streams:
+            s.accept_waveform(audio[i: i + 5120])
+        rec.decode_streams(streams)
+    for s in streams:
+        s.input_finished()
+    rec.decode_streams(streams)
+    for s, hot in zip(streams, lists):
+        assert same_json(_result(s), reference(tone_model, audio, hotwords=hot))
+    assert not same_json(_result(streams[0]), _result(streams[1]))
+
+
+def test_a_union_of_lists_no_stream_uses_is_compacted_and_a_live_stream_goes_on(tone_model, monkeypatch):
+    from asrkit.pipeline import stream_hotwords
+
+    monkeypatch.setenv("ASRKIT_NATIVE", "0")  # the torch loop's live states are the ones moved
+    audio = tones(1)
+    rec = tone_model.streaming_recognizer()
+    lists = rec.hotword_lists
+    gone = [rec.create_stream(f"gone{k}", hotwords=["C" * k, "C " * k]) for k in range(2, 6)]
+    live = rec.create_stream("mic", hotwords=["C C"])
+    assert live._hotword_list == 5  # none, four gone, the live one's
+    live.accept_waveform(audio[: len(audio) // 2])
+    rec.decode_streams([live])
+    for s in gone:
+        s.finish()
+    monkeypatch.setattr(stream_hotwords, "DEAD_SHARE", 0.0)
+    last = rec.create_stream("mic", hotwords=["C"])  # joins, and the lists of the gone streams are dropped
+    assert lists.union.scorer.graph.lists == 3 and live._hotword_list == 1 and last._hotword_list == 2
+    live.accept_waveform(audio[len(audio) // 2:])
+    last.accept_waveform(audio)
+    for s in (live, last):
+        s.input_finished()
+    rec.decode_streams([live, last])
+    assert same_json(_result(live), reference(tone_model, audio, hotwords=["C C"]))
+    assert same_json(_result(last), reference(tone_model, audio, hotwords=["C"]))
+
+
+def test_a_search_bounded_by_a_lexicon_keeps_a_recognizer_per_list(serve_exp, tmp_path):
+    import asrkit
+    from asrkit.config import ConfigError, DecodeConfig
+
+    words = tmp_path / "words.txt"
+    words.write_text("C\n")
+    model = asrkit.load_model(serve_exp, decode=DecodeConfig(mode="ctc_prefix", beam=4, chunk_ms=CHUNK_MS,
+                                                             lexicon=str(words)))
+    rec = model.streaming_recognizer()
+    assert rec.hotword_lists is None  # a list's words outside the lexicon join it: once per search
+    with pytest.raises(ConfigError, match="a word LM or decode.lexicon bounds the words"):
+        rec.create_stream("mic", hotwords=["C"])
+    with TestClient(build_app(model, ServeConfig())) as client:
+        assert client.get("/v1/info").json()["hotword_lists_share_batches"] is False
+        with client.websocket_connect("/v1/stream") as ws:
+            assert start(ws, hotwords=["C"])["type"] == "ready"  # its own recognizer, as before
