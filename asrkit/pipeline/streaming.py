@@ -128,7 +128,9 @@ class StreamingRecognizer:
         # streams with their own hotword lists share this search (None: they cannot, see unshared_reason)
         self.hotword_lists = StreamHotwords(searcher) if unshared_reason(searcher) is None else None
         self._streams: "weakref.WeakSet[Stream]" = weakref.WeakSet()  # the live streams, whose lists are in use
-        fusion = searcher.fusion if self.hotword_lists is None else self.hotword_lists.fusion
+        # the union joins the search with the server's list, else with the first stream's own list (add_scorer)
+        fusion = searcher.fusion if self.hotword_lists is None or searcher.hotwords is None \
+            else self.hotword_lists.fusion
         self.search = build_stream_search(self.cfg, fusion, self.device)
         self.vad = VadConfig()  # the voice activity that word times are widened to (as offline)
         self.vad_hop = frame_geometry(self.sample_rate, self.vad)[1] / self.sample_rate
@@ -150,6 +152,9 @@ class StreamingRecognizer:
             if self.hotword_lists is None:
                 raise ConfigError(f"stream {name}: own hotwords: {unshared_reason(self.searcher)}")
             index = self._compact_hotwords(self.hotword_lists.list_of(hotwords))
+            if HOTWORDS not in self.search.scorers:  # the first list: streams without one score 0 in list 0
+                self.search.add_scorer(HOTWORDS, self.hotword_lists.union.scorer, self.cfg.hotword_weight,
+                                       [s._state for s in self._streams if not s.done], self.hotword_lists.union.view(0))
         stream = Stream(self, name, auto_decode, index)
         self._streams.add(stream)
         return stream
@@ -306,7 +311,7 @@ class Stream:
         self._cache: EncoderCache = rec.new_cache()
         self._fresh = True  # no frame fed to this cache yet
         lists = rec.hotword_lists
-        if lists is None:
+        if lists is None or HOTWORDS not in rec.search.scorers:
             self._state: Any = rec.search.new_state()
         else:
             own = lists.default if self._hotword_list is None else self._hotword_list

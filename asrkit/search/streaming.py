@@ -147,12 +147,31 @@ class StreamingCtcSearch:
             self.scorers[name].init_state(1, self.beam, self.device)
         return StreamingCtcState(self, fresh_rows(1, self.beam, self.dtype, self.device, scorers))
 
+    def add_scorer(self, name: str, scorer: BatchScorer, weight: float, states: Sequence[StreamingCtcState],
+                   start: Optional[BatchScorer] = None) -> None:
+        """Fuse one more scorer from now on (a hotword union when the first stream's list joins, so that streams
+        without lists pay nothing until then). ``states``: the live torch-loop streams, which get ``start``'s
+        (default the scorer's) sentence-start state for it: a scorer that adds nothing to them (a union's empty
+        list), so their search goes on as before; a native stream keeps the scorers it was made with."""
+        if name in self.scorers:
+            raise ValueError(f"add_scorer: the search already has a scorer {name!r}")
+        scorers, weights, _ = active_scorers({**self.scorers, name: scorer}, {**self.weights, name: weight})
+        if self.native:
+            why = native_loop.scorers_unavailable(scorers)
+            if why is not None:
+                raise ValueError(f"add_scorer: the native search cannot take {name!r}: {why}")
+        for st in states:
+            if st.rows is not None and name in scorers:
+                st.rows = st.rows._replace(states={**st.rows.states,
+                                                   name: (start or scorer).init_state(1, self.beam, self.device)})
+        self.scorers, self.weights = scorers, weights
+
     def map_scorer_state(self, states: Sequence[StreamingCtcState], name: str,
                          fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
         """Replace scorer ``name``'s state of each torch-loop stream by ``fn(state)`` (its tables were rebuilt
         with other state ids: a compacted hotword union); a native stream keeps the tables it was made with."""
         for st in states:
-            if st.rows is not None:
+            if st.rows is not None and name in st.rows.states:
                 st.rows = st.rows._replace(states={**st.rows.states, name: fn(st.rows.states[name])})
 
     def _check_states(self, states: Sequence[StreamingCtcState], batch: Optional[int] = None) -> None:

@@ -165,3 +165,84 @@ def test_streams_with_their_own_lists_in_one_batch_equal_each_stream_alone(nativ
         state = one.new_state()
         one.advance([state], lp[row:row + 1, :length], torch.tensor([length]))
         _same(got[row], one.finish([state]).to_lists()[0])
+
+
+def test_a_union_appends_lists_by_content_and_compacts_to_those_in_use() -> None:
+    union = HotwordUnion(len(TOKENS))
+    assert union.states == 1 and union.scorer.graph.lists == 1 and union.scorer.rows is None
+    a, b, c = _scorer_of(["AB"]), _scorer_of(["CE", "DAB"]), _scorer_of(["BAD"])
+    assert [union.add(a), union.add(b), union.add(c), union.add(_scorer_of(["CE", "DAB"]))] == [1, 2, 3, 2]
+    assert union.index(c.graph) == 3 and union.index(_scorer_of(["EE"]).graph) is None
+    assert set(union.scorer.words) == {"AB", "CE", "DAB", "BAD"}
+    sizes = [1] + [int(s.graph.reach.numel()) for s in (a, b, c)]
+    assert union.states == sum(sizes) and union.states_outside({0, 1, 3}) == sizes[2]
+    with pytest.raises(ValueError, match="give the scorer of one list"):
+        union.add(union.scorer)
+    # a stream of list 3 (C) moved by a compaction that drops list 2 (B) scores as before
+    seq = [2, 4, 3, 6, 2, 4, 3]  # "▁BAD▁BA"
+    want, want_final = run_scorer(union.view(3), seq, len(TOKENS))
+    view = union.view(3)
+    state = view.init_state(1, 1, torch.device("cpu"))
+    for tok in seq[:3]:  # "▁BA": a partial match of "BAD"
+        state = view.select_state(state, torch.tensor([0]), torch.tensor([tok]))
+    moved, state_map = union.compact({3, 1})
+    assert moved == {0: 0, 1: 1, 3: 2} and union.scorer.graph.lists == 3 and union.states == sum(sizes) - sizes[2]
+    assert state_map.tolist() == list(range(sizes[0] + sizes[1])) + [-1] * sizes[2] + \
+        list(range(sizes[0] + sizes[1], union.states))
+    state = union.move_rows(state, state_map)
+    scorer, rows = union.scorer, []
+    for tok in seq[3:]:
+        rows.append(scorer.score(state, torch.arange(len(TOKENS))[None])[0].tolist())
+        state = scorer.select_state(state, torch.tensor([0]), torch.tensor([tok]))
+    assert torch.allclose(torch.tensor(rows), torch.tensor(want[3:]), atol=1e-6) and max(rows[0]) == 3.0
+    assert float(scorer.final_score(state)[0]) == pytest.approx(want_final, abs=1e-6)
+    assert run_scorer(union.view(2), seq, len(TOKENS)) == (want, want_final)  # C is list 2 now
+    assert union.add(c) == 2 and union.add(b) == 3  # the dropped list comes back appended
+
+
+def test_union_graph_checks_and_keeps_the_step_tables_only_where_every_list_has_them(monkeypatch) -> None:
+    a, b = compile_hotwords(LIST_A, VOCAB), compile_hotwords(LIST_B, VOCAB)
+    with pytest.raises(ValueError, match="no hotword lists"):
+        union_graph([])
+    with pytest.raises(ValueError, match="lists of 8 and 9 tokens"):
+        union_graph([a, empty_graph(9)])
+    both = union_graph([a, b])
+    assert both.step_next is not None and both.max_out == max(a.max_out, b.max_out)
+    assert union_graph([a, with_layout(b, "arcs")]).step_next is None
+    nested = union_graph([both, empty_graph(VOCAB)])  # a union of unions keeps every list's block and start
+    assert nested.lists == 3 and nested.starts == both.starts + (int(both.reach.numel()),)
+    assert torch.equal(nested.block, torch.cat([both.block, torch.tensor([2])]))
+    monkeypatch.setattr(hotwords, "DENSE_MAX_ENTRIES", int(both.reach.numel()) * (VOCAB + 1))
+    assert union_graph([a, b]).step_next is not None
+    monkeypatch.setattr(hotwords, "DENSE_MAX_ENTRIES", int(both.reach.numel()) * (VOCAB + 1) - 1)
+    assert union_graph([a, b]).step_next is None and union_graph([a, b]).step_gain is None
+    kind, tables = HotwordScorer(both, rows=[1, 0]).native_form()
+    assert torch.equal(tables["block"], both.block)
+    assert tables["row_start"].tolist() == [both.starts[1] * (VOCAB + 1) + 1, 1]
+    assert "row_start" not in HotwordScorer(both).native_form()[1]
+    assert both.to(torch.device("cpu")) is both  # already there: no copy
+
+
+@pytest.mark.parametrize("native", LOOPS)
+def test_a_union_added_to_a_live_search_leaves_the_streams_before_it_as_they_were(native: bool) -> None:
+    lp, lengths = _lp(2, 12, 8), torch.tensor([12, 12])
+    opts = dict(beam=5, token_topk=None, token_min_logp=None, blank_skip_threshold=None, native=native,
+                dtype=torch.float64)
+    search = StreamingCtcSearch(**opts)
+    plain = search.new_state()
+    search.advance([plain], lp[:1, :5], torch.tensor([5]))
+    union = HotwordUnion(len(TOKENS))
+    a = _scorer_of(["AB", "BAD"])
+    search.add_scorer("hotwords", union.scorer, 0.9, [plain], union.view(0))
+    with pytest.raises(ValueError, match="already has a scorer 'hotwords'"):
+        search.add_scorer("hotwords", union.scorer, 0.9, [])
+    own = search.new_state({"hotwords": union.view(union.add(a))})
+    search.advance([plain, own], torch.stack([lp[0, 5:], lp[1, :7]]), torch.tensor([7, 7]))
+    search.advance([own], lp[1:, 7:], torch.tensor([5]))
+    got = search.finish([plain, own]).to_lists()
+    for row, scorer in enumerate((None, a)):
+        one = StreamingCtcSearch(scorers={} if scorer is None else {"hotwords": scorer},
+                                 weights={} if scorer is None else {"hotwords": 0.9}, **opts)
+        state = one.new_state()
+        one.advance([state], lp[row:row + 1], lengths[row:row + 1])
+        _same(got[row], one.finish([state]).to_lists()[0])

@@ -127,10 +127,12 @@ def test_streams_with_different_lists_share_one_recognizer_and_each_equals_its_a
     if not native:  # the torch loop, as on a GPU
         monkeypatch.setenv("ASRKIT_NATIVE", "0")
     audio = tones(2)
-    lists = [[("C", 1.0), ("C C", 3.0)], None, ["C"], [("C", 1.0), ("C C", 3.0)]]
+    lists = [None, [("C", 1.0), ("C C", 3.0)], ["C"], [("C", 1.0), ("C C", 3.0)]]  # the first made before any list
     rec = tone_model.streaming_recognizer()
     assert rec.search.native == (native and native_loop.scorers_unavailable({}) is None)
-    streams = [rec.create_stream("mic", hotwords=hot) for hot in lists]
+    streams = [rec.create_stream("mic", hotwords=hot) for hot in lists[:1]]
+    assert "hotwords" not in rec.search.scorers  # no list yet: streams pay nothing for the union
+    streams += [rec.create_stream("mic", hotwords=hot) for hot in lists[1:]]
     assert rec.hotword_lists is not None and rec.hotword_lists.union.scorer.graph.lists == 3  # none, A, B
     for i in range(0, len(audio), 5120):
         for s in streams:
