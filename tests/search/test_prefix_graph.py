@@ -40,6 +40,13 @@ def test_bucket_steps() -> None:
         assert w <= b <= max(16, w * 1.125 + 16)
 
 
+def test_candidates_per_frame_and_the_wide_search() -> None:
+    # C (every non-blank token without token_topk, else token_topk within [1, V-1]) and "wide" (every token a
+    # candidate and more than 32 of them), which the loops and the fused search's choice read.
+    assert [prefix_loop.candidate_count(9, k) for k in (None, 1, 5, 8, 20)] == [8, 1, 5, 8, 8]
+    assert [prefix_loop.is_wide(v, c) for v, c in ((33, 32), (34, 33), (34, 32), (9, 8))] == [False, True, False, False]
+
+
 @pytest.mark.filterwarnings("ignore:.*no word of the LM contains", "ignore:.*tokens are not in the LM")
 @pytest.mark.parametrize("kind", ["none"] + KINDS)
 @pytest.mark.parametrize("pruning", ["exact", "default", "tight"])
