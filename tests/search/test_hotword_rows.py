@@ -246,3 +246,29 @@ def test_a_union_added_to_a_live_search_leaves_the_streams_before_it_as_they_wer
         state = one.new_state()
         one.advance([state], lp[row:row + 1], lengths[row:row + 1])
         _same(got[row], one.finish([state]).to_lists()[0])
+
+
+def test_a_union_knows_a_list_by_its_content_and_weights() -> None:
+    union = HotwordUnion(len(TOKENS))
+    one = _scorer_of(["AB", "BAD"])
+    assert union.add(one) == 1
+    hotwords._compile.cache_clear()  # the same list compiled again: an equal automaton, another object
+    again = _scorer_of(["AB", "BAD"])
+    assert again.graph is not one.graph and union.add(again) == 1
+    heavier = hotword_scorer([("AB", 2.0), "BAD"], spell_with_tokens(TOKENS), TOKENS, unk_id=1)  # same trie
+    assert torch.equal(heavier.graph.arc_dst, one.graph.arc_dst) and union.add(heavier) == 2
+    with pytest.raises(ValueError, match=r"^HotwordUnion.add: give the scorer of one list$"):
+        union.add(union.scorer)
+    with pytest.raises(ValueError, match=r"^union_graph: no hotword lists$"):
+        union_graph([])
+
+
+def test_the_empty_list_and_a_union_s_tables_are_whole() -> None:
+    empty = empty_graph(5)
+    assert (empty.reach.tolist(), empty.pend.tolist(), empty.max_out, empty.start) == ([0.0], [0.0], 0.0, 0)
+    assert empty.arc_keys.tolist() == [5] and empty.arc_dst.tolist() == [0]
+    both = union_graph([compile_hotwords(LIST_A, VOCAB), empty_graph(VOCAB)])
+    assert both.arc_keys.shape == both.arc_dst.shape and both.max_out == compile_hotwords(LIST_A, VOCAB).max_out
+    assert union_graph([empty_graph(VOCAB)] * 2).max_out == 0.0
+    meta = both.to(torch.device("meta"))
+    assert {t.device.type for t in meta if isinstance(t, torch.Tensor)} == {"meta"}  # the blocks too
