@@ -5,7 +5,8 @@ step (67 with a word 3-gram), each a few microseconds on a GPU. This kernel does
 :func:`asrkit.search.prefix_loop.step` for one utterance per program: the extension and stay scores, the merge of
 an extension into the stay of the hypothesis it equals (the parent found by prefix hashes), the K best of the
 K*(C+1) candidates, and the new beam with its hashes. Without scorers one launch runs every step of the batch (the
-beam stays in registers); with scorers it runs one step between the scorers' torch calls (their scores go in
+beam stays in registers; by default the GPU path runs :mod:`asrkit.search.fused_search` instead, which also builds
+the tables in its program); with scorers it runs one step between the scorers' torch calls (their scores go in
 through ``fusion``, their states follow the picks it writes out).
 
 It reads the bucketed tables of :class:`~asrkit.search.prefix_loop.FrameTables` (the kept frames' log-prob rows
