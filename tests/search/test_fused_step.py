@@ -126,10 +126,12 @@ def test_the_exact_search_over_many_tokens_keeps_the_torch_step() -> None:
 @pytest.mark.parametrize("candidates", ["kernel", "topk"])
 def test_the_search_in_the_kernel_at_the_edges(monkeypatch: pytest.MonkeyPatch, candidates: str) -> None:
     # An utterance of no frames, one whose every frame is skipped, one that starts and ends with skipped frames,
-    # a V that is no power of two with token_topk over half of it, n-best of the whole beam (min_logp drops some).
+    # a V that is no power of two with token_topk over half of it, n-best of the whole beam (min_logp drops some);
+    # the kernel's own top-C in float64, the tables in float32.
     monkeypatch.setattr(prefix_graph, "FUSED_SEARCH", True)
     monkeypatch.setattr(fused_search, "CANDIDATES", candidates)
-    lp = peaky_log_probs(4, 12, 11, torch.Generator().manual_seed(5), dtype=torch.float32)
+    dtype = torch.float64 if candidates == "kernel" else torch.float32
+    lp = peaky_log_probs(4, 12, 11, torch.Generator().manual_seed(5), dtype=dtype)
     lp[1, :, 0] = -1e-5  # every frame blank above the threshold
     lp[2, :3, 0] = lp[2, 9:, 0] = -1e-5
     lengths = torch.tensor([12, 12, 12, 0])
