@@ -127,6 +127,30 @@ def test_decode_ctc_takes_a_list_per_utterance(native: bool) -> None:
         == [h[0].score for h in plain]
 
 
+@pytest.mark.parametrize("native", LOOPS)
+def test_each_utterance_wins_its_own_phrase(native: bool) -> None:
+    tokens = ["<blank>", "<unk>", "<sos/eos>", "\u2581", "A", "C", "D"]
+    p = torch.full((4, 7), 1e-4)
+    p[0, 4] = p[1, 0] = p[3, 0] = 1.0  # "A", then "D" (0.6) or "C" (0.4)
+    p[2, 6], p[2, 5] = 0.6, 0.4
+    lp = (p / p.sum(-1, keepdim=True)).log()[None].expand(3, -1, -1)
+    texts = lambda hw: [h[0].text for h in decode_ctc(lp, tokens=tokens, hotwords=hw, native=native)]  # noqa: E731
+    assert texts([["AC"], None, ["AD", "CA"]]) == ["AC", "AD", "AD"] and texts(["AC"]) == ["AC"] * 3
+    assert texts([None, ["AC"], []]) == ["AD", "AC", "AD"]
+    assert [h[0].text for h in decode_ctc(lp[:1], tokens=tokens, hotwords=[["AC"]], native=native)] == ["AC"]
+    with pytest.raises(ValueError, match="^hotwords: no phrases$"):
+        decode_ctc(lp, tokens=tokens, hotwords=[])
+
+
+def test_per_row_scorer_of_no_lists_is_none_and_skips_unknown_spellings() -> None:
+    encode = spell_with_tokens(TOKENS)
+    assert hotwords.per_row_scorer([None, []], encode, TOKENS) is None
+    assert hotwords.per_row_scorer([["AB"]], encode, TOKENS).rows == (0,)  # one list: no empty block
+    with pytest.raises(ValueError, match="^utterance 1: hotwords: no phrase can be spelled"):
+        hotwords.per_row_scorer([["AB"], ["BA"]], lambda text: [1, 3] if text == "BA" else encode(text), TOKENS,
+                                unk_id=1)
+
+
 def test_decode_ctc_per_utterance_errors_name_the_utterance() -> None:
     lp = _lp(2, 5, 4)
     with pytest.raises(ValueError, match="hotwords gives 3 lists for 2 utterances"):
