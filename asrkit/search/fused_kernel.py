@@ -141,7 +141,7 @@ def ctc_steps(st, ints, tok_all, cval, lpb, pad_bias, run_after, lp_rows, fusion
     single = tl.load(irow + 3 * beam + ok, mask=kmask, other=0)
     bonus = tl.load(bonus_ptr)
     for t in range(first, first + n_steps):
-        tb = t * batch + b
+        tb = b.to(tl.int64) + t * batch  # 64-bit: tb * vocab passes 2**31 at e.g. 256 steps x 2048 x V = 5000
         ctok = tl.load(tok_all + tb * cols + oc, mask=oc < n_cand, other=-2)  # (BC,)
         cv = tl.load(cval + tb * n_cand + oc, mask=oc < n_cand, other=neg)
         blank_lp = tl.load(lpb + tb)
