@@ -32,7 +32,7 @@ def _search_batch(lp: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: int
                   topk: Optional[int], min_logp: Optional[float], skip: Optional[float],
                   cuda_graph: bool = False) -> NBest:
     with prefix_loop.search_threads(lp.device):
-        if cuda_graph:
+        if cuda_graph and lp.shape[1]:  # a batch of no frames has no loop to capture
             return prefix_graph.search(lp, lengths, beam, nbest, scorers, weights, bonus, topk, min_logp, skip)
         s, fr = prefix_loop.prepare(lp, lengths, beam, scorers, bonus, topk, min_logp, skip)
         prefix_loop.frame_loop(s, fr, scorers, weights)

@@ -65,6 +65,14 @@ def test_batches_of_one_bucket_equal_the_eager_loop(word_lm, kind: str, pruning:
     assert sum(e.runs for e in entries) == 3 and len(entries) < 3  # batches shared an entry
 
 
+def test_a_batch_of_no_frames_is_searched_without_a_capture() -> None:
+    # (B, 0, V): nothing to capture (the tables' index_select raised); each row is the empty hypothesis
+    lp = torch.zeros(2, 0, 6)
+    got = search(lp, torch.tensor([0, 0]), True, beam=4, nbest=2, weights={"length_bonus": 0.3})
+    assert_same_lists(got, search(lp, torch.tensor([0, 0]), False, beam=4, nbest=2, weights={"length_bonus": 0.3}))
+    assert [[h.tokens for h in row] for row in got] == [[[]], [[]]]
+
+
 def test_skipping_and_non_skipping_batches_share_a_bucket() -> None:
     # A bucket of a blank-skipping search serves batches with skipped frames and without any (flat inputs):
     # every step reads the data-driven run offsets. Catches: offsets of the first batch kept for the second.
