@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from asrkit.config import load_decode_config
+from asrkit.config import VtlnConfig, load_decode_config
 from asrkit.data.table import read_table
 from asrkit.text.tokenizer import load_tokenizer
 
@@ -67,7 +67,14 @@ def test_mini_recipe_runs_every_stage(tmp_path):
     used = load_decode_config(exp / "decode_test_lm" / "decode.yaml")
     tuned = load_decode_config(exp / "tune_dev" / "decode.yaml")
     assert tuned.beam == 100 and used.beam == 1000  # tuned at the config's beam, decoded at --decode-beam's
-    assert used == dataclasses.replace(tuned, beam=1000)  # otherwise the setting chosen on dev
+    # otherwise the setting chosen on dev, and decode-time VTLN (--vtln's default) with a factor per test speaker
+    vtln = VtlnConfig(alphas=(0.85, 0.9, 0.95, 1.0, 1.05, 1.1, 1.15))
+    assert used == dataclasses.replace(tuned, beam=1000, vtln=vtln)
+    assert load_decode_config(exp / "decode_test" / "decode.yaml").vtln == vtln
+    for d in ("decode_test", "decode_test_lm"):
+        spk2warp = read_table(exp / d / "spk2warp")
+        assert set(spk2warp) == set(read_table(tmp_path / "data/test/utt2spk").values())
+        assert {float(a) for a in spk2warp.values()} <= set(vtln.alphas)
     # the LM and lexicon paths are written absolute: the decode.yaml works from any directory
     assert used.mode == "ctc_prefix" and used.lm_units == "word" and used.lm_weight in (0.4, 0.6, 0.8, 1.0)
     assert used.lm == str(tmp_path / "exp" / "lm_ngram" / "word3.arpa")
