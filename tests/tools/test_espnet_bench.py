@@ -441,6 +441,27 @@ def test_report_rows_with_the_same_lm(report, tmp_path, capsys):
     assert "both best path: 0.50 (target <= 0.9); both with the same LM and search: 0.50;" in table
 
 
+def test_report_leaves_out_a_decoding_cut_short(report, tmp_path, capsys):
+    """A decoding killed half-way (ESPnet's asr_inference writes 1best_recog/text as it goes) is no row: its
+    missing utterances would count as deletions."""
+    data, out = tmp_path / "data", tmp_path / "out"
+    for d in (data / "test", data / "train", out / "asrkit" / "decode_test", out / "espnet" / "decode_test_greedy",
+              out / "espnet" / "decode_test" / "1best_recog"):
+        d.mkdir(parents=True)
+    (data / "test" / "text").write_text("u1 A B\nu2 C D\n")
+    (data / "train" / "utt2dur").write_text("t1 50.0\n")
+    (out / "timings.json").write_text(json.dumps({"asrkit_train": 10.0, "espnet_train": 20.0}))
+    (out / "asrkit" / "decode_test" / "text").write_text("u1 A B\nu2 C D\n")
+    (out / "espnet" / "decode_test_greedy" / "text").write_text("u2 C D\nu1 A B\n")  # any order
+    (out / "espnet" / "decode_test" / "1best_recog" / "text").write_text("u1 A B\n")
+    assert report.main(["--out", str(out), "--data", str(data), "--epochs", "2"]) == 0
+    captured = capsys.readouterr()
+    assert "| ESPnet2, best path | 0.00 |" in captured.out and "prefix search |" not in captured.out
+    hyp = out / "espnet" / "decode_test" / "1best_recog" / "text"
+    assert f"ESPnet2, its beam-1 CTC prefix search: {hyp} has 1 of the 2 test utterances (cut short?); left out" \
+        in captured.err
+
+
 def _bench_out(tmp_path):
     """OUT and DATA of a finished run: asrkit's hypotheses and training time only (ESPnet's rows missing)."""
     data, out = tmp_path / "data", tmp_path / "out"

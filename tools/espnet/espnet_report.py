@@ -26,7 +26,7 @@ from typing import Dict, Optional, Sequence, Union
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # espnet_bench beside this file
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # asrkit from a checkout without installing
 
-from espnet_bench import BenchError, load_record  # noqa: E402
+from espnet_bench import BenchError, load_record, read_table  # noqa: E402
 
 # Row labels of the table; "espnet" (best path, asrkit's decoding rule) is what the WER ratio is taken against.
 ROW_LABELS = {"asrkit": "asrkit, best path", "espnet": "ESPnet2, best path",
@@ -123,10 +123,16 @@ def score_rows(out_dir: str, data_dir: str) -> Dict[str, Dict[str, float]]:
             "asrkit_lm": ("asrkit", os.path.join(out_dir, "asrkit", "decode_test_lm", "text")),
             "espnet_lm": ("espnet", os.path.join(out_dir, "espnet", "decode_test_lm", "text"))}
     rows: Dict[str, Dict[str, float]] = {}
+    refs = set(read_table(ref))
     for name, (toolkit, hyp) in hyps.items():
         if not os.path.isfile(hyp) or f"{toolkit}_train" not in record:
             print(f"report: {ROW_LABELS[name]}: no hypotheses at {hyp} or no training time; left out",
                   file=sys.stderr)
+            continue
+        covered = len(refs & set(read_table(hyp)))
+        if covered < len(refs):  # a decoding killed half-way: its missing utterances would count as deletions
+            print(f"report: {ROW_LABELS[name]}: {hyp} has {covered} of the {len(refs)} test utterances (cut short?); "
+                  "left out", file=sys.stderr)
             continue
         rows[name] = {"wer": score_files(ref, hyp).wer, "cer": score_files(ref, hyp, cer=True).wer,
                       "train_s": record[f"{toolkit}_train"]}
