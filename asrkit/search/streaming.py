@@ -120,7 +120,8 @@ class StreamingCtcSearch:
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         self.beam, self.topk, self.min_logp, self.skip = beam, token_topk, token_min_logp, blank_skip_threshold
         self.scorers, self.weights, self.bonus = active_scorers(scorers or {}, weights or {})
-        self.device, self.dtype = torch.device(device), dtype
+        # resolved ("cuda" -> "cuda:0"), so the check of the log-probs' device compares like with like
+        self.device, self.dtype = torch.empty(0, device=device).device, dtype
         self.native = False
         if native is not False:
             why = (f"the native search runs on the CPU, not {self.device}" if self.device.type != "cpu"

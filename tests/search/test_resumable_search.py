@@ -155,9 +155,12 @@ def test_irregular_pieces_equal_one_advance_for_the_exact_search(word_lm, kind: 
     lengths = torch.tensor([45, 30, 44])
     kw = dict(beam=5, nbest=3, **({} if kind == "none" else fusion(kind, word_lm, tokens)), **EXACT)
     whole = streamed(lp, lengths, **kw)
-    assert_same_lists(whole, offline(lp, lengths, **kw), tol=1e-9)  # float64 throughout
+    # float64 throughout but the neural LMs, whose float32 GEMMs may take other kernels for other batch shapes
+    # (8e-7 apart with 16 threads on a GPU machine's CPU)
+    tol = 1e-5 if kind in ("lstm", "transformer") else 1e-9
+    assert_same_lists(whole, offline(lp, lengths, **kw), tol=tol)
     for pieces in ([1, 1, 7, 2, 13, 1], [16, 16], [3] * 14 + [1]):
-        assert_same_lists(streamed(lp, lengths, pieces, **kw), whole, tol=1e-9)
+        assert_same_lists(streamed(lp, lengths, pieces, **kw), whole, tol=tol)
 
 
 def test_skipped_blank_frames_add_up_across_many_pieces() -> None:
