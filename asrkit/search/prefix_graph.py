@@ -26,7 +26,7 @@ from typing import Any, Mapping, Optional, Tuple
 
 import torch
 
-from asrkit.search import fused_search, fused_step, prefix_loop
+from asrkit.search import compiled_scorers, fused_search, fused_step, prefix_loop
 from asrkit.search.hypotheses import NBest
 from asrkit.search.interfaces import BatchScorer
 
@@ -37,14 +37,19 @@ FUSED_STEP = os.environ.get("ASRKIT_FUSED_STEP", "1") != "0"
 # Without scorers, the whole search as one launch over the log-probs (asrkit.search.fused_search: no host-built
 # tables, no capture); ASRKIT_FUSED_SEARCH=0 keeps the fused step on the tables (the benchmark times both).
 FUSED_SEARCH = os.environ.get("ASRKIT_FUSED_SEARCH", "1") != "0"
+# The scorers' per-step calls through torch.compile (asrkit.search.compiled_scorers), an experiment: off by default,
+# ASRKIT_COMPILE_SCORERS=1 turns it on.
+COMPILE_SCORERS = os.environ.get("ASRKIT_COMPILE_SCORERS", "0") == "1"
 
 
 class _Entry:
     """One bucket's captured loop: its beam and tables (the graph's inputs), the ranked result (its outputs)."""
 
     def __init__(self, s: prefix_loop.BeamState, fr: prefix_loop.FrameTables, scorers: Mapping[str, BatchScorer],
-                 weights: Mapping[str, float], nbest: int) -> None:
+                 weights: Mapping[str, float], nbest: int, warm_up: Optional[prefix_loop.BeamRows] = None) -> None:
         self.s, self.fr = s, fr
+        # compiled scorers: a start state to restart from after the eager run that compiles them before the capture
+        self.warm_up = warm_up
         self.scorers, self.weights, self.nbest = dict(scorers), dict(weights), nbest
         self.graph: Optional[Any] = None
         self.ranked: Optional[prefix_loop.Ranked] = None
@@ -54,6 +59,12 @@ class _Entry:
         """Search the tables now loaded: replay the graph (captured on the first run), or run the loop eagerly."""
         s, fr = self.s, self.fr
         self.runs += 1
+        if self.warm_up is not None:  # compile the scorers now (on CUDA: never inside the capture)
+            s.states = dict(s.start_states)
+            prefix_loop.frame_loop(s, fr, self.scorers, self.weights)
+            s.restart(self.warm_up)
+            s.states = dict(s.start_states)
+            self.warm_up = None
         if not s.st.is_cuda:
             s.states = dict(s.start_states)
             prefix_loop.frame_loop(s, fr, self.scorers, self.weights)
@@ -94,12 +105,16 @@ def search(lp: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: int, score
     fr = prefix_loop.tables(lp, lengths, beam, scorers, bonus, topk, min_logp, skip, bucketed=True)
     start = prefix_loop.fresh_rows(lp.shape[0], beam, lp.dtype, lp.device, scorers)
     key = (FUSED_STEP, lp.device, lp.dtype, lp.shape[0], lp.shape[2], beam, fr.n_cand, fr.steps, skip is not None, nbest, bonus,
-           tuple((name, id(sc), float(weights[name])) for name, sc in scorers.items()))
+           tuple((name, id(sc), float(weights[name])) for name, sc in scorers.items()), COMPILE_SCORERS)
     entry = _CACHE.get(key)
     if entry is None:
         s = prefix_loop.beam_state(fr, lp, beam, scorers, bonus, start)
         s.fused_step = FUSED_STEP and not s.wide and fused_step.unavailable(lp.device) is None
-        entry = _Entry(s, fr, scorers, weights, nbest)
+        if COMPILE_SCORERS and scorers:
+            warm_up = prefix_loop.fresh_rows(lp.shape[0], beam, lp.dtype, lp.device, scorers)
+            entry = _Entry(s, fr, compiled_scorers.compile_scorers(scorers), weights, nbest, warm_up)
+        else:
+            entry = _Entry(s, fr, scorers, weights, nbest)
         _CACHE[key] = entry
         while len(_CACHE) > MAX_ENTRIES:
             _CACHE.popitem(last=False)

@@ -21,13 +21,14 @@ utterances per second and RTFx (audio seconds per wall second).
   CPU core (first batch size only). "agree": top-1 equal to asrkit's exact search (no pruning, C++ loop, CPU) at the first batch size.
   Each row sets its switches itself, whatever the environment says.
 * ``lm``: the BPE-500 text inputs of --lm-dir (tools/bench/make_bench_lm.py --order 3) with the word 3-gram:
-  eager, captured with the torch step, captured with the fused step, and the C++ loop on one CPU core, at each of
-  --lm-batches.
+  eager, captured with the torch step, captured with the fused step, the same with the scorer's per-step calls
+  compiled by ``torch.compile`` (``ASRKIT_COMPILE_SCORERS=1``, :mod:`asrkit.search.compiled_scorers`; its first call
+  compiles, outside the timing), and the C++ loop on one CPU core, at each of --lm-batches.
 * ``e2e``: waveform to text with the --config model (random weights: speed only; the CTC head's posteriors are
   flat, so no frame is skipped as blank and every frame is searched) at each of --e2e-batches: the frontend,
   the encoder and the search; greedy, CTC prefix without LM (the default: the fused search; and the fused step on
-  host tables), with the char-unit word 3-gram, with a 2 x 512 LSTM LM (the default: the fused step); RTFx and its
-  ratio to greedy's.
+  host tables), with the char-unit word 3-gram (also with its per-step calls compiled), with a 2 x 512 LSTM LM (the
+  default: the fused step); RTFx and its ratio to greedy's.
 
 ``--device cpu`` runs the same code on the CPU (a smoke test; torchaudio's CUDA decoder is left out).
 """
@@ -98,17 +99,20 @@ def prefix(lp: torch.Tensor, lens: torch.Tensor, beam: int, graph: Optional[bool
 TORCH_STEP, FUSED_STEP, FUSED_SEARCH = (False, False), (True, False), (True, True)
 
 
-def with_path(fn: Callable[[], Tokens], path: Tuple[bool, bool], candidates: str = "kernel") -> Callable[[], Tokens]:
-    """fn with the GPU path's switches set to ``path`` (one of TORCH_STEP, FUSED_STEP, FUSED_SEARCH) and the fused
-    search's ``candidates`` ("kernel" or "topk", :data:`asrkit.search.fused_search.CANDIDATES`)."""
+def with_path(fn: Callable[[], Tokens], path: Tuple[bool, bool], candidates: str = "kernel",
+              compiled: bool = False) -> Callable[[], Tokens]:
+    """fn with the GPU path's switches set to ``path`` (one of TORCH_STEP, FUSED_STEP, FUSED_SEARCH), the fused
+    search's ``candidates`` ("kernel" or "topk", :data:`asrkit.search.fused_search.CANDIDATES`) and the scorers
+    compiled or not (:data:`asrkit.search.prefix_graph.COMPILE_SCORERS`)."""
     def run() -> Tokens:
-        saved = prefix_graph.FUSED_STEP, prefix_graph.FUSED_SEARCH, fused_search.CANDIDATES
+        saved = prefix_graph.FUSED_STEP, prefix_graph.FUSED_SEARCH, fused_search.CANDIDATES, prefix_graph.COMPILE_SCORERS
         prefix_graph.FUSED_STEP, prefix_graph.FUSED_SEARCH = path
-        fused_search.CANDIDATES = candidates
+        fused_search.CANDIDATES, prefix_graph.COMPILE_SCORERS = candidates, compiled
         try:
             return fn()
         finally:
-            prefix_graph.FUSED_STEP, prefix_graph.FUSED_SEARCH, fused_search.CANDIDATES = saved
+            (prefix_graph.FUSED_STEP, prefix_graph.FUSED_SEARCH, fused_search.CANDIDATES,
+             prefix_graph.COMPILE_SCORERS) = saved
     return run
 
 
@@ -239,13 +243,14 @@ def section_lm(args: argparse.Namespace, dev: torch.device) -> str:
         weights = {"lm": 0.5}
         ref_secs, ref = cpu_one_core(lambda: prefix(lp_cpu, lens_cpu, args.beam, False, scorers=cpu_lm,
                                                     weights=weights), args.repeats if i == 0 else 1)
-        variants = [("asrkit eager", False, TORCH_STEP), ("asrkit captured", True, TORCH_STEP)]
+        variants = [("asrkit eager", False, TORCH_STEP, False), ("asrkit captured", True, TORCH_STEP, False)]
         if fused_rows(dev):
-            variants.append(("asrkit captured + fused step", True, FUSED_STEP))
-        for name, graph, path in variants:
+            variants += [("asrkit captured + fused step", True, FUSED_STEP, False),
+                         ("asrkit captured + fused step + compiled scorers", True, FUSED_STEP, True)]
+        for name, graph, path, compiled in variants:
             def search(graph: bool = graph) -> Tokens:
                 return prefix(lp, lens, args.beam, graph, native=False, scorers=gpu_lm, weights=weights)
-            secs, out = timed(with_path(search, path), dev, args.repeats)
+            secs, out = timed(with_path(search, path, compiled=compiled), dev, args.repeats)
             table.row(batch, name, f"{batch / secs:.0f}", f"{batch * AUDIO_SECONDS / secs:.0f}", f"{secs * 1000:.1f}",
                       agree(out, ref))
         table.row(batch, cpu_label(), f"{batch / ref_secs:.0f}",
@@ -280,6 +285,9 @@ def section_e2e(args: argparse.Namespace, dev: torch.device) -> str:
             ("CTC prefix, no LM", lambda lp, lens: prefix(lp, lens, args.beam, None, native=False)),
             ("CTC prefix + word 3-gram", lambda lp, lens: prefix(lp, lens, args.beam, None, native=False,
                                                                  scorers={"lm": word}, weights={"lm": 0.5})),
+            ("CTC prefix + word 3-gram, compiled scorers", lambda lp, lens: with_path(
+                lambda: prefix(lp, lens, args.beam, None, native=False, scorers={"lm": word}, weights={"lm": 0.5}),
+                FUSED_STEP, compiled=True)()),
             ("CTC prefix + LSTM LM", lambda lp, lens: prefix(lp, lens, args.beam, None, native=False,
                                                              scorers={"lm": lstm}, weights={"lm": 0.3}))]
         if fused_rows(dev):  # the rows above run the default (no LM: the fused search; with scorers: the fused step)

@@ -1,0 +1,62 @@
+"""Scorers compiled by torch.compile in the captured loop (asrkit.search.compiled_scorers, ASRKIT_COMPILE_SCORERS=1),
+run on the CPU (inductor's C++ backend): the same n-best as the uncompiled loop, and no host sync in the loop.
+
+One test (compiling takes seconds): the GPU's capture of the compiled kernels is timed by
+tools/bench/bench_gpu_search.py ("compiled scorers" rows).
+"""
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from typing import List
+
+import pytest
+import torch
+
+import asrkit.search.prefix_graph as prefix_graph
+import asrkit.search.prefix_loop as prefix_loop
+from asrkit.search import ctc_prefix_beam_search
+from asrkit.search.compiled_scorers import CompiledScorer
+from host_sync import no_host_sync
+from test_resumable_search import assert_same_lists, fusion, inputs, word_lm  # noqa: F401
+
+
+def _inductor_missing() -> str:
+    """Why inductor cannot compile on this CPU ('' if it can)."""
+    if importlib.util.find_spec("torch._inductor") is None:
+        return "this torch has no inductor (torch.compile's backend)"
+    if shutil.which("g++") is None and shutil.which("c++") is None:
+        return "torch.compile's CPU backend (inductor) needs a C++ compiler (g++ / c++): none on PATH"
+    return ""
+
+
+@pytest.mark.filterwarnings("ignore:.*no word of the LM contains", "ignore:.*tokens are not in the LM")
+def test_compiled_word_lm_scorers_give_the_uncompiled_nbest_without_host_sync(word_lm,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    why = _inductor_missing()
+    if why:
+        pytest.skip(why)
+    tokens, _ = inputs("word_ngram", 1, 1, seed=0)
+    # the word 3-gram alone (one scorer: compiling takes seconds a function) and a constant length bonus
+    lm = fusion("word_ngram", word_lm, tokens)["scorers"]["lm"]
+    kw = dict(beam=5, nbest=3, native=False, scorers={"lm": lm}, weights={"lm": 0.8, "length_bonus": 0.5})
+    batches = [(inputs("word_ngram", 3, 40, seed=seed)[1], torch.tensor(lengths))
+               for seed, lengths in ((1, [40, 31, 40]), (2, [38, 40, 12]))]
+    prefix_graph.clear()
+    want = [ctc_prefix_beam_search(lp, lens, cuda_graph=True, **kw).to_lists() for lp, lens in batches]
+    assert sum(len(h[0].tokens) for w in want for h in w if h) > 10  # the search emits: a real comparison
+    prefix_graph.clear()
+    ran: List[str] = []
+    monkeypatch.setattr(prefix_graph, "COMPILE_SCORERS", True)
+    # the eager run that compiles them and the loop after it: no host sync in either
+    monkeypatch.setattr(prefix_loop, "frame_loop", no_host_sync(prefix_loop.frame_loop, ran))
+    try:
+        # two batches of one bucket: the second after the first's warm-up and restart
+        got = [ctc_prefix_beam_search(lp, lens, cuda_graph=True, **kw).to_lists() for lp, lens in batches]
+        (entry,) = prefix_graph._CACHE.values()
+        assert all(isinstance(sc, CompiledScorer) for sc in entry.scorers.values())
+        assert entry.runs == 2 and ran == ["frame_loop"] * 3  # the warm-up, then one loop per batch
+    finally:
+        prefix_graph.clear()
+    for g, w in zip(got, want):
+        assert_same_lists(g, w, tol=1e-4)
