@@ -55,16 +55,21 @@ class _Entry:
         self.ranked: Optional[prefix_loop.Ranked] = None
         self.runs = 0
 
+    def _compile(self) -> None:
+        """The first run of compiled scorers: the loop once eagerly, which compiles them (a CUDA capture must not),
+        then the beam and the scorers' states back at the start."""
+        s = self.s
+        prefix_loop.frame_loop(s, self.fr, self.scorers, self.weights)
+        s.restart(self.warm_up)
+        s.states = dict(s.start_states)
+        self.warm_up = None
+
     def run(self) -> prefix_loop.Ranked:
         """Search the tables now loaded: replay the graph (captured on the first run), or run the loop eagerly."""
         s, fr = self.s, self.fr
         self.runs += 1
-        if self.warm_up is not None:  # compile the scorers now (on CUDA: never inside the capture)
-            s.states = dict(s.start_states)
-            prefix_loop.frame_loop(s, fr, self.scorers, self.weights)
-            s.restart(self.warm_up)
-            s.states = dict(s.start_states)
-            self.warm_up = None
+        if self.warm_up is not None:
+            self._compile()
         if not s.st.is_cuda:
             s.states = dict(s.start_states)
             prefix_loop.frame_loop(s, fr, self.scorers, self.weights)

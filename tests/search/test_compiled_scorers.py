@@ -47,6 +47,7 @@ def _check(word_lm, monkeypatch: pytest.MonkeyPatch, device: str) -> None:
     want = [ctc_prefix_beam_search(lp, lens, cuda_graph=True, scorers={"lm": lm}, **kw).to_lists()
             for lp, lens in batches]
     assert sum(len(h[0].tokens) for w in want for h in w if h) > 10  # the search emits: a real comparison
+    assert [e.scorers["lm"] for e in prefix_graph._CACHE.values()] == [lm]  # off by default: the scorer itself
     prefix_graph.clear()
     ran: List[str] = []
     monkeypatch.setattr(prefix_graph, "COMPILE_SCORERS", True)
