@@ -117,6 +117,35 @@ def beam_step(pnb, pb, tot, fused, hsh, phsh, last, single, ctok, cv, blank_lp, 
 
 
 @triton.jit
+def load_beam(srow, irow, beam, ok, kmask, SENT_HASH_C: tl.constexpr, SENT_PARENT_C: tl.constexpr):
+    """One utterance's beam from its rows of the state tensors: floats (pnb, pb, total, fused; beam + 1 apart)
+    and ints (hash, parent hash, last token, single; beam apart); lanes past the beam read as dead."""
+    neg = float("-inf")
+    pnb = tl.load(srow + ok, mask=kmask, other=neg)
+    pb = tl.load(srow + (beam + 1) + ok, mask=kmask, other=neg)
+    tot = tl.load(srow + 2 * (beam + 1) + ok, mask=kmask, other=neg)
+    fused = tl.load(srow + 3 * (beam + 1) + ok, mask=kmask, other=0.0)
+    hsh = tl.load(irow + ok, mask=kmask, other=SENT_HASH_C)
+    phsh = tl.load(irow + beam + ok, mask=kmask, other=SENT_PARENT_C)
+    last = tl.load(irow + 2 * beam + ok, mask=kmask, other=0)
+    single = tl.load(irow + 3 * beam + ok, mask=kmask, other=0)
+    return pnb, pb, tot, fused, hsh, phsh, last, single
+
+
+@triton.jit
+def store_beam(srow, irow, beam, ok, kmask, pnb, pb, tot, fused, hsh, phsh, last, single):
+    """The beam back into the rows :func:`load_beam` read."""
+    tl.store(srow + ok, pnb, mask=kmask)
+    tl.store(srow + (beam + 1) + ok, pb, mask=kmask)
+    tl.store(srow + 2 * (beam + 1) + ok, tot, mask=kmask)
+    tl.store(srow + 3 * (beam + 1) + ok, fused, mask=kmask)
+    tl.store(irow + ok, hsh, mask=kmask)
+    tl.store(irow + beam + ok, phsh, mask=kmask)
+    tl.store(irow + 2 * beam + ok, last, mask=kmask)
+    tl.store(irow + 3 * beam + ok, single, mask=kmask)
+
+
+@triton.jit
 def ctc_steps(st, ints, tok_all, cval, lpb, pad_bias, run_after, lp_rows, fusion, hist, parent_out, token_out,
               first, n_steps, batch, beam, n_cand, vocab, bonus_ptr,
               HAS_FUSION: tl.constexpr, HAS_SCORERS: tl.constexpr, BK: tl.constexpr, BC: tl.constexpr,
@@ -130,15 +159,8 @@ def ctc_steps(st, ints, tok_all, cval, lpb, pad_bias, run_after, lp_rows, fusion
     valid = (ok[:, None] < beam) & (oc[None, :] <= n_cand)
     neg = float("-inf")
     srow = st + b * 4 * (beam + 1)
-    pnb = tl.load(srow + ok, mask=kmask, other=neg)
-    pb = tl.load(srow + (beam + 1) + ok, mask=kmask, other=neg)
-    tot = tl.load(srow + 2 * (beam + 1) + ok, mask=kmask, other=neg)
-    fused = tl.load(srow + 3 * (beam + 1) + ok, mask=kmask, other=0.0)
     irow = ints + b * 4 * beam
-    hsh = tl.load(irow + ok, mask=kmask, other=SENT_HASH_C)
-    phsh = tl.load(irow + beam + ok, mask=kmask, other=SENT_PARENT_C)
-    last = tl.load(irow + 2 * beam + ok, mask=kmask, other=0)
-    single = tl.load(irow + 3 * beam + ok, mask=kmask, other=0)
+    pnb, pb, tot, fused, hsh, phsh, last, single = load_beam(srow, irow, beam, ok, kmask, SENT_HASH_C, SENT_PARENT_C)
     bonus = tl.load(bonus_ptr)
     for t in range(first, first + n_steps):
         tb = b.to(tl.int64) + t * batch  # 64-bit: tb * vocab passes 2**31 at e.g. 256 steps x 2048 x V = 5000
@@ -159,14 +181,7 @@ def ctc_steps(st, ints, tok_all, cval, lpb, pad_bias, run_after, lp_rows, fusion
         if HAS_SCORERS:
             tl.store(parent_out + b * beam + ok, parents, mask=kmask)
             tl.store(token_out + b * beam + ok, tokens, mask=kmask)
-    tl.store(srow + ok, pnb, mask=kmask)
-    tl.store(srow + (beam + 1) + ok, pb, mask=kmask)
-    tl.store(srow + 2 * (beam + 1) + ok, tot, mask=kmask)
-    tl.store(srow + 3 * (beam + 1) + ok, fused, mask=kmask)
-    tl.store(irow + ok, hsh, mask=kmask)
-    tl.store(irow + beam + ok, phsh, mask=kmask)
-    tl.store(irow + 2 * beam + ok, last, mask=kmask)
-    tl.store(irow + 3 * beam + ok, single, mask=kmask)
+    store_beam(srow, irow, beam, ok, kmask, pnb, pb, tot, fused, hsh, phsh, last, single)
 
 
 @triton.jit
@@ -192,15 +207,8 @@ def ctc_search(lp, lengths, limits, bonus_ptr, st, ints, parent_out, token_out, 
     token_ok = (ov > 0) & (ov < vocab)  # the blank (0) is never a candidate
     neg = float("-inf")
     srow = st + b * 4 * (beam + 1)
-    pnb = tl.load(srow + ok, mask=kmask, other=neg)
-    pb = tl.load(srow + (beam + 1) + ok, mask=kmask, other=neg)
-    tot = tl.load(srow + 2 * (beam + 1) + ok, mask=kmask, other=neg)
-    fused = tl.load(srow + 3 * (beam + 1) + ok, mask=kmask, other=0.0)
     irow = ints + b * 4 * beam
-    hsh = tl.load(irow + ok, mask=kmask, other=SENT_HASH_C)
-    phsh = tl.load(irow + beam + ok, mask=kmask, other=SENT_PARENT_C)
-    last = tl.load(irow + 2 * beam + ok, mask=kmask, other=0)
-    single = tl.load(irow + 3 * beam + ok, mask=kmask, other=0)
+    pnb, pb, tot, fused, hsh, phsh, last, single = load_beam(srow, irow, beam, ok, kmask, SENT_HASH_C, SENT_PARENT_C)
     bonus = tl.load(bonus_ptr)
     skip_above = tl.load(limits)
     min_logp = tl.load(limits + 1)
@@ -251,14 +259,7 @@ def ctc_search(lp, lengths, limits, bonus_ptr, st, ints, parent_out, token_out, 
             kept += 1
     tl.store(count_out + b, kept)
     tl.store(offset_out + b, offset)
-    tl.store(srow + ok, pnb, mask=kmask)
-    tl.store(srow + (beam + 1) + ok, pb, mask=kmask)
-    tl.store(srow + 2 * (beam + 1) + ok, tot, mask=kmask)
-    tl.store(srow + 3 * (beam + 1) + ok, fused, mask=kmask)
-    tl.store(irow + ok, hsh, mask=kmask)
-    tl.store(irow + beam + ok, phsh, mask=kmask)
-    tl.store(irow + 2 * beam + ok, last, mask=kmask)
-    tl.store(irow + 3 * beam + ok, single, mask=kmask)
+    store_beam(srow, irow, beam, ok, kmask, pnb, pb, tot, fused, hsh, phsh, last, single)
 
 
 @triton.jit
