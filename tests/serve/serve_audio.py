@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
+from starlette.websockets import WebSocketDisconnect
 
 from tests.pipeline.streaming_exp import tone_stream
 
@@ -74,3 +76,11 @@ def finish(ws) -> list:
         messages.append(ws.receive_json())
     return messages
 
+
+def refused(ws, **keys) -> tuple:
+    """A start message the server refuses: (its error message, the close code)."""
+    ws.send_json({"type": "start", "sample_rate": SR, **keys})
+    message = ws.receive_json()
+    with pytest.raises(WebSocketDisconnect) as exc:
+        ws.receive_json()
+    return message, exc.value.code

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import pytest
 from starlette.testclient import TestClient
-from starlette.websockets import WebSocketDisconnect
 
 from asrkit.config import ServeConfig
 from asrkit.serve import build_app
 from asrkit.serve.engine import MAX_RECOGNIZERS
-from tests.serve.serve_audio import (CHUNK_MS, SR, finish, from_s16le, reference, s16le, same_json, start, tones,
-                                     wait_no_streams)
+from tests.serve.serve_audio import (CHUNK_MS, SR, finish, from_s16le, reference, refused, s16le, same_json, start,
+                                    tones, wait_no_streams)
 
 
 @pytest.fixture(scope="module")
@@ -47,14 +46,6 @@ def test_streams_of_two_chunk_sizes_at_once_each_give_their_alone_result(app, to
     assert same_json(done_a, refs[CHUNK_MS]) and same_json(done_b, refs[2 * CHUNK_MS])
     assert info["chunk_ms"] == CHUNK_MS and info["max_recognizers"] == MAX_RECOGNIZERS
     assert info["chunk_ms_multiple_of"] == 40  # the tone model's encoder frame: 10 ms hop x 4
-
-
-def refused(ws, **keys) -> tuple:
-    ws.send_json({"type": "start", "sample_rate": SR, **keys})
-    message = ws.receive_json()
-    with pytest.raises(WebSocketDisconnect) as exc:
-        ws.receive_json()
-    return message, exc.value.code
 
 
 @pytest.mark.parametrize("chunk_ms, error", [

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import pytest
 from starlette.testclient import TestClient
-from starlette.websockets import WebSocketDisconnect
 
 from asrkit.config import ServeConfig
 from asrkit.serve import build_app
 from asrkit.serve.engine import MAX_HOTWORD_LISTS
-from tests.serve.serve_audio import (CHUNK_MS, SR, finish, from_s16le, reference, s16le, same_json, start, tones,
-                                     wait_no_streams)
+from tests.serve.serve_audio import (CHUNK_MS, SR, finish, from_s16le, reference, refused, s16le, same_json, start,
+                                    tones, wait_no_streams)
 
 HOT = ["C", ["C C", 3.0]]  # the tone's token, and a pair with a weight
 
@@ -19,14 +18,6 @@ HOT = ["C", ["C C", 3.0]]  # the tone's token, and a pair with a weight
 @pytest.fixture(scope="module")
 def app(tone_model):
     return build_app(tone_model, ServeConfig(), name="tones")
-
-
-def refused(ws, **keys) -> tuple:
-    ws.send_json({"type": "start", "sample_rate": SR, **keys})
-    message = ws.receive_json()
-    with pytest.raises(WebSocketDisconnect) as exc:
-        ws.receive_json()
-    return message, exc.value.code
 
 
 def test_a_stream_decodes_with_its_own_hotwords(app, tone_model):
