@@ -9,7 +9,7 @@ from starlette.testclient import TestClient
 from asrkit.config import ServeConfig
 from asrkit.serve import build_app
 from asrkit.serve.engine import MAX_HOTWORD_LISTS
-from tests.serve.serve_audio import (CHUNK_MS, SR, finish, from_s16le, reference, refused, s16le, same_json, start,
+from tests.serve.serve_audio import (CHUNK_MS, finish, from_s16le, reference, refused, s16le, same_json, start,
                                     tones, wait_no_streams)
 
 HOT = ["C", ["C C", 3.0]]  # the tone's token, and a pair with a weight
