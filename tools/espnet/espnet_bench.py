@@ -555,18 +555,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     c.add_argument("--name", required=True)
     c.add_argument("cmd", nargs=argparse.REMAINDER)
     c.set_defaults(func=cmd_timed)
-    c = sub.add_parser("greedy", help="ESPnet model, CTC best-path decoding (run with .venv-espnet)")
-    c.add_argument("--config", required=True, help="the experiment's config.yaml")
-    c.add_argument("--model", required=True, help="the weights, e.g. exp/10epoch.pth")
-    c.add_argument("--data", required=True, help="a Kaldi data dir (its wav.scp)")
-    c.add_argument("--out", required=True, help="writes OUT/text")
-    c.set_defaults(func=cmd_greedy)
-    c = sub.add_parser("posteriors", help="ESPnet model, CTC log-probabilities to OUT/log_probs.npz (.venv-espnet)")
-    c.add_argument("--config", required=True, help="the experiment's config.yaml")
-    c.add_argument("--model", required=True, help="the weights, e.g. exp/10epoch.pth")
-    c.add_argument("--data", required=True, help="a Kaldi data dir (its wav.scp)")
-    c.add_argument("--out", required=True, help="writes OUT/log_probs.npz and OUT/tokens.txt")
-    c.set_defaults(func=cmd_posteriors)
+    for name, func, what, writes in (
+            ("greedy", cmd_greedy, "CTC best-path decoding (run with .venv-espnet)", "writes OUT/text"),
+            ("posteriors", cmd_posteriors, "CTC log-probabilities to OUT/log_probs.npz (.venv-espnet)",
+             "writes OUT/log_probs.npz and OUT/tokens.txt")):
+        c = sub.add_parser(name, help=f"ESPnet model, {what}")
+        c.add_argument("--config", required=True, help="the experiment's config.yaml")
+        c.add_argument("--model", required=True, help="the weights, e.g. exp/10epoch.pth")
+        c.add_argument("--data", required=True, help="a Kaldi data dir (its wav.scp)")
+        c.add_argument("--out", required=True, help=writes)
+        c.set_defaults(func=func)
     args = p.parse_args(argv)
     try:
         return args.func(args) or 0
