@@ -292,7 +292,7 @@ class Stream:
         self._features = FeatureStream(recognizer.featurizer)
         self._rate: Optional[int] = None
         # another rate than the model's goes through one resampler for the whole stream: resampling each piece
-        # alone would put edge errors at every piece boundary (45.6 dB SNR against the whole signal at once)
+        # alone puts an edge error at every piece boundary (a 44.1 kHz sine in 10 ms pieces: 31 dB SNR, not 132)
         self._resampler: Optional[StreamResampler] = None
         self._samples = 0  # samples accepted (at the model's rate)
         self._pending: List[torch.Tensor] = []  # feature frames not yet encoded, (t_i, F) each
