@@ -4,8 +4,8 @@
 Usage:
     python tools/make_synthetic_corpus.py --out data --num-train 1000 --num-dev 100 --num-test 100 \\
         [--num-test-unseen 100] [--train-synths espeak:2,festival,flite] [--unseen-synth flite] \\
-        [--unseen-voices awb,rms] --seed 0 [--snr-db 20 | --no-noise] [--jobs 2] [--audio-dir DIR] \\
-        [--sentences FILE]
+        [--unseen-voices awb,rms] [--derived-voices false|true] --seed 0 [--snr-db 20 | --no-noise] [--jobs 2] \\
+        [--audio-dir DIR] [--sentences FILE]
 
 Writes ``OUT/train``, ``OUT/dev``, ``OUT/test`` and (unless ``--num-test-unseen 0``) ``OUT/test_unseen``,
 each holding ``wav.scp``, ``text``, ``utt2spk``, ``spk2utt`` and ``utt2dur`` (sorted by key), with 16 kHz
@@ -28,6 +28,13 @@ absolute paths.
 * A speaker is a synthesizer voice (+ espeak variant): espeak ``enus_m3`` = ``en-us+m3``, festival
   ``fest_kal``/``fest_ked``/``fest_slt``, flite ``flite_awb``/``flite_rms``/``flite_slt``/``flite_kal``/
   ``flite_kal8``.
+  ``--derived-voices true`` adds derived speakers, each drawn like any other voice of its synthesizer: flite's
+  slt as a man ``flite_slt_m`` (its F0 setting x 0.8, then formants and F0 x 0.85 by resampling: ~117 Hz),
+  festival's slt as a man ``fest_slt_m`` (x 0.85 by resampling alone: its HTS engine takes no F0 setting) and
+  festival's kal and ked as women ``fest_kal_f``/``fest_ked_f`` (F0 x 1.6, formants x 1.17); the speaking rate
+  given to the engine undoes the resampling's change of duration (``tools/synthesizers.py``). test_unseen never
+  has them, nor does any other split have one derived from a held-out voice. Off by default (the corpus is then
+  the same as before the option existed).
   Utterance ids start with the speaker id (Kaldi convention, so sorting keeps speakers together).
   train and dev draw speakers from the same pool; every other espeak test utterance uses an espeak voice
   or variant that never occurs in train, the rest use train speakers.
@@ -134,11 +141,14 @@ class SynthChoice:
     train_synths: Dict[str, float]                  # synthesizer -> weight (share of train/dev/test)
     unseen_synth: str = DEFAULT_UNSEEN_SYNTH
     unseen_voices: Optional[Tuple[str, ...]] = None  # None: DEFAULT_UNSEEN_VOICES or all voices
+    derived: bool = False                            # add the derived speakers (synthesizers.DERIVED_VOICES)
 
     def train_pool(self, synth: str) -> List[Speaker]:
-        """The speakers of ``synth`` that train, dev and test draw from: the unseen voices are never among them."""
+        """The speakers of ``synth`` that train, dev and test draw from: the unseen voices are never among them,
+        nor the speakers derived from them."""
         held = {s.voice for s in self.unseen_pool()} if synth == self.unseen_synth else set()
-        return [s for s in voices(synth) if s.voice not in held]
+        pool = voices(synth) + (synthesizers.derived_voices(synth) if self.derived else [])
+        return [s for s in pool if s.voice not in held]
 
     def unseen_pool(self) -> List[Speaker]:
         pool = voices(self.unseen_synth)
@@ -462,6 +472,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="synthesizer of test_unseen (default flite)")
     parser.add_argument("--unseen-voices",
                         help="comma-separated voices of the unseen synthesizer (default for flite: awb,rms; else all)")
+    parser.add_argument("--derived-voices", choices=("false", "true"), default="false",
+                        help="true: also train on derived speakers (slt as a man, kal and ked as women: F0 and "
+                             "vocal-tract shifts); default false")
     parser.add_argument("--seed", type=int, default=0)
     noise = parser.add_mutually_exclusive_group()
     noise.add_argument("--snr-db", type=float, default=20.0, help="additive noise SNR in dB (default 20)")
@@ -486,7 +499,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error(f"--snr-db {args.snr_db} is outside [-20, 100]")
     try:
         synths = SynthChoice(parse_synth_weights(args.train_synths), args.unseen_synth,
-                             tuple(v.strip() for v in args.unseen_voices.split(",")) if args.unseen_voices else None)
+                             tuple(v.strip() for v in args.unseen_voices.split(",")) if args.unseen_voices else None,
+                             derived=args.derived_voices == "true")
         synths.check()
     except ValueError as exc:
         parser.error(str(exc))

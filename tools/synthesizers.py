@@ -17,6 +17,11 @@ the voice's default, ``pitch`` 1.1 raises its mean F0 by 10%. How each engine is
 * "Pitch by resampling": the engine renders at rate ``rate / pitch`` and the waveform is read as if
   sampled at ``pitch`` times its true rate, which raises F0 (and the formants, like a shorter vocal tract)
   by ``pitch`` and brings the duration back to ``1 / rate`` of the default.
+* Derived speakers (``derived_voices``; make_synthetic_corpus ``--derived-voices true``): a voice moved to the
+  other sex by a speaker transform: its F0 setting times ``Speaker.f0`` and a vocal-tract shift by resampling
+  as above (formants and F0 times ``Speaker.shift``; the engine renders at ``rate / shift``, so the duration
+  stays ``1 / rate`` of the default). flite's and festival's slt (female) become male speakers, festival's
+  kal and ked (male) female ones; each is a speaker id of its own.
 
 Text goes to every engine in lower case: festival and flite spell out upper-case words ("IT" as "I T").
 """
@@ -86,6 +91,16 @@ SAME_SPEAKER: Dict[Tuple[str, str], Tuple[str, str]] = {
 FLITE_F0_MEAN: Dict[str, int] = {"awb": 132, "slt": 172, "kal16": 95, "kal": 95}
 # Voices whose engine ignores the F0 setting: their pitch is applied by resampling.
 PITCH_BY_RESAMPLING = {("festival", "cmu_us_slt_arctic_hts"), ("flite", "rms")}
+# Derived speakers: synthesizer -> (base voice, speaker id, F0 factor, vocal-tract shift). The male slt: F0
+# 172 Hz x 0.8 x 0.85 = 117 Hz (flite's awb 116 Hz, rms 100 Hz, measured by median) and formants x 0.85, about
+# the male/female ratio of vocal-tract lengths; festival's slt (HTS) takes no F0 setting (nor hts_engine's -fm,
+# measured), so the shift alone moves it (157 -> 133 Hz). kal and ked (~105 Hz) become ~190 Hz with formants
+# x 1.17: diphone pitch marks stay clean at a 1.6x F0 change.
+DERIVED_VOICES: Dict[str, Tuple[Tuple[str, str, float, float], ...]] = {
+    "flite": (("slt", "flite_slt_m", 0.8, 0.85),),
+    "festival": (("cmu_us_slt_arctic_hts", "fest_slt_m", 1.0, 0.85), ("kal_diphone", "fest_kal_f", 1.6, 1.17),
+                 ("ked_diphone", "fest_ked_f", 1.6, 1.17)),
+}
 
 
 @dataclass(frozen=True)
@@ -96,6 +111,8 @@ class Speaker:
     voice: str
     variant: str
     spk_id: str
+    f0: float = 1.0      # derived speakers: factor on the engine's F0 setting, on top of each utterance's pitch
+    shift: float = 1.0   # derived speakers: vocal-tract factor, by resampling: formants and F0 scale by it
 
     @property
     def engine_voice(self) -> str:
@@ -123,6 +140,11 @@ def voices(synth: str) -> List[Speaker]:
     if table is None:
         raise ValueError(f"unknown synthesizer '{synth}' (expected one of {', '.join(SYNTHS)})")
     return [Speaker(synth, voice, "", code) for voice, code in table.items()]
+
+
+def derived_voices(synth: str) -> List[Speaker]:
+    """The derived speakers of a synthesizer (``DERIVED_VOICES``; none for espeak)."""
+    return [Speaker(synth, voice, "", code, f0, shift) for voice, code, f0, shift in DERIVED_VOICES.get(synth, ())]
 
 
 def espeak_speakers(voice_codes: Dict[str, str], variants: Sequence[str]) -> List[Speaker]:
@@ -196,17 +218,21 @@ def espeak_settings(rate: float, pitch: float) -> Tuple[int, int]:
 
 def _engine_rate_and_shift(req: SynthRequest) -> Tuple[float, float]:
     """(rate the engine renders at, factor the sample rate is then reinterpreted by)."""
-    if (req.speaker.synth, req.speaker.voice) in PITCH_BY_RESAMPLING:
-        return req.rate / req.pitch, req.pitch
-    return req.rate, 1.0
+    shift = req.speaker.shift * (req.pitch if _pitch_by_resampling(req) else 1.0)
+    return req.rate / shift, shift
+
+
+def _pitch_by_resampling(req: SynthRequest) -> bool:
+    return (req.speaker.synth, req.speaker.voice) in PITCH_BY_RESAMPLING
 
 
 def flite(req: SynthRequest, binary: str = "flite") -> np.ndarray:
     """Render one utterance with flite: 16 kHz float64 (T,)."""
     rate, shift = _engine_rate_and_shift(req)
     cmd = [binary, "-voice", req.speaker.voice, "--setf", f"duration_stretch={1.0 / rate:.4f}"]
-    if req.speaker.voice in FLITE_F0_MEAN and shift == 1.0:
-        cmd += ["--setf", f"int_f0_target_mean={FLITE_F0_MEAN[req.speaker.voice] * req.pitch:.2f}"]
+    if req.speaker.voice in FLITE_F0_MEAN and not _pitch_by_resampling(req):
+        f0 = FLITE_F0_MEAN[req.speaker.voice] * req.pitch * req.speaker.f0
+        cmd += ["--setf", f"int_f0_target_mean={f0:.2f}"]
     with tempfile.TemporaryDirectory(prefix="flite") as tmp:
         path = os.path.join(tmp, "out.wav")
         cmd += ["-t", req.text.lower(), "-o", path]
@@ -244,7 +270,7 @@ def festival_script(reqs: Sequence[SynthRequest], paths: Sequence[str]) -> str:
         else:
             # relative to the voice's own stretch (kal_diphone sets 1.1)
             lines.append(f"(Parameter.set 'Duration_Stretch (/ (Parameter.get 'Duration_Stretch) {rate:.4f}))")
-            lines.append(f"(asrkit_scale_f0 {req.pitch:.4f})")
+            lines.append(f"(asrkit_scale_f0 {req.pitch * req.speaker.f0:.4f})")
         lines.append(f"(utt.save.wave (SynthText {_scheme_string(req.text.lower())}) {_scheme_string(path)} 'riff)")
     return "\n".join(lines) + "\n"
 

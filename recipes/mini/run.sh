@@ -18,6 +18,7 @@
 #                            [--joint-lm-weights "0.3 0.6 1.0"] [--joint-decode-config conf/decode_joint_wordlm.yaml]
 #                            [--streaming-chunks "640 320"]
 #                            [--jobs 2] [--test-reverb-noise true|false] [--reverb-noise-snr 5,20]
+#                            [--derived-voices true|false]
 #   --size      small: 4800 training utterances (~5.5 h of speech), conf/mini_small.yaml (4-layer Conformer);
 #               medium: 6000 utterances, conf/mini_medium.yaml (12-layer Conformer); small-joint: the small data
 #               and conf/mini_small_joint.yaml (the small model + a 2-layer attention decoder, joint CTC/attention
@@ -51,6 +52,10 @@
 #               simulated rooms and noises that training never draws (tools/make_reverb_noise_set.py: the held-out
 #               room and noise sets are stated there) at SNRs drawn from --reverb-noise-snr (dB); stages 6-7 decode
 #               and score it beside test and test_unseen
+#   --derived-voices true: stage 0 also trains on derived speakers (tools/make_synthetic_corpus.py
+#               --derived-voices): flite's and festival's slt as men (F0 and formants lowered, by the F0 setting
+#               and resampling) and festival's kal and ked as women, each its own speaker id; test_unseen stays
+#               flite's awb and rms. Default false (the corpus as before)
 #   --lm-kind   ngram: word n-gram (KenLM lmplz, tools/install/install_kenlm.sh) and a lexicon of its words;
 #               neural: the character LSTM LM of --lm-config on the same text
 #   stage 0: synthesize data/{train,dev,test,test_unseen}   stage 4: LM text (book text + train transcripts) and LM
@@ -89,6 +94,7 @@ num_test=100
 num_test_unseen=100   # data/test_unseen: flite voices no training split has (0: none)
 test_reverb_noise=true   # data/test_reverb_noise: data/test through held-out rooms and noises
 reverb_noise_snr=5,20    # its SNR range in dB
+derived_voices=false     # stage 0: also the derived speakers (slt as a man, kal and ked as women)
 snr_db=25
 seed=1
 jobs=2
@@ -135,6 +141,10 @@ case "$test_reverb_noise" in
   true|false) ;;
   *) echo "$0: --test-reverb-noise must be true or false, not '$test_reverb_noise'" >&2; exit 1 ;;
 esac
+case "$derived_voices" in
+  true|false) ;;
+  *) echo "$0: --derived-voices must be true or false, not '$derived_voices'" >&2; exit 1 ;;
+esac
 
 # One BLAS thread per process: with the data-loader worker on the other core this is the fastest setting
 # on 2 cores, and it does not collapse when something else is running (2 threads then run 4x slower).
@@ -158,9 +168,10 @@ for ms in $streaming_chunks; do decode_suffixes+=("_stream$ms" "_stream${ms}_lm"
 
 if run_stage 0; then
   log 0 "synthesizing speech into data/ (train $num_train, dev $num_dev, test $num_test," \
-    "test_unseen $num_test_unseen utterances)"
+    "test_unseen $num_test_unseen utterances; derived voices: $derived_voices)"
   python "$root/tools/make_synthetic_corpus.py" --out data --num-train "$num_train" --num-dev "$num_dev" \
-    --num-test "$num_test" --num-test-unseen "$num_test_unseen" --seed "$seed" --snr-db "$snr_db" --jobs "$jobs"
+    --num-test "$num_test" --num-test-unseen "$num_test_unseen" --seed "$seed" --snr-db "$snr_db" --jobs "$jobs" \
+    --derived-voices "$derived_voices"
   if [ "$test_reverb_noise" = true ]; then
     log 0 "data/test through held-out rooms and noises at $reverb_noise_snr dB SNR into data/test_reverb_noise"
     python "$root/tools/make_reverb_noise_set.py" --src data/test --out data/test_reverb_noise --seed "$seed" \

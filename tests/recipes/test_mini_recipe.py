@@ -228,3 +228,23 @@ def test_a_work_dir_without_test_reverb_noise_is_told_how_to_make_it(tmp_path):
     assert run.returncode == 1
     assert "data/test_reverb_noise is missing" in run.stderr and "--test-reverb-noise false" in run.stderr
     assert "tools/make_reverb_noise_set.py --src data/test --out data/test_reverb_noise --seed 1" in run.stderr
+
+
+def test_derived_voices_reach_stage_0_and_a_bad_value_is_refused(tmp_path):
+    """--derived-voices goes to make_synthetic_corpus.py (a stand-in python records stage 0's call), off by
+    default; a value other than true or false stops the recipe with a message naming the option."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python"
+    fake.write_text(f'#!/usr/bin/env bash\necho "$@" >> {tmp_path / "calls.txt"}\n')
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    cmd = ["bash", str(REPO / "recipes" / "mini" / "run.sh"), "--workdir", str(tmp_path / "work"), "--stage", "0",
+           "--stop-stage", "0", "--test-reverb-noise", "false"]
+    for extra in ([], ["--derived-voices", "true"]):
+        run = subprocess.run(cmd + extra, env=env, capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr[-3000:]
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    assert [c.split("make_synthetic_corpus.py ")[1].split(" --derived-voices ")[1] for c in calls] == ["false", "true"]
+    bad = subprocess.run(cmd + ["--derived-voices", "yes"], env=env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "--derived-voices must be true or false, not 'yes'" in bad.stderr

@@ -544,3 +544,112 @@ def test_espeak_word_gap_and_pitch_range_reach_the_engine(tool):
         return float(np.percentile(f0.numpy(), 90) - np.percentile(f0.numpy(), 10))
     assert abs(_speech_seconds(flat) - _speech_seconds(wide)) < 0.1 * _speech_seconds(plain)
     assert spread(wide) > spread(flat)
+
+
+# --- derived speakers (--derived-voices true): a training voice moved to the other sex's F0 and vocal tract ------
+
+DERIVED_IDS = {"flite_slt_m": ("flite", "slt"), "fest_slt_m": ("festival", "cmu_us_slt_arctic_hts"),
+               "fest_kal_f": ("festival", "kal_diphone"), "fest_ked_f": ("festival", "ked_diphone")}
+
+
+def _log_spectrum(audio: np.ndarray, n: int = 1024) -> np.ndarray:
+    """The long-term log power spectrum of the loud frames, smoothed over ~400 Hz so that formants, not
+    harmonics, shape it."""
+    frames = np.lib.stride_tricks.sliding_window_view(audio, n)[::256] * np.hanning(n)
+    power = np.abs(np.fft.rfft(frames, axis=1)) ** 2
+    energy = power.sum(axis=1)
+    log = np.log(power[energy > 0.01 * energy.max()].mean(axis=0) + 1e-12)
+    return np.convolve(log, np.ones(25) / 25, mode="same")
+
+
+def _spectral_warp(base: np.ndarray, derived: np.ndarray) -> float:
+    """The factor k (grid 0.01) under which derived's spectrum at f best matches base's at f / k, 300-5000 Hz."""
+    freqs = np.fft.rfftfreq(1024, d=1 / 16000)
+    ref, got = _log_spectrum(base), _log_spectrum(derived)
+    keep = (freqs >= 300) & (freqs <= 5000)
+    errors = {}
+    for k in np.round(np.arange(0.7, 1.31, 0.01), 2):
+        diff = got[keep] - np.interp(freqs[keep] / k, freqs, ref)
+        errors[float(k)] = float(np.var(diff))  # the variance: a level difference is no mismatch
+    return min(errors, key=errors.get)
+
+
+def test_derived_speaker_ids_are_unique_stable_and_off_by_default(tool):
+    syn = tool.synthesizers
+    derived = syn.derived_voices("flite") + syn.derived_voices("festival")
+    assert {s.spk_id: (s.synth, s.voice) for s in derived} == DERIVED_IDS
+    assert syn.derived_voices("espeak") == []
+    base_ids = {s.spk_id for synth in syn.SYNTHS for s in syn.voices(synth)}
+    assert not base_ids & set(DERIVED_IDS) and len(base_ids | set(DERIVED_IDS)) == len(base_ids) + 4
+    # female -> male: lower F0 and a longer vocal tract; male -> female: the other way
+    for s in derived:
+        assert (s.f0 * s.shift < 0.9 and s.shift < 1) if s.spk_id.endswith("_m") else (s.f0 * s.shift > 1.4 and s.shift > 1)
+        if (s.synth, s.voice) in syn.PITCH_BY_RESAMPLING:
+            assert s.f0 == 1.0  # the engine takes no F0 setting: the shift alone moves its F0
+    sentences = tool.load_sentences(str(SENTENCES))
+    counts = {"train": 2000, "dev": 100, "test": 100, "test_unseen": 100}
+    default = tool.plan_corpus(sentences, counts, seed=4, snr_db=None, out_dir="x")
+    off = tool.plan_corpus(sentences, counts, seed=4, snr_db=None, out_dir="x",
+                           synths=tool.SynthChoice(dict(tool.DEFAULT_TRAIN_SYNTHS), derived=False))
+    assert default == off
+    assert not {s.speaker.spk_id for split in tool.SPLITS for s in default[split]} & set(DERIVED_IDS)
+
+
+def test_derived_speakers_train_like_any_voice_but_never_in_test_unseen(tool):
+    sentences = tool.load_sentences(str(SENTENCES))
+    counts = {"train": 2000, "dev": 100, "test": 100, "test_unseen": 100}
+    on = tool.SynthChoice(dict(tool.DEFAULT_TRAIN_SYNTHS), derived=True)
+    plan = tool.plan_corpus(sentences, counts, seed=4, snr_db=None, out_dir="x", synths=on)
+    assert plan == tool.plan_corpus(sentences, counts, seed=4, snr_db=None, out_dir="x", synths=on)  # reproducible
+    assert plan != tool.plan_corpus(sentences, counts, seed=5, snr_db=None, out_dir="x", synths=on)
+    assert {s.speaker.spk_id for s in plan["train"]} >= set(DERIVED_IDS)
+    assert {s.speaker.spk_id for s in plan["dev"] + plan["test"]} & set(DERIVED_IDS)
+    for split in ("train", "dev", "test"):
+        assert not [s for s in plan[split] if s.speaker.synth == "flite" and s.speaker.voice in ("awb", "rms")]
+    off = tool.plan_corpus(sentences, counts, seed=4, snr_db=None, out_dir="x")
+    assert plan["test_unseen"] == off["test_unseen"]
+    assert {s.speaker.spk_id for s in plan["test_unseen"]} == {"flite_awb", "flite_rms"}
+    # a voice held out for test_unseen takes its derived speaker out of training too
+    held = tool.SynthChoice({"espeak": 1.0, "festival": 1.0}, "festival", ("kal_diphone",), derived=True)
+    plan = tool.plan_corpus(sentences, counts, seed=4, snr_db=None, out_dir="x", synths=held)
+    festival = {s.speaker.spk_id for split in ("train", "dev", "test") for s in plan[split] if s.speaker.synth == "festival"}
+    assert festival == {"fest_ked", "fest_slt", "fest_slt_m", "fest_ked_f"}
+
+
+def test_derived_voices_option_reaches_the_corpus_and_a_bad_value_is_refused(tool, monkeypatch, capsys):
+    with pytest.raises(SystemExit):
+        tool.main(["--out", "x", *COUNTS, "--derived-voices", "yes"])
+    assert "--derived-voices: invalid choice: 'yes'" in capsys.readouterr().err
+    asked = []
+    monkeypatch.setattr(tool, "make_corpus", lambda *args, synths, **kw: asked.append(synths.derived))
+    for flag in ([], ["--derived-voices", "false"], ["--derived-voices", "true"]):
+        assert tool.main(["--out", "x", *COUNTS, *flag]) == 0
+    assert asked == [False, False, True]
+
+
+@needs_all
+def test_derived_speakers_have_the_intended_f0_formants_and_duration(tool):
+    """Each derived speaker against its base voice on the same sentence, rate and pitch: median F0 (torchaudio's
+    detector) moves by f0 x shift, the long-term spectrum is the base's warped by shift (formants), and the
+    speech lasts as long (within 10%): the rendering rate undoes the resampling's stretch."""
+    syn = tool.synthesizers
+    programs = syn.find_programs(["festival", "flite"])
+    derived = syn.derived_voices("flite") + syn.derived_voices("festival")
+    bases = {(s.synth, s.voice): s for synth in ("flite", "festival") for s in syn.voices(synth)}
+    audio = {}
+    for synth in ("flite", "festival"):  # one festival process for all its voices
+        spks = [s for s in derived if s.synth == synth]
+        reqs = [_Req(s.spk_id, LONG, s, 1.0, 1.0) for s in spks]
+        reqs += [_Req(f"{s.spk_id}_base", LONG, bases[(s.synth, s.voice)], 1.0, 1.0) for s in spks]
+        audio.update(zip((r.utt_id for r in reqs), syn.synthesize(reqs, programs)))
+    f0 = {name: _median_f0(a) for name, a in audio.items()}
+    for s in derived:
+        base, got = audio[f"{s.spk_id}_base"], audio[s.spk_id]
+        f0_ratio = f0[s.spk_id] / f0[f"{s.spk_id}_base"]
+        # within 10%, or up to 15% under: festival's diphone voices scale the mean of their F0 contour, not its
+        # spread in Hz, so the median moves a little less (kal 0.93, ked 0.91 of the factor, measured)
+        assert 0.85 < f0_ratio / (s.f0 * s.shift) < 1.1, (s.spk_id, f0_ratio, s.f0 * s.shift)
+        assert abs(_spectral_warp(base, got) - s.shift) <= 0.03, (s.spk_id, _spectral_warp(base, got), s.shift)
+        assert abs(_speech_seconds(got) / _speech_seconds(base) - 1) < 0.1, s.spk_id
+    # the male slt lands in a male F0 range, the female kal and ked in a female one
+    assert 95 < f0["flite_slt_m"] < 135 and 160 < min(f0["fest_kal_f"], f0["fest_ked_f"]) < 230, f0
