@@ -37,9 +37,11 @@ FUSED_STEP = os.environ.get("ASRKIT_FUSED_STEP", "1") != "0"
 # Without scorers, the whole search as one launch over the log-probs (asrkit.search.fused_search: no host-built
 # tables, no capture); ASRKIT_FUSED_SEARCH=0 keeps the fused step on the tables (the benchmark times both).
 FUSED_SEARCH = os.environ.get("ASRKIT_FUSED_SEARCH", "1") != "0"
-# The scorers' per-step calls through torch.compile (asrkit.search.compiled_scorers), an experiment: off by default,
-# ASRKIT_COMPILE_SCORERS=1 turns it on.
-COMPILE_SCORERS = os.environ.get("ASRKIT_COMPILE_SCORERS", "0") == "1"
+# The scorers' per-step calls through torch.compile (asrkit.search.compiled_scorers) where the loop is captured
+# (COMPILE_DEVICES): on by default, ASRKIT_COMPILE_SCORERS=0 turns it off. Elsewhere (the CPU, in tests) the loop
+# runs eagerly once a batch, and compiling would only cost time.
+COMPILE_SCORERS = compiled_scorers.env_switch(os.environ.get("ASRKIT_COMPILE_SCORERS"))
+COMPILE_DEVICES = ("cuda",)
 
 
 class _Entry:
@@ -109,13 +111,15 @@ def search(lp: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: int, score
         return fused_search.search(lp, lengths, beam, nbest, bonus, topk, min_logp, skip)
     fr = prefix_loop.tables(lp, lengths, beam, scorers, bonus, topk, min_logp, skip, bucketed=True)
     start = prefix_loop.fresh_rows(lp.shape[0], beam, lp.dtype, lp.device, scorers)
+    compile_now = (COMPILE_SCORERS and lp.device.type in COMPILE_DEVICES
+                   and any(compiled_scorers.compilable(sc) for sc in scorers.values()))
     key = (FUSED_STEP, lp.device, lp.dtype, lp.shape[0], lp.shape[2], beam, fr.n_cand, fr.steps, skip is not None, nbest, bonus,
-           tuple((name, id(sc), float(weights[name])) for name, sc in scorers.items()), COMPILE_SCORERS)
+           tuple((name, id(sc), float(weights[name])) for name, sc in scorers.items()), compile_now)
     entry = _CACHE.get(key)
     if entry is None:
         s = prefix_loop.beam_state(fr, lp, beam, scorers, bonus, start)
         s.fused_step = FUSED_STEP and not s.wide and fused_step.unavailable(lp.device) is None
-        if COMPILE_SCORERS and scorers:
+        if compile_now:
             warm_up = prefix_loop.fresh_rows(lp.shape[0], beam, lp.dtype, lp.device, scorers)
             entry = _Entry(s, fr, compiled_scorers.compile_scorers(scorers), weights, nbest, warm_up)
         else:
