@@ -8,6 +8,8 @@ the backpointers :func:`ctc_search` wrote."""
 import triton
 import triton.language as tl
 
+from asrkit.search.fused_scorers import (lx_final, lx_score, lx_select, tn_score, tn_select, wc_score, wc_select,
+                                         wn_next_node, wn_score, wn_state)
 
 
 @triton.jit
@@ -187,18 +189,33 @@ def ctc_steps(st, ints, tok_all, cval, lpb, pad_bias, run_after, lp_rows, fusion
 @triton.jit
 def ctc_search(lp, lengths, limits, bonus_ptr, st, ints, parent_out, token_out, frame_out, count_out, offset_out,
                ctab, vtab, stride_b, stride_t, frames, batch, beam, n_cand, vocab,
+               wts, final_out, wc_open0, wc_closes, wc_opens, tn_state0, tn_logp, tn_next, tn_eos, tn_vocab,
+               lx_state0, lx_next_base, lx_score_table, lx_edge_keys, lx_edge_dst, lx_col_stay, lx_col_closes,
+               lx_col_start, lx_is_word, lx_width, lx_n_edges, lx_iters,
+               wn_ints0, wn_floats0, wn_trans, wn_la_next, wn_edge_keys, wn_edge_dst, wn_col_stay, wn_col_start,
+               wn_col_is_end, wn_la, wn_col_is_start, wn_token_slot, wn_node_word, wn_node_floats, wn_chain_keys,
+               wn_keys, wn_next_state, wn_row_floats, wn_backoff, wn_width, wn_order, wn_n_edges, wn_edge_iters,
+               wn_n_keys, wn_key_iters,
                HAS_FUSION: tl.constexpr, EVERY_TOKEN: tl.constexpr, TABLES: tl.constexpr, BK: tl.constexpr,
                BC: tl.constexpr,
                BV: tl.constexpr, SENT_HASH_C: tl.constexpr, SENT_PARENT_C: tl.constexpr, SENT_MIN_C: tl.constexpr,
-               HASH_MUL_C: tl.constexpr):
+               HASH_MUL_C: tl.constexpr, HAS_SCORERS: tl.constexpr = False, HAS_WC: tl.constexpr = False,
+               HAS_TN: tl.constexpr = False, HAS_LX: tl.constexpr = False, LX_DENSE: tl.constexpr = True,
+               HAS_WN: tl.constexpr = False, WN_DENSE: tl.constexpr = True):
     """Every frame of utterance ``b`` (one program each) from the log-probs ``lp`` (B, T, V), last axis contiguous:
     frames whose log P(blank) exceeds limits[0] are skipped (their log P(blank) summed in float64 into
     offset_out[b], and pnb's mass moved into pb before the next kept frame), the best n_cand non-blank tokens of
     each kept frame (every token when EVERY_TOKEN; with TABLES read from ctab / vtab (B*T, n_cand), the tokens and
     their log-probs of every frame, taken before the launch) are its candidates, those under limits[1] dropped. Kept
-    frame i
-    writes parents and tokens (T, B, K) row i and frame_out[b, i] = its input frame; count_out[b] = kept frames
-    (rows past it are left unwritten)."""
+    frame i writes parents and tokens (T, B, K) row i and frame_out[b, i] = its input frame; count_out[b] = kept
+    frames (rows past it are left unwritten).
+
+    With scorers (HAS_SCORERS; at most one of each kind, :mod:`asrkit.search.fused_scorers`: HAS_WC word_count,
+    HAS_TN token_ngram, HAS_LX lexicon, HAS_WN word_ngram, their tables those of the scorer's ``native_form()``,
+    weights wts[0..3] in that order) each kept frame adds bonus + the weighted scores of every (hypothesis,
+    candidate) to the extensions, and the picks' scorer states follow their parents and tokens, in registers from
+    the (B*K,) start states (``init_state``'s) to the end, where final_out (B, K) gets their weighted
+    end-of-sentence scores."""
     b = tl.program_id(0)
     ok = tl.arange(0, BK)
     oc = tl.arange(0, BC)
@@ -217,6 +234,25 @@ def ctc_search(lp, lengths, limits, bonus_ptr, st, ints, parent_out, token_out, 
     offset = (n * 0).to(tl.float64)
     pending = b * 0  # skipped frames since the last kept one
     kept = b * 0
+    # the scorers' states of the beam's slots (unused kinds: zeros, never read)
+    hyp = b * beam + ok
+    zero_i = (ok * 0).to(tl.int64)
+    zero_f = tl.zeros([BK], tl.float32)
+    wc_open, tn_st, lx_st, wn_node, wn_hist, wn_closed, wn_f0, wn_f1, wn_f2 = \
+        zero_i, zero_i, zero_i, zero_i, zero_i, zero_i, zero_f, zero_f, zero_f
+    if HAS_WC:
+        wc_open = (tl.load(wc_open0 + hyp, mask=kmask, other=0.0) != 0).to(tl.int64)
+    if HAS_TN:
+        tn_st = tl.load(tn_state0 + hyp, mask=kmask, other=0)
+    if HAS_LX:
+        lx_st = tl.load(lx_state0 + hyp, mask=kmask, other=0)
+    if HAS_WN:
+        wn_node = tl.load(wn_ints0 + hyp * 3, mask=kmask, other=0)
+        wn_hist = tl.load(wn_ints0 + hyp * 3 + 1, mask=kmask, other=0)
+        wn_closed = tl.load(wn_ints0 + hyp * 3 + 2, mask=kmask, other=0)
+        wn_f0 = tl.load(wn_floats0 + hyp * 3, mask=kmask, other=0.0)
+        wn_f1 = tl.load(wn_floats0 + hyp * 3 + 1, mask=kmask, other=0.0)
+        wn_f2 = tl.load(wn_floats0 + hyp * 3 + 2, mask=kmask, other=0.0)
     for t in range(0, n):
         row = utt + t * stride_t
         blank_lp = tl.load(row)
@@ -249,9 +285,51 @@ def ctc_search(lp, lengths, limits, bonus_ptr, st, ints, parent_out, token_out, 
             pb = tl.where(pending != 0, tot, pb)
             pnb = tl.where(pending != 0, neg, pnb)
             pending = b * 0
+            fus_in = bonus
+            if HAS_SCORERS:  # bonus + the weighted scores of the extensions (prefix_loop._score_candidates)
+                cmask = (ok[:, None] < beam) & (oc[None, :] < n_cand)
+                add = tl.zeros([BK, BC], cv.dtype) + bonus
+                if HAS_WC:
+                    add += tl.load(wts) * wc_score(wc_open, ctok, wc_closes).to(cv.dtype)
+                if HAS_TN:
+                    add += tl.load(wts + 1) * tn_score(tn_st, ctok, cmask, tn_logp, tn_vocab).to(cv.dtype)
+                if HAS_LX:
+                    add += tl.load(wts + 2) * lx_score(
+                        lx_st, ctok, cmask, lx_score_table, lx_edge_keys, lx_edge_dst, lx_n_edges, lx_iters,
+                        lx_col_stay, lx_col_closes, lx_col_start, lx_is_word, lx_width, LX_DENSE).to(cv.dtype)
+                if HAS_WN:
+                    add += tl.load(wts + 3) * wn_score(
+                        wn_node, wn_f0, wn_f1, wn_f2, ctok, cmask, wn_la_next, wn_la, wn_trans, wn_edge_keys,
+                        wn_edge_dst, wn_n_edges, wn_edge_iters, wn_col_stay, wn_col_start, wn_col_is_start,
+                        wn_col_is_end, wn_token_slot, wn_width, WN_DENSE).to(cv.dtype)
+                fus_in = tl.where(cmask, add, 0.0)  # the stay column adds nothing
             pnb, pb, tot, fused, hsh, phsh, last, single, picks, parents, tokens = beam_step(
-                pnb, pb, tot, fused, hsh, phsh, last, single, ctok, cv, blank_lp, lp_last, bonus, bonus, pending,
-                beam, n_cand, HAS_FUSION, False, BK, BC, SENT_HASH_C, SENT_PARENT_C, SENT_MIN_C, HASH_MUL_C)
+                pnb, pb, tot, fused, hsh, phsh, last, single, ctok, cv, blank_lp, lp_last, fus_in, bonus, pending,
+                beam, n_cand, HAS_FUSION, HAS_SCORERS, BK, BC, SENT_HASH_C, SENT_PARENT_C, SENT_MIN_C, HASH_MUL_C)
+            if HAS_SCORERS:  # each slot's states: its parent's, extended by its token (-1: a stay)
+                sel_p = parents[:, None] == ok[None, :]  # (slot, parent)
+                if HAS_WC:
+                    wc_open = wc_select(tl.max(tl.where(sel_p, wc_open[None, :], -1), axis=1), tokens, wc_opens)
+                if HAS_TN:
+                    tn_st = tn_select(tl.max(tl.where(sel_p, tn_st[None, :], -1), axis=1), tokens, tn_next,
+                                      tn_vocab)
+                if HAS_LX:
+                    lx_st = lx_select(tl.max(tl.where(sel_p, lx_st[None, :], -1), axis=1), tokens, kmask,
+                                      lx_next_base, lx_edge_keys, lx_edge_dst, lx_n_edges, lx_iters, lx_col_stay,
+                                      lx_col_closes, lx_col_start, lx_is_word, lx_width, LX_DENSE)
+                if HAS_WN:
+                    col = tokens + 1  # 0: the stay's column, which keeps the node and the history
+                    o_node = tl.max(tl.where(sel_p, wn_node[None, :], -1), axis=1)
+                    o_hist = tl.max(tl.where(sel_p, wn_hist[None, :], -1), axis=1)
+                    o_closed = tl.max(tl.where(sel_p, wn_closed[None, :], -1), axis=1)
+                    wn_node = wn_next_node(o_node, col, kmask, wn_trans, wn_edge_keys, wn_edge_dst, wn_n_edges,
+                                           wn_edge_iters, wn_col_stay, wn_col_start, wn_col_is_start, wn_width,
+                                           WN_DENSE)
+                    # a boundary closes the word: the history becomes the closed state
+                    wn_hist = tl.where(tl.load(wn_col_is_start + col, mask=kmask, other=0) != 0, o_closed, o_hist)
+                    wn_closed, wn_f0, wn_f1, wn_f2 = wn_state(
+                        wn_node, wn_hist, kmask, wn_node_word, wn_node_floats, wn_chain_keys, wn_keys, wn_n_keys,
+                        wn_key_iters, wn_next_state, wn_row_floats, wn_backoff, wn_order)
             at_row = (kept * batch + b) * beam + ok
             tl.store(parent_out + at_row, parents, mask=kmask)
             tl.store(token_out + at_row, tokens, mask=kmask)
@@ -260,6 +338,17 @@ def ctc_search(lp, lengths, limits, bonus_ptr, st, ints, parent_out, token_out, 
     tl.store(count_out + b, kept)
     tl.store(offset_out + b, offset)
     store_beam(srow, irow, beam, ok, kmask, pnb, pb, tot, fused, hsh, phsh, last, single)
+    if HAS_SCORERS:  # the weighted end-of-sentence scores (prefix_loop.rank)
+        fin = tl.zeros([BK], pnb.dtype)
+        if HAS_WC:
+            fin += tl.load(wts) * wc_open.to(pnb.dtype)
+        if HAS_TN:
+            fin += tl.load(wts + 1) * tl.load(tn_eos + tn_st, mask=kmask, other=0.0).to(pnb.dtype)
+        if HAS_LX:
+            fin += tl.load(wts + 2) * lx_final(lx_st, lx_is_word, lx_width, kmask).to(pnb.dtype)
+        if HAS_WN:
+            fin += tl.load(wts + 3) * wn_f2.to(pnb.dtype)
+        tl.store(final_out + b * beam + ok, fin, mask=kmask)
 
 
 @triton.jit

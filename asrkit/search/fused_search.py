@@ -1,4 +1,5 @@
-"""CTC prefix beam search without scorers as one Triton launch over the log-probs: no host work before the result.
+"""CTC prefix beam search as one Triton launch over the log-probs, with the table scorers inside: no host work
+before the result.
 
 The fused step (:mod:`asrkit.search.fused_step`) runs every frame of a batch in one launch, but it reads tables the
 host builds first (:class:`~asrkit.search.prefix_loop.FrameTables`): blank-frame compaction, whose width is read
@@ -11,39 +12,76 @@ before the next kept frame, as the compaction does), takes each kept frame's bes
 backpointers for its kept frames only; :func:`~asrkit.search.fused_kernel.backtrack_paths` follows them. The host
 issues 15 small ops and two launches per batch (``ASRKIT_FUSED_CANDIDATES=topk``: the candidates of every frame
 taken before the launch by :func:`~asrkit.search.candidates.top_tokens`, a few ops more), none of them per frame,
-and reads nothing back until the result (``to_nbest``: one sync). Results equal the torch loop's (hypotheses, frames, scores within rounding);
-ties between equal log-probs may pick other candidates, as between ``torch.topk`` calls.
+and reads nothing back until the result (``to_nbest``: one sync). Results equal the torch loop's (hypotheses,
+frames, scores within rounding); ties between equal log-probs may pick other candidates, as between ``torch.topk``
+calls.
+
+Scorers whose per-step work is table lookups run in the same program (:mod:`asrkit.search.fused_scorers`): the
+kinds of :data:`FUSED_KINDS` (:class:`~asrkit.search.scorers.WordCount`, the dense token n-gram, the
+:class:`~asrkit.search.lexicon.LexiconScorer`, the word n-gram with its look-ahead and lexicon, dense or
+sorted-edge tries), at most one of each, and any :class:`~asrkit.search.scorers.LengthBonus` (a bonus per token).
+Their tables are those of their ``native_form()``, which the native C++ loop reads too, their start states those of
+``init_state``; each program keeps its hypotheses' scorer states in registers, scores every candidate of a kept
+frame, follows the picks and adds the weighted end-of-sentence scores (a few host ops more per batch, none per
+frame). Other scorers (neural LMs, hotwords, the token n-gram's lookup layout) keep the captured loop:
+:func:`scorers_unavailable` says why.
 
 Used by :mod:`asrkit.search.prefix_graph` where the fused step is (``ASRKIT_FUSED_SEARCH=0`` keeps the fused step
-on host-built tables, for comparison); not with scorers (their torch calls sit between steps), nor for the exact
-search over more than 32 tokens, nor over more than :data:`MAX_VOCAB` tokens (a frame's row is held in registers).
+on host-built tables, for comparison); not for the exact search over more than 32 tokens, nor over more than
+:data:`MAX_VOCAB` tokens (a frame's row is held in registers).
 """
 from __future__ import annotations
 
 import math
 import os
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
 from asrkit.search import fused_step, prefix_loop
 from asrkit.search.candidates import top_tokens
 from asrkit.search.hypotheses import NBest
-from asrkit.search.interfaces import BLANK_ID, HASH_MUL, SENT_HASH, SENT_PARENT
+from asrkit.search.interfaces import BLANK_ID, HASH_MUL, SENT_HASH, SENT_PARENT, BatchScorer, NativeScorer
+from asrkit.search.scorers import LengthBonus
 
 MAX_VOCAB = 8192  # one frame's row is one block of the next power of two of V floats in a program's registers
 # Where the best C tokens of a frame are taken: "kernel" (in the program, each kept frame: 2C reductions on its
 # path from one frame to the next) or "topk" (every frame of the batch before the launch, by
 # candidates.top_tokens: a few launches, in parallel over frames). Untimed on a GPU yet: the benchmark times both.
 CANDIDATES = os.environ.get("ASRKIT_FUSED_CANDIDATES", "kernel")
+# The scorer kinds the kernel runs (their native_form() kinds), in the order of its weights and flags; a LengthBonus
+# scorer is folded into the length bonus.
+FUSED_KINDS = ("word_count", "token_ngram", "lexicon", "word_ngram")
+
+
+def scorers_unavailable(scorers: Mapping[str, BatchScorer]) -> Optional[str]:
+    """Why the one-launch search cannot run these scorers in its program (None: it can): every scorer is a
+    :class:`~asrkit.search.scorers.LengthBonus` or has a ``native_form()`` of a kind in :data:`FUSED_KINDS`, at most
+    one of each kind. The others (neural LMs, hotwords, the token n-gram's lookup layout) keep the captured loop."""
+    seen: Dict[str, str] = {}
+    for name, sc in scorers.items():
+        if isinstance(sc, LengthBonus):
+            continue
+        form = sc.native_form() if isinstance(sc, NativeScorer) else None
+        if form is None:
+            return f"scorer {name!r} ({type(sc).__name__}) has no table form: its torch calls run between the steps"
+        kind = form[0]
+        if kind not in FUSED_KINDS:
+            return f"scorer {name!r} ({type(sc).__name__}) is of kind {kind!r}, not one the kernel runs " \
+                   f"({', '.join(FUSED_KINDS)})"
+        if kind in seen:
+            return f"scorers {seen[kind]!r} and {name!r} are both {kind!r}: the kernel holds one of each kind"
+        seen[kind] = name
+    return None
 
 
 def unavailable(lp: torch.Tensor, scorers: Mapping[str, Any], topk: Optional[int]) -> Optional[str]:
     """Why the one-launch search cannot search ``lp`` (B, T, V) with these scorers and ``token_topk`` (None: it
     can)."""
     batch, _, vocab = lp.shape
-    if scorers:
-        return "scorers are called between the steps"
+    why = scorers_unavailable(scorers)
+    if why is not None:
+        return why
     if batch == 0:
         return "an empty batch"
     if vocab > MAX_VOCAB:
@@ -64,16 +102,83 @@ def _scalar(value: float, like: torch.Tensor) -> torch.Tensor:
     return torch.full((1,), value, dtype=like.dtype, device=like.device)
 
 
+def _flag(t: torch.Tensor) -> torch.Tensor:
+    """A bool table as bytes (the kernel compares them with 0)."""
+    return t.view(torch.uint8) if t.dtype == torch.bool else t
+
+
+def _scorer_args(scorers: Mapping[str, BatchScorer], weights: Mapping[str, float], states: Mapping[str, Any],
+                 lp: torch.Tensor, beam: int, none_i: torch.Tensor, none_f: torch.Tensor
+                 ) -> Tuple[List[Any], Dict[str, bool], float]:
+    """The kernel's scorer arguments (after ``vocab``, in its order): the weights by kind, the final scores' output
+    (B, K) and each kind's start states and ``native_form()`` tables (absent kinds and tables: the stand-ins
+    ``none_i`` / ``none_f``, tensors of the search that are never read there); its constexpr flags; and the weight
+    of the LengthBonus scorers, a bonus per token."""
+    forms: Dict[str, Tuple[Dict[str, torch.Tensor], Any, float]] = {}
+    extra = 0.0
+    for name, sc in scorers.items():
+        if isinstance(sc, LengthBonus):
+            extra += float(weights[name])
+            continue
+        kind, tables = sc.native_form()  # type: ignore[union-attr, misc]  (checked by scorers_unavailable)
+        forms[kind] = ({k: _flag(v.contiguous()) for k, v in tables.items()}, states[name], float(weights[name]))
+
+    def table(kind: str, name: str, stand_in: torch.Tensor = none_i) -> Any:
+        return forms[kind][0].get(name, stand_in) if kind in forms else stand_in
+
+    def param(kind: str, name: str) -> int:
+        return int(forms[kind][0][name]) if kind in forms else 1
+
+    def iters(kind: str, name: str) -> int:  # halvings of a sorted key table
+        return table(kind, name).numel().bit_length()
+
+    def state(kind: str, stand_in: torch.Tensor = none_i) -> Any:
+        return forms[kind][1] if kind in forms else stand_in
+
+    wn_ints, wn_floats = state("word_ngram", (none_i, none_f))  # a WordNgramState: (N, 3) ints, (N, 3) floats
+    if forms:
+        wts = torch.cat([_scalar(forms[k][2] if k in forms else 0.0, lp) for k in FUSED_KINDS])
+        final = torch.empty((lp.shape[0], beam), dtype=lp.dtype, device=lp.device)
+    else:  # nothing to allocate for the search without scorers
+        wts = final = none_f
+    args = [wts, final,
+            state("word_count", none_f), table("word_count", "closes"), table("word_count", "opens"),
+            state("token_ngram"), table("token_ngram", "logp", none_f), table("token_ngram", "next_state"),
+            table("token_ngram", "eos", none_f), param("token_ngram", "vocab"),
+            state("lexicon"), table("lexicon", "next_base"), table("lexicon", "score_table", none_f),
+            table("lexicon", "edge_keys"), table("lexicon", "edge_dst"), table("lexicon", "col_stay"),
+            table("lexicon", "col_closes"), table("lexicon", "col_start"), table("lexicon", "is_word"),
+            param("lexicon", "width"), table("lexicon", "edge_keys").numel(), iters("lexicon", "edge_keys"),
+            wn_ints.contiguous(), wn_floats.contiguous()] + [
+        table("word_ngram", name, none_f if name in ("la_next", "la", "node_floats", "row_floats", "backoff")
+              else none_i)
+        for name in ("trans", "la_next", "edge_keys", "edge_dst", "col_stay", "col_start", "col_is_end", "la",
+                     "col_is_start", "token_slot", "node_word", "node_floats", "chain_keys", "keys", "next_state",
+                     "row_floats", "backoff")] + [
+        param("word_ngram", "width"), param("word_ngram", "order"), table("word_ngram", "edge_keys").numel(),
+        iters("word_ngram", "edge_keys"), table("word_ngram", "keys").numel(), iters("word_ngram", "keys")]
+    flags = dict(HAS_SCORERS=bool(forms), HAS_WC="word_count" in forms, HAS_TN="token_ngram" in forms,
+                 HAS_LX="lexicon" in forms, LX_DENSE=param("lexicon", "dense") != 0, HAS_WN="word_ngram" in forms,
+                 WN_DENSE=param("word_ngram", "dense") != 0)
+    return args, flags, extra
+
+
 def run(lp: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: int, bonus: float, topk: Optional[int],
-        min_logp: Optional[float], skip: Optional[float]) -> Tuple[prefix_loop.Ranked, torch.Tensor]:
-    """The search of ``lp`` (B, T, V), lengths (B,) long on its device, as ranked tensors and the (B, T) input frame
-    of each kept step (past an utterance's kept frames: unspecified, its paths read -1 there). No host sync."""
+        min_logp: Optional[float], skip: Optional[float], scorers: Optional[Mapping[str, BatchScorer]] = None,
+        weights: Optional[Mapping[str, float]] = None) -> Tuple[prefix_loop.Ranked, torch.Tensor]:
+    """The search of ``lp`` (B, T, V), lengths (B,) long on its device, with ``scorers`` weighted by ``weights``
+    (their kinds checked by :func:`scorers_unavailable`), as ranked tensors and the (B, T) input frame of each kept
+    step (past an utterance's kept frames: unspecified, its paths read -1 there). No host sync."""
     import triton
 
+    scorers, weights = scorers or {}, weights or {}
     batch, frames, vocab = lp.shape
     lp = lp.contiguous()
     n_cand = prefix_loop.candidate_count(vocab, topk)
-    st, ints, _ = prefix_loop.fresh_rows(batch, beam, lp.dtype, lp.device, {})
+    # init_state moves the scorers' tables to lp's device
+    st, ints, states = prefix_loop.fresh_rows(batch, beam, lp.dtype, lp.device, scorers)
+    scored, flags, extra = _scorer_args(scorers, weights, states, lp, beam, ints, st)
+    bonus += extra
     long = dict(dtype=torch.long, device=lp.device)
     parents = torch.empty((frames, batch, beam), **long)
     tokens = torch.empty((frames, batch, beam), **long)
@@ -90,12 +195,16 @@ def run(lp: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: int, bonus: f
     search, backtrack = _kernels()
     search[(batch,)](
         lp, lengths, limits, _scalar(bonus, lp), st, ints, parents, tokens, frame, count, offset, ctab, vtab,
-        lp.stride(0), lp.stride(1), frames, batch, beam, n_cand, vocab,
-        HAS_FUSION=bonus != 0.0, EVERY_TOKEN=every, TABLES=tables, BK=triton.next_power_of_2(beam),
-        BC=triton.next_power_of_2(n_cand + 1), BV=triton.next_power_of_2(vocab), SENT_HASH_C=SENT_HASH,
-        SENT_PARENT_C=SENT_PARENT, SENT_MIN_C=-(2 ** 63), HASH_MUL_C=HASH_MUL, num_warps=fused_step.NUM_WARPS)
+        lp.stride(0), lp.stride(1), frames, batch, beam, n_cand, vocab, *scored,
+        HAS_FUSION=bonus != 0.0 or flags["HAS_SCORERS"], EVERY_TOKEN=every, TABLES=tables,
+        BK=triton.next_power_of_2(beam), BC=triton.next_power_of_2(n_cand + 1), BV=triton.next_power_of_2(vocab),
+        SENT_HASH_C=SENT_HASH, SENT_PARENT_C=SENT_PARENT, SENT_MIN_C=-(2 ** 63), HASH_MUL_C=HASH_MUL,
+        num_warps=fused_step.NUM_WARPS, **flags)
     ctc = st[:, 2, :beam] + offset.to(lp.dtype)[:, None]  # + the skipped blank frames
-    total, order = (ctc + st[:, 3, :beam]).topk(nbest, 1)  # best first
+    total = ctc + st[:, 3, :beam]
+    if flags["HAS_SCORERS"]:
+        total = total + scored[1]  # the scorers' weighted end-of-sentence scores
+    total, order = total.topk(nbest, 1)  # best first
     paths = torch.empty((batch, nbest, frames), **long)
     backtrack[(batch,)](parents, tokens, order, count, paths, batch, beam, nbest, frames,
                         BN=triton.next_power_of_2(nbest))
@@ -103,6 +212,7 @@ def run(lp: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: int, bonus: f
 
 
 def search(lp: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: int, bonus: float, topk: Optional[int],
-           min_logp: Optional[float], skip: Optional[float]) -> NBest:
+           min_logp: Optional[float], skip: Optional[float], scorers: Optional[Mapping[str, BatchScorer]] = None,
+           weights: Optional[Mapping[str, float]] = None) -> NBest:
     """:func:`run` converted to an :class:`NBest` (arguments as ``ctc_prefix._search_batch``'s)."""
-    return prefix_loop.to_nbest(*run(lp, lengths, beam, nbest, bonus, topk, min_logp, skip))
+    return prefix_loop.to_nbest(*run(lp, lengths, beam, nbest, bonus, topk, min_logp, skip, scorers, weights))

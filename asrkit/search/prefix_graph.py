@@ -34,8 +34,9 @@ MAX_ENTRIES = 8
 # The CTC arithmetic of a step as one Triton kernel (asrkit.search.fused_step) where it can run (CUDA): 1.1-2.8x the
 # captured torch step on an H100 (docs/benchmarks.md); ASRKIT_FUSED_STEP=0 turns it off.
 FUSED_STEP = os.environ.get("ASRKIT_FUSED_STEP", "1") != "0"
-# Without scorers, the whole search as one launch over the log-probs (asrkit.search.fused_search: no host-built
-# tables, no capture); ASRKIT_FUSED_SEARCH=0 keeps the fused step on the tables (the benchmark times both).
+# Without scorers or with table scorers only, the whole search as one launch over the log-probs
+# (asrkit.search.fused_search: no host-built tables, no capture); ASRKIT_FUSED_SEARCH=0 keeps the fused step on the
+# tables (the benchmark times both).
 FUSED_SEARCH = os.environ.get("ASRKIT_FUSED_SEARCH", "1") != "0"
 # The scorers' per-step calls through torch.compile (asrkit.search.compiled_scorers) where the loop is captured
 # (COMPILE_DEVICES): on by default, ASRKIT_COMPILE_SCORERS=0 turns it off. Elsewhere (the CPU, in tests) the loop
@@ -108,7 +109,7 @@ def search(lp: torch.Tensor, lengths: torch.Tensor, beam: int, nbest: int, score
     """One batch through its bucket's captured loop (arguments as ``ctc_prefix._search_batch``'s), or through the
     one-launch search where it runs (:data:`FUSED_SEARCH`)."""
     if FUSED_STEP and FUSED_SEARCH and fused_search.unavailable(lp, scorers, topk) is None:
-        return fused_search.search(lp, lengths, beam, nbest, bonus, topk, min_logp, skip)
+        return fused_search.search(lp, lengths, beam, nbest, bonus, topk, min_logp, skip, scorers, weights)
     fr = prefix_loop.tables(lp, lengths, beam, scorers, bonus, topk, min_logp, skip, bucketed=True)
     start = prefix_loop.fresh_rows(lp.shape[0], beam, lp.dtype, lp.device, scorers)
     compile_now = (COMPILE_SCORERS and lp.device.type in COMPILE_DEVICES

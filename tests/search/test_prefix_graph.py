@@ -14,7 +14,7 @@ import torch
 
 import asrkit.search.prefix_graph as prefix_graph
 import asrkit.search.prefix_loop as prefix_loop
-from asrkit.search import ctc_prefix_beam_search
+from asrkit.search import WordCount, ctc_prefix_beam_search
 from asrkit.search.hypotheses import Hypothesis
 from host_sync import no_host_sync
 from test_ctc_prefix import EXACT, BigramScorer, peaky_log_probs, random_log_probs
@@ -153,22 +153,24 @@ def test_the_fused_step_runs_where_it_is_on_and_can_run(monkeypatch: pytest.Monk
     (True, True, None, 9, 1, False, True), (False, True, None, 9, 1, False, False),
     (True, False, None, 9, 1, False, False), (True, True, "no triton", 9, 1, False, False),
     (True, True, None, 40, None, False, False), (True, True, None, 40, 3, False, True),
-    (True, True, None, 9, 1, True, False),
+    (True, True, None, 9, 1, "bigram", False), (True, True, None, 9, 1, "word_count", True),
 ])
 def test_the_search_in_the_kernel_runs_where_it_is_on_and_can_run(monkeypatch: pytest.MonkeyPatch, step: bool,
                                                                   whole: bool, why_not: Optional[str], vocab: int,
-                                                                  topk: Optional[int], lm: bool, expect: bool) -> None:
+                                                                  topk: Optional[int], lm: Optional[str],
+                                                                  expect: bool) -> None:
     # The choice of asrkit.search.fused_search (its kernel is test_fused_step.py's): on with the fused step, where
-    # triton runs, without scorers, not for the exact search over many tokens (40 tokens with token_topk=3 is not
-    # that). Its stand-in is the eager loop with the arguments it was given, and the pruning is tight enough to
-    # change the n-best, so that a slip in what is passed on changes the result.
+    # triton runs, without scorers or with scorers of the kinds it runs (not a torch scorer), not for the exact
+    # search over many tokens (40 tokens with token_topk=3 is not that). Its stand-in is the eager loop with the
+    # arguments it was given, and the pruning is tight enough to change the n-best, so that a slip in what is
+    # passed on changes the result.
     ran: List[bool] = []
 
-    def eager(lp, lengths, beam, nbest, bonus, topk, min_logp, skip):
+    def eager(lp, lengths, beam, nbest, bonus, topk, min_logp, skip, scorers, weights):
         ran.append(True)
-        s, fr = prefix_loop.prepare(lp, lengths, beam, {}, bonus, topk, min_logp, skip)
-        prefix_loop.frame_loop(s, fr, {}, {})
-        return prefix_loop.finish(s, fr, {}, {}, nbest)
+        s, fr = prefix_loop.prepare(lp, lengths, beam, scorers, bonus, topk, min_logp, skip)
+        prefix_loop.frame_loop(s, fr, scorers, weights)
+        return prefix_loop.finish(s, fr, scorers, weights, nbest)
 
     monkeypatch.setattr(prefix_graph, "FUSED_STEP", step)
     monkeypatch.setattr(prefix_graph, "FUSED_SEARCH", whole)
@@ -180,8 +182,11 @@ def test_the_search_in_the_kernel_runs_where_it_is_on_and_can_run(monkeypatch: p
     lengths = torch.tensor([30, 21])
     kw = dict(beam=4, nbest=4, weights={"length_bonus": 0.4}, token_topk=topk, token_min_logp=-2.0,
               blank_skip_threshold=0.6)
-    if lm:
+    if lm == "bigram":
         kw.update(scorers={"lm": BigramScorer(vocab, torch.Generator().manual_seed(1))}, weights={"lm": 0.5, "length_bonus": 0.4})
+    elif lm == "word_count":  # tokens 1-2 close a word, 3-6 open one
+        marks = WordCount(torch.arange(vocab) < 3, torch.where(torch.arange(vocab) > 2, 1, 0))
+        kw.update(scorers={"words": marks}, weights={"words": 1.5, "length_bonus": 0.4})
     assert_same_lists(search(lp, lengths, True, **kw), search(lp, lengths, False, **kw))
     assert bool(ran) == expect
 
