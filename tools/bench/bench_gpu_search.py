@@ -22,15 +22,16 @@ utterances per second and RTFx (audio seconds per wall second).
   Each row sets its switches itself, whatever the environment says.
 * ``lm``: the BPE-500 text inputs of --lm-dir (tools/bench/make_bench_lm.py --order 3) with the word 3-gram:
   eager, captured with the torch step, captured with the fused step and the scorer's per-step calls eager
-  (``ASRKIT_COMPILE_SCORERS=0``), the same with them compiled by ``torch.compile`` (the default on CUDA,
-  :mod:`asrkit.search.compiled_scorers`; its first call compiles, outside the timing), and the C++ loop on one CPU
-  core, at each of --lm-batches.
+  (``ASRKIT_COMPILE_SCORERS=0``), the same with them compiled by ``torch.compile``
+  (:mod:`asrkit.search.compiled_scorers`; its first call compiles, outside the timing), the whole search with the
+  scorer in one launch (``fused search + scorers``, :mod:`asrkit.search.fused_scorers`, the default on CUDA for
+  table scorers), and the C++ loop on one CPU core, at each of --lm-batches.
 * ``e2e``: waveform to text with the --config model (random weights: speed only; the CTC head's posteriors are
   flat, so no frame is skipped as blank and every frame is searched) at each of --e2e-batches: the frontend,
   the encoder and the search; greedy, CTC prefix without LM (the default: the fused search; and the fused step on
-  host tables), with the char-unit word 3-gram (the default: its per-step calls compiled; and with them eager,
-  ``ASRKIT_COMPILE_SCORERS=0``), with a 2 x 512 LSTM LM (the default: the fused step, the LM eager); RTFx and its
-  ratio to greedy's.
+  host tables), with the char-unit word 3-gram (the default: the fused search with the scorer in the kernel; and
+  captured with the fused step, its per-step calls compiled, or eager with ``ASRKIT_COMPILE_SCORERS=0``), with a
+  2 x 512 LSTM LM (the default: the fused step, the LM eager); RTFx and its ratio to greedy's.
 
 ``--device cpu`` runs the same code on the CPU (a smoke test; torchaudio's CUDA decoder is left out).
 """
@@ -97,7 +98,8 @@ def prefix(lp: torch.Tensor, lens: torch.Tensor, beam: int, graph: Optional[bool
 
 
 # The GPU path's forms, as (FUSED_STEP, FUSED_SEARCH) of asrkit.search.prefix_graph: the captured torch step, the
-# fused step on host-built tables, the whole search in one launch (the default on CUDA; without scorers only).
+# fused step on host-built tables, the whole search in one launch (the default on CUDA, without scorers or with
+# table scorers only).
 TORCH_STEP, FUSED_STEP, FUSED_SEARCH = (False, False), (True, False), (True, True)
 
 
@@ -115,18 +117,6 @@ def with_path(fn: Callable[[], Tokens], path: Tuple[bool, bool], candidates: str
         finally:
             (prefix_graph.FUSED_STEP, prefix_graph.FUSED_SEARCH, fused_search.CANDIDATES,
              prefix_graph.COMPILE_SCORERS) = saved
-    return run
-
-
-def scorers_compiled(fn: Callable[[], Tokens], on: bool) -> Callable[[], Tokens]:
-    """fn with the scorers' per-step calls compiled or not (:data:`asrkit.search.prefix_graph.COMPILE_SCORERS`,
-    ``ASRKIT_COMPILE_SCORERS``), every other switch as it is."""
-    def run() -> Tokens:
-        saved, prefix_graph.COMPILE_SCORERS = prefix_graph.COMPILE_SCORERS, on
-        try:
-            return fn()
-        finally:
-            prefix_graph.COMPILE_SCORERS = saved
     return run
 
 
@@ -261,7 +251,8 @@ def section_lm(args: argparse.Namespace, dev: torch.device) -> str:
         if fused_rows(dev):
             variants += [("asrkit captured + fused step, scorers eager (ASRKIT_COMPILE_SCORERS=0)", True, FUSED_STEP,
                           False),
-                         ("asrkit captured + fused step + compiled scorers (default)", True, FUSED_STEP, True)]
+                         ("asrkit captured + fused step + compiled scorers", True, FUSED_STEP, True),
+                         ("asrkit fused search + scorers, one launch (default)", True, FUSED_SEARCH, False)]
         for name, graph, path, compiled in variants:
             def search(graph: bool = graph) -> Tokens:
                 return prefix(lp, lens, args.beam, graph, native=False, scorers=gpu_lm, weights=weights)
@@ -305,11 +296,16 @@ def section_e2e(args: argparse.Namespace, dev: torch.device) -> str:
         if fused_rows(dev):  # the rows above run the default (no LM: the fused search; with scorers: the fused step)
             decodings.insert(2, ("CTC prefix, no LM (fused step, host tables)", lambda lp, lens: with_path(
                 lambda: prefix(lp, lens, args.beam, None, native=False), FUSED_STEP)()))
-            # the compiled scorers (the default row above) run in the captured loop only, which the CPU does not take
-            decodings.insert(4, ("CTC prefix + word 3-gram, scorers eager (ASRKIT_COMPILE_SCORERS=0)",
-                                 lambda lp, lens: scorers_compiled(lambda: prefix(
+            # the default row above: the fused search with the scorer in the kernel; these two the captured loop
+            # (the compiled scorers run there only, which the CPU does not take)
+            decodings.insert(4, ("CTC prefix + word 3-gram, captured + compiled scorers",
+                                 lambda lp, lens: with_path(lambda: prefix(
                                      lp, lens, args.beam, None, native=False, scorers={"lm": word},
-                                     weights={"lm": 0.5}), False)()))
+                                     weights={"lm": 0.5}), FUSED_STEP, compiled=True)()))
+            decodings.insert(5, ("CTC prefix + word 3-gram, captured, scorers eager (ASRKIT_COMPILE_SCORERS=0)",
+                                 lambda lp, lens: with_path(lambda: prefix(
+                                     lp, lens, args.beam, None, native=False, scorers={"lm": word},
+                                     weights={"lm": 0.5}), FUSED_STEP, compiled=False)()))
         for name, search in decodings:
             def run(search: Callable[[torch.Tensor, torch.Tensor], Tokens] = search) -> Tokens:
                 lp, lens = encode()
