@@ -550,9 +550,19 @@ class NgramScorer:
         return self.lm.logprob(state.hist, state.bo_sums, eos)[:, 0]
 
     def native_form(self) -> Optional[Tuple[str, Dict[str, torch.Tensor]]]:
-        """The dense tables for the native CPU search (asrkit.search.interfaces.NativeScorer): kind
-        "token_ngram"; None for the lookup path (no native form)."""
+        """The tables for the native searches (asrkit.search.interfaces.NativeScorer): kind "token_ngram", the dense
+        tables; for the lookup path kind "token_ngram_lookup" (the GPU's fused search runs it, the C++ loop does not):
+        ``tok_to_lm``, the LM's own k-gram tables ``prob_k``, ``bo_k``, ``keys_k`` and ``size_k`` (the rows of the
+        order-k table, NgramLM._lookup's key multiplier), the special ids and ``eos_word`` (the LM's </s>)."""
         if not self.dense:
-            return None
+            lm = self.lm
+            tables = {"prob_1": lm.prob_1, "bo_1": lm.bo_1}
+            for k in range(2, lm.order + 1):  # the highest order has no back-offs
+                names = (f"keys_{k}", f"prob_{k}") + ((f"bo_{k}",) if k < lm.order else ())
+                tables.update({name: getattr(lm, name) for name in names})
+            tables.update({f"size_{k}": torch.tensor(size) for k, size in enumerate(lm.sizes, 1)})
+            return "token_ngram_lookup", dict(
+                tables, tok_to_lm=self.tok_to_lm, order=torch.tensor(lm.order), blank_id=torch.tensor(self.blank_id),
+                sos_eos_id=torch.tensor(self.sos_eos_id), eos_word=torch.tensor(lm.eos_id))
         return "token_ngram", dict(logp=self.logp, next_state=self.next_state, eos=self.eos_logp,
                                    vocab=torch.tensor(self.vocab), start_state=torch.tensor(self.start_id))

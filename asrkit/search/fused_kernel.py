@@ -8,8 +8,8 @@ the backpointers :func:`ctc_search` wrote."""
 import triton
 import triton.language as tl
 
-from asrkit.search.fused_scorers import (lx_final, lx_score, lx_select, tn_score, tn_select, wc_score, wc_select,
-                                         wn_next_node, wn_score, wn_state)
+from asrkit.search.fused_scorers import (from_parent, lx_final, lx_score, lx_select, tk_logprob, tk_select, tn_score,
+                                         tn_select, wc_score, wc_select, wn_score, wn_select)
 
 
 @triton.jit
@@ -196,12 +196,16 @@ def ctc_search(lp, lengths, limits, bonus_ptr, st, ints, parent_out, token_out, 
                wn_col_is_end, wn_la, wn_col_is_start, wn_token_slot, wn_node_word, wn_node_floats, wn_chain_keys,
                wn_keys, wn_next_state, wn_row_floats, wn_backoff, wn_width, wn_order, wn_n_edges, wn_edge_iters,
                wn_n_keys, wn_key_iters,
+               tk_hist0, tk_bo0, tk_hist_width, tk_tok, tk_prob1, tk_bo1, tk_keys2, tk_prob2, tk_bo2, tk_keys3,
+               tk_prob3, tk_bo3, tk_keys4, tk_prob4, tk_size1, tk_size2, tk_size3, tk_n2, tk_n3, tk_n4, tk_it2, tk_it3,
+               tk_it4, tk_blank, tk_eos_tok, tk_eos_word,
                HAS_FUSION: tl.constexpr, EVERY_TOKEN: tl.constexpr, TABLES: tl.constexpr, BK: tl.constexpr,
                BC: tl.constexpr,
                BV: tl.constexpr, SENT_HASH_C: tl.constexpr, SENT_PARENT_C: tl.constexpr, SENT_MIN_C: tl.constexpr,
                HASH_MUL_C: tl.constexpr, HAS_SCORERS: tl.constexpr = False, HAS_WC: tl.constexpr = False,
                HAS_TN: tl.constexpr = False, HAS_LX: tl.constexpr = False, LX_DENSE: tl.constexpr = True,
-               HAS_WN: tl.constexpr = False, WN_DENSE: tl.constexpr = True):
+               HAS_WN: tl.constexpr = False, WN_DENSE: tl.constexpr = True, HAS_TK: tl.constexpr = False,
+               TK_ORDER: tl.constexpr = 1):
     """Every frame of utterance ``b`` (one program each) from the log-probs ``lp`` (B, T, V), last axis contiguous:
     frames whose log P(blank) exceeds limits[0] are skipped (their log P(blank) summed in float64 into
     offset_out[b], and pnb's mass moved into pb before the next kept frame), the best n_cand non-blank tokens of
@@ -211,11 +215,11 @@ def ctc_search(lp, lengths, limits, bonus_ptr, st, ints, parent_out, token_out, 
     frames (rows past it are left unwritten).
 
     With scorers (HAS_SCORERS; at most one of each kind, :mod:`asrkit.search.fused_scorers`: HAS_WC word_count,
-    HAS_TN token_ngram, HAS_LX lexicon, HAS_WN word_ngram, their tables those of the scorer's ``native_form()``,
-    weights wts[0..3] in that order) each kept frame adds bonus + the weighted scores of every (hypothesis,
-    candidate) to the extensions, and the picks' scorer states follow their parents and tokens, in registers from
-    the (B*K,) start states (``init_state``'s) to the end, where final_out (B, K) gets their weighted
-    end-of-sentence scores."""
+    HAS_TN token_ngram, HAS_LX lexicon, HAS_WN word_ngram, HAS_TK token_ngram_lookup of order TK_ORDER, their tables
+    those of the scorer's ``native_form()``, weights wts[0..4] in that order) each kept frame adds bonus + the
+    weighted scores of every (hypothesis, candidate) to the extensions, and the picks' scorer states follow their
+    parents and tokens, in registers from the (B*K,) start states (``init_state``'s) to the end, where final_out
+    (B, K) gets their weighted end-of-sentence scores."""
     b = tl.program_id(0)
     ok = tl.arange(0, BK)
     oc = tl.arange(0, BC)
@@ -240,6 +244,7 @@ def ctc_search(lp, lengths, limits, bonus_ptr, st, ints, parent_out, token_out, 
     zero_f = tl.zeros([BK], tl.float32)
     wc_open, tn_st, lx_st, wn_node, wn_hist, wn_closed, wn_f0, wn_f1, wn_f2 = \
         zero_i, zero_i, zero_i, zero_i, zero_i, zero_i, zero_f, zero_f, zero_f
+    tk_h1, tk_h2, tk_h3, tk_b0, tk_b1, tk_b2, tk_b3 = zero_i, zero_i, zero_i, zero_f, zero_f, zero_f, zero_f
     if HAS_WC:
         wc_open = (tl.load(wc_open0 + hyp, mask=kmask, other=0.0) != 0).to(tl.int64)
     if HAS_TN:
@@ -253,6 +258,17 @@ def ctc_search(lp, lengths, limits, bonus_ptr, st, ints, parent_out, token_out, 
         wn_f0 = tl.load(wn_floats0 + hyp * 3, mask=kmask, other=0.0)
         wn_f1 = tl.load(wn_floats0 + hyp * 3 + 1, mask=kmask, other=0.0)
         wn_f2 = tl.load(wn_floats0 + hyp * 3 + 2, mask=kmask, other=0.0)
+    if HAS_TK:  # NgramState: hist (N, TK_ORDER-1) words, the latest last; bo_sums (N, TK_ORDER)
+        if TK_ORDER >= 2:
+            tk_h1 = tl.load(tk_hist0 + hyp * tk_hist_width + (TK_ORDER - 2), mask=kmask, other=0)
+            tk_b1 = tl.load(tk_bo0 + hyp * TK_ORDER + 1, mask=kmask, other=0.0)
+        if TK_ORDER >= 3:
+            tk_h2 = tl.load(tk_hist0 + hyp * tk_hist_width + (TK_ORDER - 3), mask=kmask, other=0)
+            tk_b2 = tl.load(tk_bo0 + hyp * TK_ORDER + 2, mask=kmask, other=0.0)
+        if TK_ORDER >= 4:
+            tk_h3 = tl.load(tk_hist0 + hyp * tk_hist_width + (TK_ORDER - 4), mask=kmask, other=0)
+            tk_b3 = tl.load(tk_bo0 + hyp * TK_ORDER + 3, mask=kmask, other=0.0)
+        tk_b0 = tl.load(tk_bo0 + hyp * TK_ORDER, mask=kmask, other=0.0)
     for t in range(0, n):
         row = utt + t * stride_t
         blank_lp = tl.load(row)
@@ -302,6 +318,13 @@ def ctc_search(lp, lengths, limits, bonus_ptr, st, ints, parent_out, token_out, 
                         wn_node, wn_f0, wn_f1, wn_f2, ctok, cmask, wn_la_next, wn_la, wn_trans, wn_edge_keys,
                         wn_edge_dst, wn_n_edges, wn_edge_iters, wn_col_stay, wn_col_start, wn_col_is_start,
                         wn_col_is_end, wn_token_slot, wn_width, WN_DENSE).to(cv.dtype)
+                if HAS_TK:  # the blank scores 0 (never a candidate here)
+                    words = tl.load(tk_tok + ctok, mask=ctok >= 0, other=0)[None, :]
+                    add += tl.load(wts + 4) * tk_logprob(
+                        words, tk_h1[:, None], tk_h2[:, None], tk_h3[:, None], tk_b0[:, None], tk_b1[:, None],
+                        tk_b2[:, None], tk_b3[:, None], cmask, tk_prob1, tk_keys2, tk_prob2, tk_keys3, tk_prob3,
+                        tk_keys4, tk_prob4, tk_size1, tk_size2, tk_size3, tk_n2, tk_n3, tk_n4, tk_it2, tk_it3, tk_it4,
+                        TK_ORDER).to(cv.dtype)
                 fus_in = tl.where(cmask, add, 0.0)  # the stay column adds nothing
             pnb, pb, tot, fused, hsh, phsh, last, single, picks, parents, tokens = beam_step(
                 pnb, pb, tot, fused, hsh, phsh, last, single, ctok, cv, blank_lp, lp_last, fus_in, bonus, pending,
@@ -309,27 +332,27 @@ def ctc_search(lp, lengths, limits, bonus_ptr, st, ints, parent_out, token_out, 
             if HAS_SCORERS:  # each slot's states: its parent's, extended by its token (-1: a stay)
                 sel_p = parents[:, None] == ok[None, :]  # (slot, parent)
                 if HAS_WC:
-                    wc_open = wc_select(tl.max(tl.where(sel_p, wc_open[None, :], -1), axis=1), tokens, wc_opens)
+                    wc_open = wc_select(from_parent(sel_p, wc_open, -1), tokens, wc_opens)
                 if HAS_TN:
-                    tn_st = tn_select(tl.max(tl.where(sel_p, tn_st[None, :], -1), axis=1), tokens, tn_next,
-                                      tn_vocab)
+                    tn_st = tn_select(from_parent(sel_p, tn_st, -1), tokens, tn_next, tn_vocab)
                 if HAS_LX:
-                    lx_st = lx_select(tl.max(tl.where(sel_p, lx_st[None, :], -1), axis=1), tokens, kmask,
-                                      lx_next_base, lx_edge_keys, lx_edge_dst, lx_n_edges, lx_iters, lx_col_stay,
-                                      lx_col_closes, lx_col_start, lx_is_word, lx_width, LX_DENSE)
+                    lx_st = lx_select(from_parent(sel_p, lx_st, -1), tokens, kmask, lx_next_base, lx_edge_keys,
+                                      lx_edge_dst, lx_n_edges, lx_iters, lx_col_stay, lx_col_closes, lx_col_start,
+                                      lx_is_word, lx_width, LX_DENSE)
                 if HAS_WN:
-                    col = tokens + 1  # 0: the stay's column, which keeps the node and the history
-                    o_node = tl.max(tl.where(sel_p, wn_node[None, :], -1), axis=1)
-                    o_hist = tl.max(tl.where(sel_p, wn_hist[None, :], -1), axis=1)
-                    o_closed = tl.max(tl.where(sel_p, wn_closed[None, :], -1), axis=1)
-                    wn_node = wn_next_node(o_node, col, kmask, wn_trans, wn_edge_keys, wn_edge_dst, wn_n_edges,
-                                           wn_edge_iters, wn_col_stay, wn_col_start, wn_col_is_start, wn_width,
-                                           WN_DENSE)
-                    # a boundary closes the word: the history becomes the closed state
-                    wn_hist = tl.where(tl.load(wn_col_is_start + col, mask=kmask, other=0) != 0, o_closed, o_hist)
-                    wn_closed, wn_f0, wn_f1, wn_f2 = wn_state(
-                        wn_node, wn_hist, kmask, wn_node_word, wn_node_floats, wn_chain_keys, wn_keys, wn_n_keys,
-                        wn_key_iters, wn_next_state, wn_row_floats, wn_backoff, wn_order)
+                    wn_node, wn_hist, wn_closed, wn_f0, wn_f1, wn_f2 = wn_select(
+                        from_parent(sel_p, wn_node, -1), from_parent(sel_p, wn_hist, -1),
+                        from_parent(sel_p, wn_closed, -1), tokens, kmask, wn_trans, wn_edge_keys, wn_edge_dst,
+                        wn_n_edges, wn_edge_iters, wn_col_stay, wn_col_start, wn_col_is_start, wn_node_word,
+                        wn_node_floats, wn_chain_keys, wn_keys, wn_n_keys, wn_key_iters, wn_next_state, wn_row_floats,
+                        wn_backoff, wn_width, wn_order, WN_DENSE)
+                if HAS_TK:
+                    tk_h1, tk_h2, tk_h3, tk_b0, tk_b1, tk_b2, tk_b3 = tk_select(
+                        from_parent(sel_p, tk_h1, -1), from_parent(sel_p, tk_h2, -1), from_parent(sel_p, tk_h3, -1),
+                        from_parent(sel_p, tk_b0, neg), from_parent(sel_p, tk_b1, neg),
+                        from_parent(sel_p, tk_b2, neg), from_parent(sel_p, tk_b3, neg), tokens, kmask, tk_tok,
+                        tk_blank, tk_eos_tok, tk_bo1, tk_keys2, tk_bo2, tk_keys3, tk_bo3, tk_size1, tk_size2, tk_n2,
+                        tk_n3, tk_it2, tk_it3, TK_ORDER)
             at_row = (kept * batch + b) * beam + ok
             tl.store(parent_out + at_row, parents, mask=kmask)
             tl.store(token_out + at_row, tokens, mask=kmask)
@@ -348,6 +371,11 @@ def ctc_search(lp, lengths, limits, bonus_ptr, st, ints, parent_out, token_out, 
             fin += tl.load(wts + 2) * lx_final(lx_st, lx_is_word, lx_width, kmask).to(pnb.dtype)
         if HAS_WN:
             fin += tl.load(wts + 3) * wn_f2.to(pnb.dtype)
+        if HAS_TK:  # ln P(</s> | history)
+            fin += tl.load(wts + 4) * tk_logprob(
+                tk_eos_word + zero_i, tk_h1, tk_h2, tk_h3, tk_b0, tk_b1, tk_b2, tk_b3, kmask, tk_prob1, tk_keys2,
+                tk_prob2, tk_keys3, tk_prob3, tk_keys4, tk_prob4, tk_size1, tk_size2, tk_size3, tk_n2, tk_n3, tk_n4,
+                tk_it2, tk_it3, tk_it4, TK_ORDER).to(pnb.dtype)
         tl.store(final_out + b * beam + ok, fin, mask=kmask)
 
 

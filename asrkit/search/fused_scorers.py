@@ -33,6 +33,12 @@ def lower_bound(keys, n, q, iters):
     return lo
 
 
+@triton.jit
+def from_parent(sel_p, x, fill):
+    """Each slot's value of x (BK,) read at its parent: sel_p (slot, parent) one True per row."""
+    return tl.max(tl.where(sel_p, x[None, :], fill), axis=1)
+
+
 # ---- word_count (asrkit.search.scorers.WordCount): 1.0 for a token that closes an open word ----
 
 @triton.jit
@@ -148,6 +154,22 @@ def wn_score(node, f0, f1, f2, ctok, cmask, la_next, la, trans, edge_keys, edge_
 
 
 @triton.jit
+def wn_select(node, hist, closed, tok, kmask, trans, edge_keys, edge_dst, n_edges, edge_iters, col_stay, col_start,
+              col_is_start, node_word, node_floats, chain_keys, keys, n_keys, key_iters, next_state, row_floats,
+              backoff, width, order, DENSE: tl.constexpr):
+    """The state after appending tok (BK,) (WordNgramScorer.select_state; -1 reads column 0, which keeps the node and
+    the history): (node, history, closed state, f0, f1, f2)."""
+    col = tok + 1
+    node = wn_next_node(node, col, kmask, trans, edge_keys, edge_dst, n_edges, edge_iters, col_stay, col_start,
+                        col_is_start, width, DENSE)
+    # a boundary closes the word: the history becomes the closed state
+    hist = tl.where(tl.load(col_is_start + col, mask=kmask, other=0) != 0, closed, hist)
+    closed, f0, f1, f2 = wn_state(node, hist, kmask, node_word, node_floats, chain_keys, keys, n_keys, key_iters,
+                                  next_state, row_floats, backoff, order)
+    return node, hist, closed, f0, f1, f2
+
+
+@triton.jit
 def wn_state(node, hist, kmask, node_word, node_floats, chain_keys, keys, n_keys, key_iters, next_state, row_floats,
              backoff, order):
     """The state of trie nodes ``node`` after LM states ``hist`` (BK,): the longest n-gram of the history's chain
@@ -172,3 +194,82 @@ def wn_state(node, hist, kmask, node_word, node_floats, chain_keys, keys, n_keys
         tl.load(node_floats + node * 3 + 2, mask=kmask, other=0.0)
     closed = tl.load(next_state + row, mask=kmask, other=0)
     return closed, f0, f1, f2
+
+
+# ---- token_ngram_lookup (asrkit.lm.ngram.NgramScorer without dense tables, orders up to 4) ----
+# The state of a hypothesis is its history's last ORDER-1 LM words h1 (the latest) .. h3 and its back-off suffix
+# sums b0 .. b3 (NgramState, NgramLM.backoff_sums); the k-gram tables are the LM's own sorted keys_k / prob_k / bo_k.
+
+@triton.jit
+def tk_lookup(keys, n, iters, size, first, ids, mask):
+    """The row of the k-gram (first, the (k-1)-gram ``ids``) in the order-k table, or -1 (NgramLM._lookup)."""
+    query = tl.where(ids >= 0, first * size + ids, -1)
+    pos = lower_bound(keys, n, query, iters)
+    return tl.where(tl.load(keys + pos, mask=mask, other=-2) == query, pos, -1)
+
+
+@triton.jit
+def tk_logprob(w, h1, h2, h3, b0, b1, b2, b3, mask, prob1, keys2, prob2, keys3, prob3, keys4, prob4, size1, size2,
+               size3, n2, n3, n4, it2, it3, it4, ORDER: tl.constexpr):
+    """ln P(w | history) (shapes broadcast; NgramLM.logprob): the longest k-gram ending in w, plus the back-offs
+    of the longer contexts."""
+    score = tl.load(prob1 + w, mask=mask, other=0.0) + b0
+    ids = w
+    if ORDER >= 2:
+        ids = tk_lookup(keys2, n2, it2, size1, h1, ids, mask)
+        score = tl.where(ids >= 0, tl.load(prob2 + tl.maximum(ids, 0), mask=mask, other=0.0) + b1, score)
+    if ORDER >= 3:
+        ids = tk_lookup(keys3, n3, it3, size2, h2, ids, mask)
+        score = tl.where(ids >= 0, tl.load(prob3 + tl.maximum(ids, 0), mask=mask, other=0.0) + b2, score)
+    if ORDER >= 4:
+        ids = tk_lookup(keys4, n4, it4, size3, h3, ids, mask)
+        score = tl.where(ids >= 0, tl.load(prob4 + tl.maximum(ids, 0), mask=mask, other=0.0) + b3, score)
+    return score
+
+
+@triton.jit
+def tk_backoffs(h1, h2, h3, mask, bo1, keys2, bo2, keys3, bo3, size1, size2, n2, n3, it2, it3, ORDER: tl.constexpr):
+    """The back-off suffix sums (b0, b1, b2, b3) of the history h1, h2, h3 (NgramLM.backoff_sums: column k-1 sums
+    the back-offs of the contexts of the last k .. ORDER-1 words; columns from ORDER-1 on are 0)."""
+    zero = tl.zeros(h1.shape, tl.float32)
+    c0, c1, c2 = zero, zero, zero  # the back-off of the context of the last 1, 2, 3 words
+    if ORDER >= 2:
+        c0 = tl.load(bo1 + h1, mask=mask, other=0.0)
+    if ORDER >= 3:
+        ids = tk_lookup(keys2, n2, it2, size1, h2, h1, mask)
+        c1 = tl.where(ids >= 0, tl.load(bo2 + tl.maximum(ids, 0), mask=mask, other=0.0), 0.0)
+    if ORDER >= 4:
+        ids = tk_lookup(keys3, n3, it3, size2, h3, ids, mask)
+        c2 = tl.where(ids >= 0, tl.load(bo3 + tl.maximum(ids, 0), mask=mask, other=0.0), 0.0)
+    # suffix sums from the end, in cumsum's order
+    b3 = zero
+    b2 = zero
+    b1 = zero
+    b0 = zero
+    if ORDER == 2:
+        b0 = zero + c0
+    if ORDER == 3:
+        b1 = zero + c1
+        b0 = b1 + c0
+    if ORDER == 4:
+        b2 = zero + c2
+        b1 = b2 + c1
+        b0 = b1 + c0
+    return b0, b1, b2, b3
+
+
+@triton.jit
+def tk_select(h1, h2, h3, b0, b1, b2, b3, tok, kmask, tok_to_lm, blank, eos_tok, bo1, keys2, bo2, keys3, bo3, size1,
+              size2, n2, n3, it2, it3, ORDER: tl.constexpr):
+    """The state after appending tok (BK,) (NgramScorer.select_state): the token's word enters the history, whose
+    back-off sums are recomputed, unless the token is -1, the blank or <sos/eos>."""
+    grow = (tok >= 0) & (tok != blank) & (tok != eos_tok)
+    word = tl.load(tok_to_lm + tok, mask=kmask & (tok >= 0), other=0)
+    n_b0, n_b1, n_b2, n_b3 = tk_backoffs(word, h1, h2, kmask, bo1, keys2, bo2, keys3, bo3, size1, size2, n2, n3, it2,
+                                         it3, ORDER)
+    if ORDER >= 2:  # an order-1 LM has no history
+        h3 = tl.where(grow, h2, h3)
+        h2 = tl.where(grow, h1, h2)
+        h1 = tl.where(grow, word, h1)
+    return h1, h2, h3, tl.where(grow, n_b0, b0), tl.where(grow, n_b1, b1), tl.where(grow, n_b2, b2), \
+        tl.where(grow, n_b3, b3)

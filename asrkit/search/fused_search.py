@@ -17,14 +17,15 @@ frames, scores within rounding); ties between equal log-probs may pick other can
 calls.
 
 Scorers whose per-step work is table lookups run in the same program (:mod:`asrkit.search.fused_scorers`): the
-kinds of :data:`FUSED_KINDS` (:class:`~asrkit.search.scorers.WordCount`, the dense token n-gram, the
-:class:`~asrkit.search.lexicon.LexiconScorer`, the word n-gram with its look-ahead and lexicon, dense or
-sorted-edge tries), at most one of each, and any :class:`~asrkit.search.scorers.LengthBonus` (a bonus per token).
+kinds of :data:`FUSED_KINDS` (:class:`~asrkit.search.scorers.WordCount`, the token n-gram with dense tables or, up
+to :data:`MAX_LOOKUP_ORDER`, through its k-gram tables, the :class:`~asrkit.search.lexicon.LexiconScorer`, the
+word n-gram with its look-ahead and lexicon, dense or sorted-edge tries), at most one of each, and any
+:class:`~asrkit.search.scorers.LengthBonus` (a bonus per token).
 Their tables are those of their ``native_form()``, which the native C++ loop reads too, their start states those of
 ``init_state``; each program keeps its hypotheses' scorer states in registers, scores every candidate of a kept
 frame, follows the picks and adds the weighted end-of-sentence scores (a few host ops more per batch, none per
-frame). Other scorers (neural LMs, hotwords, the token n-gram's lookup layout) keep the captured loop:
-:func:`scorers_unavailable` says why.
+frame). Other scorers (neural LMs, hotwords, a token n-gram of a higher order without dense tables) keep the
+captured loop: :func:`scorers_unavailable` says why.
 
 Used by :mod:`asrkit.search.prefix_graph` where the fused step is (``ASRKIT_FUSED_SEARCH=0`` keeps the fused step
 on host-built tables, for comparison); not for the exact search over more than 32 tokens, nor over more than
@@ -51,13 +52,15 @@ MAX_VOCAB = 8192  # one frame's row is one block of the next power of two of V f
 CANDIDATES = os.environ.get("ASRKIT_FUSED_CANDIDATES", "kernel")
 # The scorer kinds the kernel runs (their native_form() kinds), in the order of its weights and flags; a LengthBonus
 # scorer is folded into the length bonus.
-FUSED_KINDS = ("word_count", "token_ngram", "lexicon", "word_ngram")
+FUSED_KINDS = ("word_count", "token_ngram", "lexicon", "word_ngram", "token_ngram_lookup")
+MAX_LOOKUP_ORDER = 4  # token_ngram_lookup: a history of up to 3 words and 4 back-off sums in registers
 
 
 def scorers_unavailable(scorers: Mapping[str, BatchScorer]) -> Optional[str]:
     """Why the one-launch search cannot run these scorers in its program (None: it can): every scorer is a
     :class:`~asrkit.search.scorers.LengthBonus` or has a ``native_form()`` of a kind in :data:`FUSED_KINDS`, at most
-    one of each kind. The others (neural LMs, hotwords, the token n-gram's lookup layout) keep the captured loop."""
+    one of each kind. The others (neural LMs, hotwords, token n-grams over :data:`MAX_LOOKUP_ORDER` without dense
+    tables) keep the captured loop."""
     seen: Dict[str, str] = {}
     for name, sc in scorers.items():
         if isinstance(sc, LengthBonus):
@@ -69,6 +72,9 @@ def scorers_unavailable(scorers: Mapping[str, BatchScorer]) -> Optional[str]:
         if kind not in FUSED_KINDS:
             return f"scorer {name!r} ({type(sc).__name__}) is of kind {kind!r}, not one the kernel runs " \
                    f"({', '.join(FUSED_KINDS)})"
+        if kind == "token_ngram_lookup" and int(form[1]["order"]) > MAX_LOOKUP_ORDER:
+            return f"scorer {name!r} ({type(sc).__name__}) is a {int(form[1]['order'])}-gram without dense tables: " \
+                   f"the kernel looks up orders up to {MAX_LOOKUP_ORDER}"
         if kind in seen:
             return f"scorers {seen[kind]!r} and {name!r} are both {kind!r}: the kernel holds one of each kind"
         seen[kind] = name
@@ -126,8 +132,9 @@ def _scorer_args(scorers: Mapping[str, BatchScorer], weights: Mapping[str, float
     def table(kind: str, name: str, stand_in: torch.Tensor = none_i) -> Any:
         return forms[kind][0].get(name, stand_in) if kind in forms else stand_in
 
-    def param(kind: str, name: str) -> int:
-        return int(forms[kind][0][name]) if kind in forms else 1
+    def param(kind: str, name: str) -> int:  # an integer parameter (1 where the kind or the name is absent)
+        value = forms[kind][0].get(name) if kind in forms else None
+        return 1 if value is None else int(value)
 
     def iters(kind: str, name: str) -> int:  # halvings of a sorted key table
         return table(kind, name).numel().bit_length()
@@ -157,9 +164,20 @@ def _scorer_args(scorers: Mapping[str, BatchScorer], weights: Mapping[str, float
                      "row_floats", "backoff")] + [
         param("word_ngram", "width"), param("word_ngram", "order"), table("word_ngram", "edge_keys").numel(),
         iters("word_ngram", "edge_keys"), table("word_ngram", "keys").numel(), iters("word_ngram", "keys")]
+    tk_hist, tk_bo = state("token_ngram_lookup", (none_i, none_f))  # an NgramState: (N, order-1), (N, order)
+    no_history = tk_hist.numel() == 0  # an order-1 LM
+    args += [none_i if no_history else tk_hist.contiguous(), tk_bo.contiguous(), 1 if no_history else tk_hist.shape[-1],
+             table("token_ngram_lookup", "tok_to_lm")]
+    args += [table("token_ngram_lookup", name, none_f if name[0] in "pb" else none_i)
+             for name in ("prob_1", "bo_1", "keys_2", "prob_2", "bo_2", "keys_3", "prob_3", "bo_3", "keys_4", "prob_4")]
+    args += [param("token_ngram_lookup", f"size_{k}") for k in (1, 2, 3)]
+    args += [table("token_ngram_lookup", f"keys_{k}").numel() for k in (2, 3, 4)]
+    args += [iters("token_ngram_lookup", f"keys_{k}") for k in (2, 3, 4)]
+    args += [param("token_ngram_lookup", name) for name in ("blank_id", "sos_eos_id", "eos_word")]
     flags = dict(HAS_SCORERS=bool(forms), HAS_WC="word_count" in forms, HAS_TN="token_ngram" in forms,
                  HAS_LX="lexicon" in forms, LX_DENSE=param("lexicon", "dense") != 0, HAS_WN="word_ngram" in forms,
-                 WN_DENSE=param("word_ngram", "dense") != 0)
+                 WN_DENSE=param("word_ngram", "dense") != 0, HAS_TK="token_ngram_lookup" in forms,
+                 TK_ORDER=param("token_ngram_lookup", "order"))
     return args, flags, extra
 
 

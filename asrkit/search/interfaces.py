@@ -87,10 +87,11 @@ class NativeScorer(Protocol):
     """A scorer whose scores the native (C++) CPU prefix search computes from the scorer's own tables.
 
     :func:`asrkit.search.ctc_prefix_beam_search` runs its native loop only when every active scorer meets
-    this protocol and ``native_form()`` returns a form (None: this configuration has none, e.g. a token
-    n-gram too large for dense tables). The kinds and the tables each needs are listed in
-    :mod:`asrkit.search.native_loop`; tables are plain tensors on the scorer's device (the search moves the
-    scorer to the CPU first, through ``init_state``), 0-d tensors for integer parameters.
+    this protocol and ``native_form()`` returns a form of a kind it knows (None: this configuration has none).
+    The kinds and the tables each needs are listed in :mod:`asrkit.search.native_loop`; the GPU's one-launch
+    search reads the same forms (:mod:`asrkit.search.fused_search`, its kinds in ``FUSED_KINDS``, among them
+    ``token_ngram_lookup``, which the C++ loop does not run); tables are plain tensors on the scorer's device (the
+    search moves the scorer to its device first, through ``init_state``), 0-d tensors for integer parameters.
     """
 
     def native_form(self) -> Optional[NativeForm]:

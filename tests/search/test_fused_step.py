@@ -21,16 +21,18 @@ import torch
 import asrkit.search.fused_search as fused_search
 import asrkit.search.prefix_graph as prefix_graph
 import asrkit.search.prefix_loop as prefix_loop
-from asrkit.search import ctc_prefix_beam_search
-from host_sync import SYNC_METHODS, no_host_sync
-from test_ctc_prefix import peaky_log_probs, random_log_probs
 from asrkit.lm.ngram import NgramScorer, load_ngram
 from asrkit.lm.word_ngram import WordNgramScorer
-from asrkit.search import LengthBonus, WordCount
+from asrkit.search import LengthBonus, WordCount, ctc_prefix_beam_search
 from asrkit.search.lexicon import LexiconScorer
+from host_sync import SYNC_METHODS, no_host_sync
+from test_ctc_prefix import peaky_log_probs, random_log_probs
 from test_native_prefix import LEXICON
 from test_resumable_search import (FIXTURES, PRUNING, TOKEN_CHARS, assert_same_lists, fusion, inputs,  # noqa: F401
                                    word_lm)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lm"))  # the LM tests' random ARPA writer
+from test_ngram import write_random_arpa  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # Triton decides between compiling and interpreting when it decorates a function, its own tl.min / tl.max among
@@ -146,45 +148,60 @@ SCORER_CASES = {
     "word-ngram-lexicon-tight-float64": ("word_ngram_lexicon", "tight", 3, torch.float64),
     "sparse-tries-exact": ("sparse", "exact", 4, torch.float32),
     "length-bonus-scorer": ("length_bonus", "default", 2, torch.float64),
+    "token-ngram-lookup-2gram": ("lookup-2", "default", 4, torch.float64),
+    "token-ngram-lookup-4gram-unclosed": ("lookup-4", "exact", 3, torch.float32),
 }
+
+
+def _lookup_lm(order: int, folder: Path) -> NgramScorer:
+    """A token n-gram without dense tables over TOKEN_CHARS: the 2-gram fixture, or a random model of ``order``
+    whose contexts and suffixes are not all listed (the loader inserts them)."""
+    path = FIXTURES / "chars_2gram.arpa" if order == 2 else \
+        write_random_arpa(folder / f"random_{order}gram.arpa", TOKEN_CHARS[3:], order, seed=order, closed=False)
+    return NgramScorer(load_ngram(path), TOKEN_CHARS, dense=False)
 
 
 @in_this_process
 @pytest.mark.filterwarnings("ignore:.*no word of the LM contains", "ignore:.*tokens are not in the LM")
 @pytest.mark.parametrize("case", sorted(SCORER_CASES))
-def test_with_table_scorers_one_launch_equals_the_torch_loop(word_lm, case: str,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_with_table_scorers_one_launch_equals_the_torch_loop(word_lm, case: str, monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path) -> None:
     # The scorers inside the one-launch search (asrkit.search.fused_scorers): word count, dense token n-gram,
     # the word n-gram (look-ahead, back-off through the context chain, the closed state, </s>) with and without a
     # lexicon, the lexicon scorer (-inf scores, dead hypotheses), dense and sorted-edge tries, LengthBonus folded
-    # into the bonus; three utterances of different lengths, blank skipping on and off.
-    if DEVICE != "cpu":
-        pytest.skip("the scorers of test_resumable_search.fusion are built on the CPU")
+    # into the bonus, the token n-gram's lookup layout (back-offs of orders 2 and 4); three utterances of different lengths, blank skipping on and off. On a GPU both searches run
+    # there (init_state moves the scorers' tables).
     monkeypatch.setattr(prefix_graph, "FUSED_SEARCH", True)
     kind, pruning, beam, dtype = SCORER_CASES[case]
-    tokens, lp = inputs("word_ngram" if kind == "sparse" else kind, 3, 12, seed=len(case), dtype=dtype)
+    tokens, lp = inputs("token_ngram" if kind.startswith("lookup") else "word_ngram" if kind == "sparse" else kind, 3,
+                        12, seed=len(case), dtype=dtype)
     lengths = torch.tensor([12, 7, 10])
     if kind == "sparse":  # prefixes of listed words closed by a boundary (the lexicon refuses them), OOV letters
         lp = _spelled(tokens, ["\u2581DO\u2581A", "\u2581SA\u2581ON", "\u2581THEM"], 12, dtype)
     lp[:, 5, 2] += 4.0  # <sos/eos> mid-way and at the end: </s> scored, a word count's "unchanged"
     lp[torch.arange(3), lengths - 1, 2] += 6.0
-    fused_with = _sparse_tries(word_lm, tokens) if kind == "sparse" else fusion(kind, word_lm, tokens)
+    if kind.startswith("lookup"):
+        fused_with = dict(scorers={"lm": _lookup_lm(int(kind[-1]), tmp_path)}, weights={"lm": 0.8, "length_bonus": 0.3})
+    else:
+        fused_with = _sparse_tries(word_lm, tokens) if kind == "sparse" else fusion(kind, word_lm, tokens)
     kw = dict(beam=beam, nbest=beam, **fused_with, **PRUNING[pruning])
-    got, want, ran = both(lp, lengths, **kw)
+    got, want, ran = both(lp.to(DEVICE), lengths.to(DEVICE), **kw)
     assert ran and sum(len(h[0].tokens) for h in want if h) > 6
     assert_same_lists(got, want, tol=1e-4 if dtype == torch.float32 else 1e-9)
 
 
 @pytest.mark.filterwarnings("ignore:.*no word of the LM contains", "ignore:.*tokens are not in the LM")
-def test_scorers_the_one_launch_search_cannot_run_are_named(word_lm) -> None:
+def test_scorers_the_one_launch_search_cannot_run_are_named(word_lm, tmp_path: Path) -> None:
     tokens, lp = inputs("word_ngram", 1, 4, seed=1)
     why = fused_search.scorers_unavailable
     assert why(fusion("word_ngram_lexicon", word_lm, tokens)["scorers"]) is None
     assert why({"lb": LengthBonus()}) is None
     assert "'lm' (NeuralLMScorer) has no table form" in why(fusion("lstm", word_lm, tokens)["scorers"])
     assert "'hot' (HotwordScorer) is of kind 'hotwords'" in why(fusion("hotwords", word_lm, tokens)["scorers"])
-    lookup = NgramScorer(load_ngram(FIXTURES / "chars_2gram.arpa"), TOKEN_CHARS, dense=False)
-    assert "'lm' (NgramScorer) has no table form" in why({"lm": lookup})
+    assert why({"lm": _lookup_lm(2, tmp_path)}) is None
+    lookup = _lookup_lm(5, tmp_path)
+    assert why({"lm": lookup}) == "scorer 'lm' (NgramScorer) is a 5-gram without dense tables: the kernel looks up " \
+                                  "orders up to 4"
     two = fusion("word_ngram", word_lm, tokens)["scorers"]["lm"]
     assert why({"a": two, "b": two}) == "scorers 'a' and 'b' are both 'word_ngram': the kernel holds one of each kind"
     assert fused_search.unavailable(lp, {"lm": lookup}, 8) == why({"lm": lookup})
@@ -288,21 +305,23 @@ def test_the_kernels_compile_for_an_h100() -> None:
     hashes = dict(SENT_HASH_C=SENT_HASH, SENT_PARENT_C=SENT_PARENT, SENT_MIN_C=-(2 ** 63), HASH_MUL_C=HASH_MUL)
     search = dict(HAS_FUSION=True, EVERY_TOKEN=False, BK=16, BC=16, BV=32, **hashes)
     floats = ("lp", "limits", "bonus_ptr", "st", "vtab", "wts", "final_out", "wc_open0", "tn_logp", "tn_eos",
-              "lx_score_table", "wn_floats0", "wn_la_next", "wn_la", "wn_node_floats", "wn_row_floats", "wn_backoff")
+              "lx_score_table", "wn_floats0", "wn_la_next", "wn_la", "wn_node_floats", "wn_row_floats", "wn_backoff",
+              "tk_bo0", "tk_prob1", "tk_bo1", "tk_prob2", "tk_bo2", "tk_prob3", "tk_bo3", "tk_prob4")
     longs = ("lengths", "ints", "parent_out", "token_out", "frame_out", "count_out", "ctab", "wc_opens", "tn_state0",
              "lx_state0", "lx_next_base", "lx_edge_keys", "lx_edge_dst", "lx_col_start", "wn_ints0", "wn_edge_keys",
              "wn_edge_dst", "wn_col_start", "wn_token_slot", "wn_node_word", "wn_chain_keys", "wn_keys",
-             "wn_next_state")
+             "wn_next_state", "tk_hist0", "tk_tok", "tk_keys2", "tk_keys3", "tk_keys4")
     flags = ("wc_closes", "lx_col_stay", "lx_col_closes", "lx_is_word", "wn_col_stay", "wn_col_is_end",
              "wn_col_is_start")
     pointers = {**{n: "*fp32" for n in floats}, **{n: "*i64" for n in longs}, **{n: "*u8" for n in flags},
                 "tn_next": "*i32", "wn_trans": "*i32", "offset_out": "*fp64"}
     back = {n: "*i64" for n in ("parents", "tokens", "order", "count", "paths")}
-    # every scorer kind, the tries as sorted edges (their searches; the dense tries are single loads)
+    # every scorer kind, the tries as sorted edges (their searches; the dense tries are single loads), the lookup
+    # token n-gram of the highest order
     unscored = dict(search, TABLES=False, HAS_SCORERS=False, HAS_WC=False, HAS_TN=False, HAS_LX=False,
-                    LX_DENSE=True, HAS_WN=False, WN_DENSE=True)
+                    LX_DENSE=True, HAS_WN=False, WN_DENSE=True, HAS_TK=False, TK_ORDER=1)
     scored = dict(unscored, HAS_SCORERS=True, HAS_WC=True, HAS_TN=True, HAS_LX=True, LX_DENSE=False, HAS_WN=True,
-                  WN_DENSE=False)
+                  WN_DENSE=False, HAS_TK=True, TK_ORDER=4)
     # (TABLES=True differs by two loads; few variants keep the test within seconds on a cold cache)
     for kernel, ptrs, consts in ((fused_kernel.ctc_search, pointers, unscored),
                                  (fused_kernel.ctc_search, pointers, scored),

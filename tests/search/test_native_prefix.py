@@ -228,15 +228,15 @@ def test_hotwords_equal_torch_loop(word_lm, with_lm: bool, tokens: List[str], pr
 
 
 @needs_library
-def test_token_ngram_dense_equals_torch_loop_and_lookup_has_no_native_form() -> None:
+def test_token_ngram_dense_equals_torch_loop_and_lookup_is_not_native() -> None:
     lm = load_ngram(FIXTURES / "chars_2gram.arpa")
     tokens = ["<blank>", "<unk>", "<sos/eos>", MARK, "A", "B", "C"]
     dense, lookup = NgramScorer(lm, tokens, dense=True), NgramScorer(lm, tokens, dense=False)
     lp = peaky_log_probs(3, 40, len(tokens), seed=9, dtype=torch.float32)
     lengths = torch.tensor([40, 25, 31])
     assert_paths_agree(lp, lengths, beam=6, nbest=3, scorers={"lm": dense}, weights={"lm": 0.9})
-    assert lookup.native_form() is None
-    with pytest.raises(ValueError, match="native=True.*'lm'.*no native form in this configuration"):
+    assert lookup.native_form()[0] == "token_ngram_lookup"  # a form the GPU's fused search runs, the C++ loop not
+    with pytest.raises(ValueError, match="native=True.*'lm'.*unknown native kind 'token_ngram_lookup'"):
         ctc_prefix_beam_search(lp, lengths, beam=6, scorers={"lm": lookup}, weights={"lm": 0.9}, native=True)
 
 
