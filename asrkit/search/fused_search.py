@@ -56,11 +56,22 @@ FUSED_KINDS = ("word_count", "token_ngram", "lexicon", "word_ngram", "token_ngra
 MAX_LOOKUP_ORDER = 4  # token_ngram_lookup: a history of up to 3 words and 4 back-off sums in registers
 
 
-def scorers_unavailable(scorers: Mapping[str, BatchScorer]) -> Optional[str]:
+def _form_vocab(kind: str, tables: Mapping[str, torch.Tensor]) -> int:
+    """The tokens a form's per-token tables cover (the kernel reads them at any candidate's id unchecked)."""
+    if kind == "word_count":
+        return tables["closes"].numel()
+    if kind == "token_ngram":
+        return int(tables["vocab"])
+    if kind == "token_ngram_lookup":
+        return tables["tok_to_lm"].numel()
+    return int(tables["width"]) - 1  # lexicon, word_ngram: a column per token and one for "no change"
+
+
+def scorers_unavailable(scorers: Mapping[str, BatchScorer], vocab: Optional[int] = None) -> Optional[str]:
     """Why the one-launch search cannot run these scorers in its program (None: it can): every scorer is a
     :class:`~asrkit.search.scorers.LengthBonus` or has a ``native_form()`` of a kind in :data:`FUSED_KINDS`, at most
-    one of each kind. The others (neural LMs, hotwords, token n-grams over :data:`MAX_LOOKUP_ORDER` without dense
-    tables) keep the captured loop."""
+    one of each kind, over ``vocab`` tokens if given. The others (neural LMs, hotwords, token n-grams over
+    :data:`MAX_LOOKUP_ORDER` without dense tables) keep the captured loop."""
     seen: Dict[str, str] = {}
     for name, sc in scorers.items():
         if isinstance(sc, LengthBonus):
@@ -75,6 +86,9 @@ def scorers_unavailable(scorers: Mapping[str, BatchScorer]) -> Optional[str]:
         if kind == "token_ngram_lookup" and int(form[1]["order"]) > MAX_LOOKUP_ORDER:
             return f"scorer {name!r} ({type(sc).__name__}) is a {int(form[1]['order'])}-gram without dense tables: " \
                    f"the kernel looks up orders up to {MAX_LOOKUP_ORDER}"
+        if vocab is not None and _form_vocab(kind, form[1]) != vocab:
+            return f"scorer {name!r} ({type(sc).__name__}) has tables for {_form_vocab(kind, form[1])} tokens, the " \
+                   f"log-probs {vocab}"
         if kind in seen:
             return f"scorers {seen[kind]!r} and {name!r} are both {kind!r}: the kernel holds one of each kind"
         seen[kind] = name
@@ -85,7 +99,7 @@ def unavailable(lp: torch.Tensor, scorers: Mapping[str, Any], topk: Optional[int
     """Why the one-launch search cannot search ``lp`` (B, T, V) with these scorers and ``token_topk`` (None: it
     can)."""
     batch, _, vocab = lp.shape
-    why = scorers_unavailable(scorers)
+    why = scorers_unavailable(scorers, vocab)
     if why is not None:
         return why
     if batch == 0:

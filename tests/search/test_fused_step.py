@@ -169,8 +169,8 @@ def test_with_table_scorers_one_launch_equals_the_torch_loop(word_lm, case: str,
     # The scorers inside the one-launch search (asrkit.search.fused_scorers): word count, dense token n-gram,
     # the word n-gram (look-ahead, back-off through the context chain, the closed state, </s>) with and without a
     # lexicon, the lexicon scorer (-inf scores, dead hypotheses), dense and sorted-edge tries, LengthBonus folded
-    # into the bonus, the token n-gram's lookup layout (back-offs of orders 2 and 4); three utterances of different lengths, blank skipping on and off. On a GPU both searches run
-    # there (init_state moves the scorers' tables).
+    # into the bonus, the token n-gram's lookup layout (back-offs of orders 2 and 4); three utterances of different
+    # lengths, blank skipping on and off. On a GPU both searches run there (init_state moves the scorers' tables).
     monkeypatch.setattr(prefix_graph, "FUSED_SEARCH", True)
     kind, pruning, beam, dtype = SCORER_CASES[case]
     tokens, lp = inputs("token_ngram" if kind.startswith("lookup") else "word_ngram" if kind == "sparse" else kind, 3,
@@ -205,6 +205,15 @@ def test_scorers_the_one_launch_search_cannot_run_are_named(word_lm, tmp_path: P
     two = fusion("word_ngram", word_lm, tokens)["scorers"]["lm"]
     assert why({"a": two, "b": two}) == "scorers 'a' and 'b' are both 'word_ngram': the kernel holds one of each kind"
     assert fused_search.unavailable(lp, {"lm": lookup}, 8) == why({"lm": lookup})
+    # tables of other tokens than the log-probs' (never read at a candidate's id unchecked)
+    for sc, size in [(sc, len(tokens)) for sc in fusion("word_ngram_lexicon", word_lm, tokens)["scorers"].values()] + [
+            (fusion("token_ngram", word_lm, TOKEN_CHARS)["scorers"]["lm"], len(TOKEN_CHARS))]:
+        assert fused_search.unavailable(lp[..., :5], {"x": sc}, 3) == \
+            f"scorer 'x' ({type(sc).__name__}) has tables for {size} tokens, the log-probs 5"
+    count = WordCount(torch.arange(5) < 2, torch.ones(5, dtype=torch.long))
+    assert why({"words": count}, 5) is None
+    assert f"has tables for 5 tokens, the log-probs {len(tokens)}" in fused_search.unavailable(lp, {"words": count}, 3)
+    assert "has tables for 7 tokens" in fused_search.unavailable(lp, {"lm": _lookup_lm(2, tmp_path)}, 3)
 
 
 @in_this_process
