@@ -23,7 +23,7 @@ import asrkit.search.prefix_graph as prefix_graph
 import asrkit.search.prefix_loop as prefix_loop
 from asrkit.lm.ngram import NgramScorer, load_ngram
 from asrkit.lm.word_ngram import WordNgramScorer
-from asrkit.search import LengthBonus, WordCount, ctc_prefix_beam_search
+from asrkit.search import LengthBonus, WordCount, ctc_prefix_beam_search, native_loop
 from asrkit.search.lexicon import LexiconScorer
 from host_sync import SYNC_METHODS, no_host_sync
 from test_ctc_prefix import peaky_log_probs, random_log_probs
@@ -188,6 +188,9 @@ def test_with_table_scorers_one_launch_equals_the_torch_loop(word_lm, case: str,
     got, want, ran = both(lp.to(DEVICE), lengths.to(DEVICE), **kw)
     assert ran and sum(len(h[0].tokens) for h in want if h) > 6
     assert_same_lists(got, want, tol=1e-4 if dtype == torch.float32 else 1e-9)
+    if native_loop.unavailable(lp, lengths, kw["scorers"]) is None:  # the C++ loop on the same tables
+        native = ctc_prefix_beam_search(lp, lengths, native=True, **kw).to_lists()
+        assert_same_lists(got, native, tol=1e-4 if dtype == torch.float32 else 1e-9)
 
 
 @pytest.mark.filterwarnings("ignore:.*no word of the LM contains", "ignore:.*tokens are not in the LM")
