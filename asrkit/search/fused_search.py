@@ -25,7 +25,8 @@ Their tables are those of their ``native_form()``, which the native C++ loop rea
 ``init_state``; each program keeps its hypotheses' scorer states in registers, scores every candidate of a kept
 frame, follows the picks and adds the weighted end-of-sentence scores (a few host ops more per batch, none per
 frame). Other scorers (neural LMs, hotwords, a token n-gram of a higher order without dense tables) keep the
-captured loop: :func:`scorers_unavailable` says why.
+captured loop: :func:`scorers_unavailable` says why; ``ASRKIT_FUSED_SCORERS=0`` sends every search with scorers
+there (:data:`FUSED_SCORERS`; not yet timed on a GPU, the benchmark times both).
 
 Used by :mod:`asrkit.search.prefix_graph` where the fused step is (``ASRKIT_FUSED_SEARCH=0`` keeps the fused step
 on host-built tables, for comparison); not for the exact search over more than 32 tokens, nor over more than
@@ -54,6 +55,9 @@ CANDIDATES = os.environ.get("ASRKIT_FUSED_CANDIDATES", "kernel")
 # scorer is folded into the length bonus.
 FUSED_KINDS = ("word_count", "token_ngram", "lexicon", "word_ngram", "token_ngram_lookup")
 MAX_LOOKUP_ORDER = 4  # token_ngram_lookup: a history of up to 3 words and 4 back-off sums in registers
+# The table scorers inside the kernel (not yet timed on a GPU): ASRKIT_FUSED_SCORERS=0 sends a search with them to
+# the captured loop (compiled scorers) and keeps the one-launch search for the searches without.
+FUSED_SCORERS = os.environ.get("ASRKIT_FUSED_SCORERS", "1") != "0"
 
 
 def _form_vocab(kind: str, tables: Mapping[str, torch.Tensor]) -> int:
@@ -76,6 +80,8 @@ def scorers_unavailable(scorers: Mapping[str, BatchScorer], vocab: Optional[int]
     for name, sc in scorers.items():
         if isinstance(sc, LengthBonus):
             continue
+        if not FUSED_SCORERS:
+            return "scorers in the kernel are turned off (ASRKIT_FUSED_SCORERS=0)"
         form = sc.native_form() if isinstance(sc, NativeScorer) else None
         if form is None:
             return f"scorer {name!r} ({type(sc).__name__}) has no table form: its torch calls run between the steps"

@@ -199,6 +199,11 @@ def test_scorers_the_one_launch_search_cannot_run_are_named(word_lm, tmp_path: P
     why = fused_search.scorers_unavailable
     assert why(fusion("word_ngram_lexicon", word_lm, tokens)["scorers"]) is None
     assert why({"lb": LengthBonus()}) is None
+    with pytest.MonkeyPatch.context() as mp:  # ASRKIT_FUSED_SCORERS=0: only a LengthBonus (a constant) stays
+        mp.setattr(fused_search, "FUSED_SCORERS", False)
+        assert why({"lb": LengthBonus()}) is None
+        assert why(fusion("token_ngram", word_lm, TOKEN_CHARS)["scorers"]) == \
+            "scorers in the kernel are turned off (ASRKIT_FUSED_SCORERS=0)"
     assert "'lm' (NeuralLMScorer) has no table form" in why(fusion("lstm", word_lm, tokens)["scorers"])
     assert "'hot' (HotwordScorer) is of kind 'hotwords'" in why(fusion("hotwords", word_lm, tokens)["scorers"])
     assert why({"lm": _lookup_lm(2, tmp_path)}) is None

@@ -105,18 +105,21 @@ TORCH_STEP, FUSED_STEP, FUSED_SEARCH = (False, False), (True, False), (True, Tru
 
 def with_path(fn: Callable[[], Tokens], path: Tuple[bool, bool], candidates: str = "kernel",
               compiled: bool = False) -> Callable[[], Tokens]:
-    """fn with the GPU path's switches set to ``path`` (one of TORCH_STEP, FUSED_STEP, FUSED_SEARCH), the fused
-    search's ``candidates`` ("kernel" or "topk", :data:`asrkit.search.fused_search.CANDIDATES`) and the scorers
-    compiled or not (:data:`asrkit.search.prefix_graph.COMPILE_SCORERS`)."""
+    """fn with the GPU path's switches set to ``path`` (one of TORCH_STEP, FUSED_STEP, FUSED_SEARCH; the fused search
+    with the table scorers inside it, :data:`asrkit.search.fused_search.FUSED_SCORERS`), the fused search's
+    ``candidates`` ("kernel" or "topk", :data:`asrkit.search.fused_search.CANDIDATES`) and the scorers compiled or
+    not (:data:`asrkit.search.prefix_graph.COMPILE_SCORERS`)."""
     def run() -> Tokens:
-        saved = prefix_graph.FUSED_STEP, prefix_graph.FUSED_SEARCH, fused_search.CANDIDATES, prefix_graph.COMPILE_SCORERS
+        saved = (prefix_graph.FUSED_STEP, prefix_graph.FUSED_SEARCH, fused_search.CANDIDATES,
+                 prefix_graph.COMPILE_SCORERS, fused_search.FUSED_SCORERS)
         prefix_graph.FUSED_STEP, prefix_graph.FUSED_SEARCH = path
         fused_search.CANDIDATES, prefix_graph.COMPILE_SCORERS = candidates, compiled
+        fused_search.FUSED_SCORERS = True
         try:
             return fn()
         finally:
             (prefix_graph.FUSED_STEP, prefix_graph.FUSED_SEARCH, fused_search.CANDIDATES,
-             prefix_graph.COMPILE_SCORERS) = saved
+             prefix_graph.COMPILE_SCORERS, fused_search.FUSED_SCORERS) = saved
     return run
 
 
