@@ -1,7 +1,8 @@
 """The batched CTC prefix search with each LM on a CUDA device gives what it gives on the CPU.
 
-The search's GPU path is its torch frame loop (the C++ loop is CPU only), eager or captured as one CUDA graph;
-the LM scorers keep their states on the device. Inputs spell words of the test LMs (so the LMs change the
+The search's GPU path is its torch frame loop (the C++ loop is CPU only), eager or captured as one CUDA graph, or
+with table LMs (n-grams) the one-launch fused search, their scorers inside it; the LM scorers keep their states on
+the device. Inputs spell words of the test LMs (so the LMs change the
 result), one token over 1-3 frames with blanks between, a rival for some tokens, noise on every frame.
 Skipped without a CUDA device (the development machines have none; the device checks run them).
 """
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 from asrkit.lm import LSTMLM, NeuralLMScorer, TransformerLM, ngram_scorer
-from asrkit.search import ctc_prefix_beam_search, prefix_graph
+from asrkit.search import ctc_prefix_beam_search, fused_search, prefix_graph
 from asrkit.search.hotwords import hotword_scorer, spell_with_tokens
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -100,9 +101,11 @@ def test_prefix_search_with_lm_on_cuda_equals_cpu(lm: str, pruned: bool, cuda_gr
 
 
 @pytest.mark.parametrize("lm", sorted(LMS))
-def test_batches_of_one_bucket_replay_one_captured_loop(lm: str) -> None:
+def test_batches_of_one_bucket_replay_one_captured_loop(lm: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Three batches of one shape bucket through one scorer replay the graph captured for the first (a fourth, of
-    # another batch size, captures its own): a replay never sees a previous batch's tables or LM states.
+    # another batch size, captures its own): a replay never sees a previous batch's tables or LM states. (The
+    # n-grams through the captured loop too, not the one-launch search that takes them by default.)
+    monkeypatch.setattr(fused_search, "FUSED_SCORERS", False)
     build, tokens, words = LMS[lm]
     scorer, ref = build("cuda"), build("cpu")
     prefix_graph.clear()
