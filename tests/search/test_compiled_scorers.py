@@ -77,6 +77,7 @@ class Runs(NamedTuple):
     want: Dict[str, List]  # kind -> per batch size: the n-best with the scorers eager
     compiles: Dict[str, List[Dict[str, int]]]  # kind -> after each batch size, then after the direct calls
     wrapped: Dict[str, bool]  # kind -> the cache entry held CompiledScorers
+    captured: Dict[str, bool]  # kind -> the cache entry holds a CUDA graph (never on the CPU)
     direct: Dict[str, List]  # kind -> (compiled, eager) outputs of score and select_state called directly
     ran: List[str]  # frame loops run under the no-host-sync guard
 
@@ -100,7 +101,7 @@ def runs(word_lm) -> Runs:
     why = _inductor_missing()
     if why:
         pytest.skip(why)
-    got, want, compiles, wrapped, direct, ran = {}, {}, {}, {}, {}, []
+    got, want, compiles, wrapped, captured, direct, ran = {}, {}, {}, {}, {}, {}, []
     with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
         for f in FILTERS:
             warnings.filterwarnings("ignore", message=f.split(":", 1)[1])
@@ -121,15 +122,16 @@ def runs(word_lm) -> Runs:
                 compiles[kind].append(_compiles(lm))
             entry = list(prefix_graph._CACHE.values())[-1]  # the last used: the compiled search's
             wrapped[kind] = isinstance(entry.scorers["lm"], CompiledScorer)
+            captured[kind] = entry.graph is not None
             direct[kind] = _direct(lm, len(inputs(kind, 1, 1, seed=0)[0]), entry.fr.n_cand)
             compiles[kind].append(_compiles(lm))
         prefix_graph.clear()
-    return Runs(got, want, compiles, wrapped, direct, ran)
+    return Runs(got, want, compiles, wrapped, captured, direct, ran)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_compiled_scorers_give_the_eager_nbest_at_every_batch_size(runs: Runs, kind: str) -> None:
-    assert runs.wrapped[kind]  # the compiled scorers were searched with
+    assert runs.wrapped[kind] and not runs.captured[kind]  # the compiled scorers were searched with, uncaptured
     assert sum(len(h[0].tokens) for w in runs.want[kind] for h in w if h) > 20  # the search emits: a real comparison
     for got, want in zip(runs.got[kind], runs.want[kind]):
         assert_same_lists(got, want, tol=1e-4)
