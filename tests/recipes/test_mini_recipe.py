@@ -31,6 +31,16 @@ def _lmplz_built() -> bool:
     return True
 
 
+def _recording_stand_in(tmp_path: Path, program: str) -> dict:
+    """An environment whose PATH finds a stand-in ``program`` first; it appends its arguments to calls.txt."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / program
+    fake.write_text(f'#!/usr/bin/env bash\necho "$@" >> {tmp_path / "calls.txt"}\n')
+    fake.chmod(0o755)
+    return dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
 def test_mini_recipe_runs_every_stage(tmp_path):
     if shutil.which("espeak-ng") is None or shutil.which("festival") is None:
         pytest.skip("espeak-ng/festival are not installed (make test installs them)")
@@ -178,12 +188,7 @@ def test_mini_recipe_runs_every_stage(tmp_path):
 def test_size_presets_pick_their_config(tmp_path, size, config, exp):
     """Catches a --size preset that trains another config or into another experiment dir (stage 3 with a
     stand-in asrkit on PATH that records its arguments), and an unknown size accepted."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "asrkit"
-    fake.write_text(f'#!/usr/bin/env bash\necho "$@" >> {tmp_path / "calls.txt"}\n')
-    fake.chmod(0o755)
-    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    env = _recording_stand_in(tmp_path, "asrkit")
     cmd = ["bash", str(REPO / "recipes" / "mini" / "run.sh"), "--workdir", str(tmp_path / "work"), "--size", size,
            "--stage", "3", "--stop-stage", "3", "--nproc", "1", "--average", "0"]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
@@ -199,12 +204,7 @@ def test_small_streaming_decodes_the_test_sets_as_live_streams_too(tmp_path):
     """Stage 6 of --size small-streaming (a stand-in asrkit records the calls): besides greedy and LM decoding,
     each test set is decoded with --streaming at 640 and 320 ms chunks, greedy and with the tuned LM config, into
     the decode_<set>_stream<ms>[_lm] dirs stage 7 scores; --streaming-chunks "" (or another size) has none."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "asrkit"
-    fake.write_text(f'#!/usr/bin/env bash\necho "$@" >> {tmp_path / "calls.txt"}\n')
-    fake.chmod(0o755)
-    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    env = _recording_stand_in(tmp_path, "asrkit")
     cmd = ["bash", str(REPO / "recipes" / "mini" / "run.sh"), "--workdir", str(tmp_path / "work"), "--size",
            "small-streaming", "--stage", "6", "--stop-stage", "6", "--num-test-unseen", "0",
            "--test-reverb-noise", "false"]
@@ -233,12 +233,7 @@ def test_a_work_dir_without_test_reverb_noise_is_told_how_to_make_it(tmp_path):
 def test_derived_voices_reach_stage_0_and_a_bad_value_is_refused(tmp_path):
     """--derived-voices goes to make_synthetic_corpus.py (a stand-in python records stage 0's call), off by
     default; a value other than true or false stops the recipe with a message naming the option."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "python"
-    fake.write_text(f'#!/usr/bin/env bash\necho "$@" >> {tmp_path / "calls.txt"}\n')
-    fake.chmod(0o755)
-    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    env = _recording_stand_in(tmp_path, "python")
     cmd = ["bash", str(REPO / "recipes" / "mini" / "run.sh"), "--workdir", str(tmp_path / "work"), "--stage", "0",
            "--stop-stage", "0", "--test-reverb-noise", "false"]
     for extra in ([], ["--derived-voices", "true"]):
