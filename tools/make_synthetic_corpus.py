@@ -4,7 +4,7 @@
 Usage:
     python tools/make_synthetic_corpus.py --out data --num-train 1000 --num-dev 100 --num-test 100 \\
         [--num-test-unseen 100] [--train-synths espeak:2,festival,flite] [--unseen-synth flite] \\
-        [--unseen-voices awb,rms] [--derived-voices false|true] --seed 0 [--snr-db 20 | --no-noise] [--jobs 2] \\
+        [--unseen-voices awb,rms] [--derived-voices false|true] [--extra-train SPK:N,...] --seed 0 [--snr-db 20 | --no-noise] [--jobs 2] \\
         [--audio-dir DIR] [--sentences FILE]
 
 Writes ``OUT/train``, ``OUT/dev``, ``OUT/test`` and (unless ``--num-test-unseen 0``) ``OUT/test_unseen``,
@@ -35,6 +35,9 @@ absolute paths.
   given to the engine undoes the resampling's change of duration (``tools/synthesizers.py``). test_unseen never
   has them, nor does any other split have one derived from a held-out voice. Off by default (the corpus is then
   the same as before the option existed).
+  ``--extra-train flite_slt_m:400`` adds 400 train utterances of one speaker (any training or derived speaker)
+  after the ``--num-train`` drawn ones, which stay byte-identical, as do dev, test and test_unseen: a lever on
+  the training voices that leaves every test set the same audio.
   Utterance ids start with the speaker id (Kaldi convention, so sorting keeps speakers together).
   train and dev draw speakers from the same pool; every other espeak test utterance uses an espeak voice
   or variant that never occurs in train, the rest use train speakers.
@@ -142,6 +145,7 @@ class SynthChoice:
     unseen_synth: str = DEFAULT_UNSEEN_SYNTH
     unseen_voices: Optional[Tuple[str, ...]] = None  # None: DEFAULT_UNSEEN_VOICES or all voices
     derived: bool = False                            # add the derived speakers (synthesizers.DERIVED_VOICES)
+    extra_train: Tuple[Tuple[str, int], ...] = ()    # (speaker id, utterances) added to train only
 
     def train_pool(self, synth: str) -> List[Speaker]:
         """The speakers of ``synth`` that train, dev and test draw from: the unseen voices are never among them,
@@ -149,6 +153,24 @@ class SynthChoice:
         held = {s.voice for s in self.unseen_pool()} if synth == self.unseen_synth else set()
         pool = voices(synth) + (synthesizers.derived_voices(synth) if self.derived else [])
         return [s for s in pool if s.voice not in held]
+
+    def extra_train_speakers(self) -> List[Tuple[Speaker, int]]:
+        """``extra_train`` resolved: any speaker of a training synthesizer, derived ones included, but never a
+        held-out voice nor one derived from it."""
+        known: Dict[str, Speaker] = {}
+        for synth in self.train_synths:
+            held = {s.voice for s in self.unseen_pool()} if synth == self.unseen_synth else set()
+            known.update({s.spk_id: s for s in voices(synth) + synthesizers.derived_voices(synth)
+                          if s.voice not in held})
+        out = []
+        for spk_id, count in self.extra_train:
+            if spk_id not in known:
+                derived = sorted(k for k, s in known.items() if s.shift != 1.0 or s.f0 != 1.0)
+                raise ValueError(f"--extra-train: '{spk_id}' is not a speaker of the training synthesizers "
+                                 f"({', '.join(self.train_synths)}) outside test_unseen's voices; expected a "
+                                 f"training speaker id (utt2spk) or a derived one ({', '.join(derived) or 'none'})")
+            out.append((known[spk_id], count))
+        return out
 
     def unseen_pool(self) -> List[Speaker]:
         pool = voices(self.unseen_synth)
@@ -166,6 +188,7 @@ class SynthChoice:
             if synth not in SYNTHS:
                 raise ValueError(f"unknown synthesizer '{synth}' (expected one of {', '.join(SYNTHS)})")
         self.unseen_pool()
+        self.extra_train_speakers()
         if self.unseen_synth in self.train_synths and not self.train_pool(self.unseen_synth):
             raise ValueError(f"every {self.unseen_synth} voice is held out for test_unseen (--unseen-voices): "
                              f"leave {self.unseen_synth} out of --train-synths or hold out fewer voices")
@@ -196,6 +219,19 @@ def parse_synth_weights(arg: str) -> Dict[str, float]:
         if not weights[name] > 0:
             raise ValueError(f"weight of {name} in '{arg}' must be > 0")
     return weights
+
+
+def parse_extra_train(arg: str) -> Tuple[Tuple[str, int], ...]:
+    """``"flite_slt_m:400,fest_kal:100"`` -> ``(("flite_slt_m", 400), ("fest_kal", 100))``; ``""`` -> ``()``."""
+    out: Dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in arg.split(","))):
+        spk_id, sep, count = item.partition(":")
+        if not sep or not count.isdigit() or int(count) <= 0:
+            raise ValueError(f"bad --extra-train item '{item}' in '{arg}' (expected SPEAKER:N with N > 0)")
+        if spk_id in out:
+            raise ValueError(f"speaker '{spk_id}' given twice in --extra-train '{arg}'")
+        out[spk_id] = int(count)
+    return tuple(out.items())
 
 
 def synth_sequence(weights: Dict[str, float], n: int) -> List[str]:
@@ -275,27 +311,44 @@ def plan_corpus(sentences: Sequence[str], counts: Dict[str, int], seed: int, snr
             else:
                 pool = seen[synth]
             speaker = pool[int(rng.integers(len(pool)))]
-            utt_id = f"{speaker.spk_id}-{split}{i:06d}"
-            specs.append(UttSpec(
-                utt_id=utt_id,
-                text=sentences[int(pools[split][i % len(pools[split])])],
-                speaker=speaker,
-                # 3 decimals: the engines get the same numbers whatever the platform's float printing
-                rate=round(float(rng.uniform(*(ESPEAK_RATE if synth == "espeak" else RATE))), 3),
-                pitch=round(float(rng.uniform(*(ESPEAK_PITCH if synth == "espeak" else PITCH))), 3),
-                peak=float(rng.uniform(*PEAK_LEVEL)),
-                lead_s=float(rng.uniform(*SILENCE_S)),
-                tail_s=float(rng.uniform(*SILENCE_S)),
-                snr_db=snr_db,
-                noise_kind=NOISE_KINDS[int(rng.integers(len(NOISE_KINDS)))],
-                # drawn last, so that every earlier draw (and so test_unseen's audio) is as before they existed
-                pitch_range=round(float(rng.uniform(*PITCH_RANGE)), 2),
-                word_gap=int(rng.integers(WORD_GAP)),
-                noise_seed=(seed, split_idx, i, 1),
-                path=os.path.join(wav_dir, f"{utt_id}.flac"),
-            ))
+            specs.append(_draw_spec(rng, (seed, split_idx, i), f"{split}{i:06d}", speaker,
+                                    sentences[int(pools[split][i % len(pools[split])])], snr_db, wav_dir))
+        if split == "train":
+            # after every drawn utterance, so that train's first counts["train"] and the other splits are as without
+            i = counts["train"]
+            for speaker, count in synths.extra_train_speakers():
+                for _ in range(count):
+                    rng = np.random.default_rng([seed, split_idx, i])
+                    specs.append(_draw_spec(rng, (seed, split_idx, i), f"{split}{i:06d}", speaker,
+                                            sentences[int(pools[split][i % len(pools[split])])], snr_db, wav_dir))
+                    i += 1
         plan[split] = specs
     return plan
+
+
+def _draw_spec(rng: np.random.Generator, noise_seed: Tuple[int, ...], name: str, speaker: Speaker, text: str,
+               snr_db: Optional[float], wav_dir: str) -> UttSpec:
+    """One utterance's settings, drawn from ``rng`` (after its speaker); its id is ``<speaker>-<name>``."""
+    espeak_voice = speaker.synth == "espeak"
+    utt_id = f"{speaker.spk_id}-{name}"
+    return UttSpec(
+        utt_id=utt_id,
+        text=text,
+        speaker=speaker,
+        # 3 decimals: the engines get the same numbers whatever the platform's float printing
+        rate=round(float(rng.uniform(*(ESPEAK_RATE if espeak_voice else RATE))), 3),
+        pitch=round(float(rng.uniform(*(ESPEAK_PITCH if espeak_voice else PITCH))), 3),
+        peak=float(rng.uniform(*PEAK_LEVEL)),
+        lead_s=float(rng.uniform(*SILENCE_S)),
+        tail_s=float(rng.uniform(*SILENCE_S)),
+        snr_db=snr_db,
+        noise_kind=NOISE_KINDS[int(rng.integers(len(NOISE_KINDS)))],
+        # drawn last, so that every earlier draw (and so test_unseen's audio) is as before they existed
+        pitch_range=round(float(rng.uniform(*PITCH_RANGE)), 2),
+        word_gap=int(rng.integers(WORD_GAP)),
+        noise_seed=(*noise_seed, 1),
+        path=os.path.join(wav_dir, f"{utt_id}.flac"),
+    )
 
 
 def make_noise(kind: str, num_samples: int, rng: np.random.Generator) -> np.ndarray:
@@ -475,6 +528,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--derived-voices", choices=("false", "true"), default="false",
                         help="true: also train on derived speakers (slt as a man, kal and ked as women: F0 and "
                              "vocal-tract shifts); default false")
+    parser.add_argument("--extra-train", default="",
+                        help="SPEAKER:N,...: N more train utterances of each named speaker (a training speaker "
+                             "id or a derived one, e.g. flite_slt_m), after --num-train's; dev, test, "
+                             "test_unseen and train's first --num-train utterances stay as without")
     parser.add_argument("--seed", type=int, default=0)
     noise = parser.add_mutually_exclusive_group()
     noise.add_argument("--snr-db", type=float, default=20.0, help="additive noise SNR in dB (default 20)")
@@ -500,7 +557,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         synths = SynthChoice(parse_synth_weights(args.train_synths), args.unseen_synth,
                              tuple(v.strip() for v in args.unseen_voices.split(",")) if args.unseen_voices else None,
-                             derived=args.derived_voices == "true")
+                             derived=args.derived_voices == "true",
+                             extra_train=parse_extra_train(args.extra_train))
         synths.check()
     except ValueError as exc:
         parser.error(str(exc))

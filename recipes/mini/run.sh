@@ -18,7 +18,7 @@
 #                            [--joint-lm-weights "0.3 0.6 1.0"] [--joint-decode-config conf/decode_joint_wordlm.yaml]
 #                            [--streaming-chunks "640 320"]
 #                            [--jobs 2] [--test-reverb-noise true|false] [--reverb-noise-snr 5,20]
-#                            [--derived-voices true|false]
+#                            [--derived-voices true|false] [--extra-train SPK:N,...]
 #   --size      small: 4800 training utterances (~5.5 h of speech), conf/mini_small.yaml (4-layer Conformer);
 #               medium: 6000 utterances, conf/mini_medium.yaml (12-layer Conformer); small-joint: the small data
 #               and conf/mini_small_joint.yaml (the small model + a 2-layer attention decoder, joint CTC/attention
@@ -58,6 +58,9 @@
 #               flite's awb and rms. Default false: over three seeds of the demo it read test_unseen 1.3 points
 #               and the rooms 2.4 points better with the LM but the same test audio 2.4 points worse
 #               (docs/results.md, derived voices)
+#   --extra-train SPK:N,...: stage 0 adds N training utterances of each named speaker (a training or derived
+#               speaker id, e.g. flite_slt_m:400; tools/make_synthetic_corpus.py --extra-train) after the drawn
+#               ones, which stay the same audio, as do dev and every test set. Default none
 #   --lm-kind   ngram: word n-gram (KenLM lmplz, tools/install/install_kenlm.sh) and a lexicon of its words;
 #               neural: the character LSTM LM of --lm-config on the same text
 #   stage 0: synthesize data/{train,dev,test,test_unseen}   stage 4: LM text (book text + train transcripts) and LM
@@ -97,6 +100,7 @@ num_test_unseen=100   # data/test_unseen: flite voices no training split has (0:
 test_reverb_noise=true   # data/test_reverb_noise: data/test through held-out rooms and noises
 reverb_noise_snr=5,20    # its SNR range in dB
 derived_voices=false     # stage 0: also the derived speakers (slt as a man, kal and ked as women)
+extra_train=""           # stage 0: SPK:N,... more train utterances of those speakers (none)
 snr_db=25
 seed=1
 jobs=2
@@ -170,10 +174,10 @@ for ms in $streaming_chunks; do decode_suffixes+=("_stream$ms" "_stream${ms}_lm"
 
 if run_stage 0; then
   log 0 "synthesizing speech into data/ (train $num_train, dev $num_dev, test $num_test," \
-    "test_unseen $num_test_unseen utterances; derived voices: $derived_voices)"
+    "test_unseen $num_test_unseen utterances; derived voices: $derived_voices; extra train: ${extra_train:-none})"
   python "$root/tools/make_synthetic_corpus.py" --out data --num-train "$num_train" --num-dev "$num_dev" \
     --num-test "$num_test" --num-test-unseen "$num_test_unseen" --seed "$seed" --snr-db "$snr_db" --jobs "$jobs" \
-    --derived-voices "$derived_voices"
+    --derived-voices "$derived_voices" --extra-train "$extra_train"
   if [ "$test_reverb_noise" = true ]; then
     log 0 "data/test through held-out rooms and noises at $reverb_noise_snr dB SNR into data/test_reverb_noise"
     python "$root/tools/make_reverb_noise_set.py" --src data/test --out data/test_reverb_noise --seed "$seed" \

@@ -627,6 +627,47 @@ def test_derived_voices_option_reaches_the_corpus_and_a_bad_value_is_refused(too
     assert asked == [False, False, True]
 
 
+def test_extra_train_adds_train_utterances_of_the_named_speakers_and_leaves_the_rest(tool):
+    sentences = tool.load_sentences(str(SENTENCES))
+    counts = {"train": 300, "dev": 20, "test": 20, "test_unseen": 20}
+    base = tool.plan_corpus(sentences, counts, seed=4, snr_db=20.0, out_dir="x")
+    extra = tool.SynthChoice(dict(tool.DEFAULT_TRAIN_SYNTHS), extra_train=(("flite_slt_m", 5), ("fest_kal", 3)))
+    plan = tool.plan_corpus(sentences, counts, seed=4, snr_db=20.0, out_dir="x", synths=extra)
+    assert plan == tool.plan_corpus(sentences, counts, seed=4, snr_db=20.0, out_dir="x", synths=extra)
+    for split in ("dev", "test", "test_unseen"):
+        assert plan[split] == base[split]
+    assert plan["train"][:300] == base["train"]
+    added = plan["train"][300:]
+    assert [s.speaker.spk_id for s in added] == ["flite_slt_m"] * 5 + ["fest_kal"] * 3
+    assert [s.utt_id for s in added] == [f"{s.speaker.spk_id}-train{i:06d}" for i, s in enumerate(added, 300)]
+    assert added[0].speaker.shift == 0.85 and added[0].speaker.f0 == 0.8  # the derived speaker, not flite's slt
+    train_sentences = {s.text for s in base["train"]} | {s.text for s in added}
+    assert not train_sentences & {s.text for split in ("dev", "test", "test_unseen") for s in base[split]}
+    # each added utterance draws its own settings and noise, as a drawn one does
+    assert len({(s.rate, s.pitch, s.peak) for s in added}) == 8 and len({s.noise_seed for s in plan["train"]}) == 308
+    assert all(tool.RATE[0] <= s.rate <= tool.RATE[1] and tool.PITCH[0] <= s.pitch <= tool.PITCH[1] for s in added)
+
+
+def test_extra_train_refuses_bad_items_and_voices_it_must_not_train(tool, capsys):
+    assert tool.parse_extra_train("") == ()
+    assert tool.parse_extra_train(" flite_slt_m:400, fest_kal:1 ") == (("flite_slt_m", 400), ("fest_kal", 1))
+    for bad, says in (("flite_slt_m", "expected SPEAKER:N with N > 0"), ("flite_slt_m:0", "with N > 0"),
+                      ("flite_slt_m:x", "bad --extra-train item 'flite_slt_m:x'"), ("a:1,a:2", "'a' given twice")):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            tool.parse_extra_train(bad)
+    default = dict(tool.DEFAULT_TRAIN_SYNTHS)
+    for synths, spk in ((tool.SynthChoice(default, extra_train=(("nobody", 1),)), "nobody"),
+                        (tool.SynthChoice(default, extra_train=(("flite_awb", 1),)), "flite_awb"),  # held out
+                        (tool.SynthChoice({"espeak": 1.0}, extra_train=(("flite_slt", 1),)), "flite_slt"),
+                        (tool.SynthChoice({"espeak": 1.0, "festival": 1.0}, "festival", ("kal_diphone",),
+                                          extra_train=(("fest_kal_f", 1),)), "fest_kal_f")):  # derived from held out
+        with pytest.raises(ValueError, match=f"'{spk}' is not a speaker of the training synthesizers"):
+            synths.check()
+    with pytest.raises(SystemExit):
+        tool.main(["--out", "x", *COUNTS, "--extra-train", "flite_rms:10"])
+    assert "'flite_rms' is not a speaker of the training synthesizers" in capsys.readouterr().err
+
+
 @needs_all
 def test_derived_speakers_have_the_intended_f0_formants_and_duration(tool):
     """Each derived speaker against its base voice on the same sentence, rate and pitch: median F0 (torchaudio's
