@@ -14,6 +14,9 @@ $(PY):
 # .installed-dev is everything (make install, make test), .installed-synth,augment the core, the demo's corpus
 # synthesis and its simulated rooms (data/test_reverb_noise).
 $(VENV)/.installed-%: setup.py | $(PY)
+	@free_kb=$$(df -Pk . | awk 'NR == 2 { print $$4 }'); if [ "$${free_kb:-0}" -lt $$((8 * 1024 * 1024)) ]; then \
+	  echo "asrkit: warning: $$((free_kb / 1024)) MB free on the disk of $(CURDIR); the venv takes about 6.5 GB" \
+	    "(torch's CUDA build and its libraries): pip may stop with 'No space left on device'" >&2; fi
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[$*]'
 	@touch $@
