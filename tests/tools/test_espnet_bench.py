@@ -439,6 +439,15 @@ def test_report_rows_with_the_same_lm(report, tmp_path, capsys):
     assert "| asrkit, with the LM | 25.00 |" in table  # 1 substitution
     assert "| ESPnet2, with the LM (asrkit's search on its posteriors) | 50.00 |" in table  # 1 sub + 1 deletion
     assert "both best path: 0.50 (target <= 0.9); both with the same LM and search: 0.50;" in table
+    assert "LM weight / length bonus" not in table  # the decodings' settings are not there
+    # each LM row's weight and bonus from its decode.yaml; "chosen on dev" where --lm-weights tuned it (tune_dev)
+    (out / "asrkit/decode_test_lm/decode.yaml").write_text("mode: ctc_prefix\nlm_weight: 1.2\nlength_bonus: 3.0\n")
+    (out / "espnet/decode_test_lm/decode.yaml").write_text("mode: ctc_prefix\nlm_weight: 0.6\nlength_bonus: 1.0\n")
+    (out / "asrkit/tune_dev").mkdir()
+    (out / "asrkit/tune_dev/results.tsv").write_text("lm_weight\tlength_bonus\tWER\n1.2\t3\t10.00\n")
+    assert report.main(["--out", str(out), "--data", str(data), "--epochs", "2"]) == 0
+    assert ("LM weight / length bonus of the LM rows: asrkit 1.2 / 3.0 (chosen on dev), ESPnet 0.6 / 1.0.\n"
+            in capsys.readouterr().out)
 
 
 def test_report_leaves_out_a_decoding_cut_short(report, tmp_path, capsys):

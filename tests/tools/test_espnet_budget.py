@@ -238,6 +238,11 @@ def bench_sh(*args, tmp_path):
     (["--budget-minutes", "60", "--cores", "0 100000"], "--cores: CPU 100000 is not one this process may run on"),
     ([], "--epochs is required (or --budget-minutes)"),
     (["--epochs", "5", "--probe-from", "x"], "--probe-from belongs to --budget-minutes"),
+    (["--epochs", "5", "--lm-weights", "0.5 1"], "--lm-weights tunes the fusion of --lm-decode-config's LM"),
+    (["--epochs", "5", "--lm-decode-config", "conf/tiny_ctc.yaml", "--lm-weights", "0.5 high"],
+     "--lm-weights and --length-bonuses take numbers, not 'high'"),
+    (["--epochs", "5", "--lm-decode-config", "conf/tiny_ctc.yaml", "--lm-weights", "1", "--length-bonuses", "0 x"],
+     "--lm-weights and --length-bonuses take numbers, not 'x'"),
 ])
 def test_bench_sh_budget_arguments(tmp_path, args, message):
     res = bench_sh(*args, tmp_path=tmp_path)

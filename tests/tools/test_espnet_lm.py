@@ -118,3 +118,46 @@ def test_posteriors_need_no_espnet_to_name_missing_inputs(lm_tool, tmp_path):
     rc = bench.main(["posteriors", "--config", "c.yaml", "--model", "m.pth", "--data", str(tmp_path),
                      "--out", str(tmp_path / "o")])
     assert rc == 1 and "espnet2" not in sys.modules and not (tmp_path / "o").exists()
+
+
+def test_tuning_on_dev_scores_every_pair_as_a_search_of_its_own_and_keeps_the_first_best(lm_tool, tmp_path, capsys):
+    """--tune-ref: each pair's WER equals that of a search built for that pair alone (not reweighted), the grid
+    order is kept, and the best pair (the first of equals) goes into OUT/decode.yaml."""
+    import dataclasses
+
+    from asrkit.score.wer import score_texts
+
+    cfg = _word_lm(tmp_path)
+    arrays = {"u": _log_probs(ESPNET), "short": _log_probs(ESPNET)[:5]}
+    refs = {"u": "AB AB", "short": "AB"}
+    weights, bonuses = [0.0, 0.5, 2.0], [0.0, 3.0]
+    results = lm_tool.tune_posteriors(arrays, ESPNET, TOK, cfg, refs, weights, bonuses)
+    expected = [(w, b, score_texts(refs, lm_tool.decode_posteriors(
+        arrays, ESPNET, TOK, dataclasses.replace(cfg, lm_weight=w, length_bonus=b))).wer) for w in weights for b in bonuses]
+    assert [r[:2] for r in results] == [r[:2] for r in expected]
+    assert [r[2] for r in results] == pytest.approx([r[2] for r in expected])
+    assert [r[2] for r in results] == pytest.approx([2 / 3, 2 / 3, 0, 0, 0, 0])  # without the LM: BA AB, BA
+    with pytest.raises(lm_tool.BenchError, match="different utterances, e.g. short"):
+        lm_tool.tune_posteriors(arrays, ESPNET, TOK, cfg, {"u": "AB AB"}, weights, bonuses)
+    with pytest.raises(lm_tool.BenchError, match="no LM to tune"):
+        lm_tool.tune_posteriors(arrays, ESPNET, TOK, DecodeConfig(mode="ctc_prefix"), refs, weights, bonuses)
+
+    post, out = tmp_path / "post", tmp_path / "tune"
+    post.mkdir()
+    _dump(post, arrays)
+    (tmp_path / "tok.json").write_text('{"kind": "char", "tokens": ["\\u2581", "A", "B"]}')
+    (tmp_path / "decode.yaml").write_text(f"mode: ctc_prefix\nbeam: 8\nlm: {cfg.lm}\nlm_units: word\n"
+                                          f"lexicon: {cfg.lexicon}\nlm_weight: 2.0\n")
+    (tmp_path / "ref.txt").write_text("short AB\nu AB AB\n")
+    args = ["--posteriors", str(post), "--tokenizer", str(tmp_path / "tok.json"), "--decode-config",
+            str(tmp_path / "decode.yaml"), "--out", str(out), "--tune-ref", str(tmp_path / "ref.txt")]
+    assert lm_tool.main([*args, "--lm-weights", *map(str, weights), "--length-bonuses", "0", "3"]) == 0
+    assert (out / "results.tsv").read_text().splitlines() == [
+        "lm_weight\tlength_bonus\tWER", "0\t0\t66.67", "0\t3\t66.67", "0.5\t0\t0.00", "0.5\t3\t0.00", "2\t0\t0.00",
+        "2\t3\t0.00"]
+    chosen = (out / "decode.yaml").read_text()
+    assert "lm_weight: 0.5" in chosen and "length_bonus: 0.0" in chosen and not (out / "text").exists()
+    assert "lm_weight 0.5, length_bonus 0 (0.00% WER" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        lm_tool.main(args)  # --tune-ref without a grid
+    assert "--tune-ref and --lm-weights go together" in capsys.readouterr().err

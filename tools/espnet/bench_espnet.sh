@@ -9,7 +9,8 @@
 #                              --out DIR [--threads 1] [--stage 0] [--stop-stage 100]
 #                              [--tokenizer DIR/lang/tokenizer.json] [--cmvn FILE | none]
 #                              [--overrides "KEY=VALUE ..."] [--probe-epochs 2] [--cores "0 1"]
-#                              [--lm-decode-config decode.yaml] [--probe-from OTHER_OUT]
+#                              [--lm-decode-config decode.yaml] [--lm-weights "W ..." [--length-bonuses "B ..."]]
+#                              [--probe-from OTHER_OUT]
 #   --overrides: asrkit config overrides (as asrkit train's --set; space-separated) applied to --asrkit-config
 #   for both toolkits, e.g. "frontend.utterance_cmn=false data.max_frames=4000" for the demo's model
 #   DIR holds train/ dev/ test/ Kaldi dirs (wav.scp of audio files, text, utt2dur) and lang/ (asrkit's char
@@ -27,6 +28,10 @@
 #            weights): stage 4 dumps ESPnet's CTC log-probabilities (espnet_bench.py posteriors, into
 #            OUT/espnet/posteriors_test/) and decodes them with tools/espnet/espnet_lm.py into
 #            OUT/espnet/decode_test_lm/; stage 5 runs asrkit decode --decode-config FILE into OUT/asrkit/decode_test_lm/
+#   --lm-weights "W ...", --length-bonuses "B ..." (with --lm-decode-config): each model's LM weight and length
+#            bonus chosen on dev/ by the same grid before test is decoded: asrkit's by asrkit tune-fusion into
+#            OUT/asrkit/tune_dev/, ESPnet's by espnet_lm.py --tune-ref on its dev posteriors into OUT/espnet/tune_dev/
+#            (a model trained longer is more confident, so one weight for both favours one of them)
 #   stage 6: per-step time of both on identical batches (tools/espnet/espnet_step_time.py, interleaved, 2 rounds)
 #   stage 7: score all three decodings, print the table and write it to OUT/results.md
 #            (tools/espnet/espnet_report.py); the asrkit / ESPnet WER ratio is taken against ESPnet's best path (the
@@ -64,6 +69,8 @@ probe_epochs=2      # epochs of the probe that measures each toolkit's seconds p
 cores="0 1"         # the CPUs of asrkit and ESPnet in the equal-time mode
 lm_decode_config="" # a decode.yaml with an LM: both models decoded by asrkit's search with it (stages 4 and 5)
 probe_from=""       # the OUT of an equal-time run whose probe this one reuses (stage 2)
+lm_weights=""       # with lm_decode_config: the grid of LM weights each model's fusion is chosen from on dev
+length_bonuses="0"  # and of length bonuses
 . "$root/tools/parse_options.sh"
 usage_error() { echo "$0: $*" >&2; exit 2; }
 [ $# -eq 0 ] || usage_error "unexpected argument '$1' (see --help)"
@@ -93,6 +100,11 @@ elif [ -z "$epochs" ]; then
 fi
 [ -z "$lm_decode_config" ] || [ -f "$lm_decode_config" ] \
   || usage_error "--lm-decode-config: $lm_decode_config: no such file"
+[ -z "$lm_weights" ] || [ -n "$lm_decode_config" ] \
+  || usage_error "--lm-weights tunes the fusion of --lm-decode-config's LM: give that too"
+for v in $lm_weights $length_bonuses; do
+  [[ "$v" =~ ^-?[0-9]+([.][0-9]+)?$ ]] || usage_error "--lm-weights and --length-bonuses take numbers, not '$v'"
+done
 for split in train dev test; do
   [ -d "$data/$split" ] || { echo "$0: $data/$split: no such Kaldi data dir" >&2; exit 1; }
 done
@@ -254,8 +266,20 @@ if run_stage 4; then
     "$esp" "$helper" posteriors --config "$out/espnet/exp/config.yaml" \
       --model "$out/espnet/exp/${espnet_epochs}epoch.pth" --data "$data/test" --out "$out/espnet/posteriors_test" \
       2> "$out/espnet/posteriors_test.log" || { tail -n 30 "$out/espnet/posteriors_test.log" >&2; exit 1; }
+    esp_decode_config="$lm_decode_config"
+    if [ -n "$lm_weights" ]; then
+      log 4 "ESPnet's LM weight and length bonus chosen on $data/dev (its posteriors) into tune_dev"
+      "$esp" "$helper" posteriors --config "$out/espnet/exp/config.yaml" \
+        --model "$out/espnet/exp/${espnet_epochs}epoch.pth" --data "$data/dev" --out "$out/espnet/posteriors_dev" \
+        2> "$out/espnet/posteriors_dev.log" || { tail -n 30 "$out/espnet/posteriors_dev.log" >&2; exit 1; }
+      # shellcheck disable=SC2086  # the grids are lists of numbers (checked above)
+      "$py" "$root/tools/espnet/espnet_lm.py" --posteriors "$out/espnet/posteriors_dev" --tokenizer "$tokenizer" \
+        --decode-config "$lm_decode_config" --tune-ref "$data/dev/text" --lm-weights $lm_weights \
+        --length-bonuses $length_bonuses --out "$out/espnet/tune_dev"
+      esp_decode_config="$out/espnet/tune_dev/decode.yaml"
+    fi
     "$py" "$root/tools/espnet/espnet_lm.py" --posteriors "$out/espnet/posteriors_test" --tokenizer "$tokenizer" \
-      --decode-config "$lm_decode_config" --out "$out/espnet/decode_test_lm"
+      --decode-config "$esp_decode_config" --out "$out/espnet/decode_test_lm"
   fi
 fi
 
@@ -263,9 +287,18 @@ if run_stage 5; then
   log 5 "asrkit greedy CTC decoding of $data/test"
   "$root/.venv/bin/asrkit" decode --model "$out/asrkit/exp" --data "$data/test" --out "$out/asrkit/decode_test"
   if [ -n "$lm_decode_config" ]; then
-    log 5 "asrkit decoding of $data/test as $lm_decode_config says into decode_test_lm"
-    "$root/.venv/bin/asrkit" decode --model "$out/asrkit/exp" --data "$data/test" --decode-config "$lm_decode_config" \
-      --out "$out/asrkit/decode_test_lm"
+    asrkit_decode_config="$lm_decode_config"
+    if [ -n "$lm_weights" ]; then
+      log 5 "asrkit's LM weight and length bonus chosen on $data/dev into tune_dev"
+      # shellcheck disable=SC2086  # the grids are lists of numbers (checked above)
+      "$root/.venv/bin/asrkit" tune-fusion --model "$out/asrkit/exp" --data "$data/dev" \
+        --decode-config "$lm_decode_config" --lm-weights $lm_weights --length-bonuses $length_bonuses \
+        --out "$out/asrkit/tune_dev"
+      asrkit_decode_config="$out/asrkit/tune_dev/decode.yaml"
+    fi
+    log 5 "asrkit decoding of $data/test as $asrkit_decode_config says into decode_test_lm"
+    "$root/.venv/bin/asrkit" decode --model "$out/asrkit/exp" --data "$data/test" \
+      --decode-config "$asrkit_decode_config" --out "$out/asrkit/decode_test_lm"
   fi
 fi
 

@@ -167,6 +167,24 @@ def budget_line(plan: Dict) -> str:
             f"{', '.join(fits)}.\n")
 
 
+def fusion_line(out_dir: str) -> str:
+    """The LM weight and length bonus each toolkit's LM row used (its decode_test_lm/decode.yaml), and whether
+    they were chosen on dev (bench_espnet.sh --lm-weights: its tune_dev/); '' without both LM rows."""
+    import yaml
+
+    used = []
+    for key, name in (("asrkit", "asrkit"), ("espnet", "ESPnet")):
+        path = os.path.join(out_dir, key, "decode_test_lm", "decode.yaml")
+        if not os.path.isfile(path):
+            return ""
+        with open(path, encoding="utf-8") as fh:
+            cfg = yaml.safe_load(fh) or {}
+        tuned = os.path.isfile(os.path.join(out_dir, key, "tune_dev", "results.tsv"))
+        used.append(f"{name} {cfg.get('lm_weight')} / {cfg.get('length_bonus')}"
+                    f"{' (chosen on dev)' if tuned else ''}")
+    return f"LM weight / length bonus of the LM rows: {', '.join(used)}.\n"
+
+
 def write_report(out_dir: str, data_dir: str, epochs: Optional[int], threads: int = 1,
                  budget_plan: Optional[str] = None) -> str:
     """The whole report of the benchmark's OUT dir (the table, the per-step times and the batch counts where
@@ -184,6 +202,7 @@ def write_report(out_dir: str, data_dir: str, epochs: Optional[int], threads: in
     table = results_table(rows, audio_seconds(os.path.join(data_dir, "train")), per_toolkit, threads)
     if plan:
         table += budget_line(plan)
+    table += fusion_line(out_dir)
     steps = load_record(os.path.join(out_dir, "step_time.json"))
     if steps:
         table += step_time_lines(steps)
