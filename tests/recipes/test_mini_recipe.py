@@ -48,10 +48,11 @@ def test_mini_recipe_runs_every_stage(tmp_path):
         pytest.skip("KenLM's lmplz is not built (make install builds it: tools/install/install_kenlm.sh)")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     cmd = ["bash", str(REPO / "recipes" / "mini" / "run.sh"), "--workdir", str(tmp_path), "--num-train", "8",
-           "--num-dev", "2", "--num-test", "2", "--num-test-unseen", "2", "--jobs", "1",
-           "--train-opts", TINY_TRAIN + " --set model.encoder.num_layers=3", "--average", "1"]
+           "--num-dev", "2", "--num-test", "2", "--num-test-unseen", "2", "--jobs", "1", "--extra-train",
+           "flite_slt_m:1", "--train-opts", TINY_TRAIN + " --set model.encoder.num_layers=3", "--average", "1"]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
+    assert list(read_table(tmp_path / "data/train/utt2spk").items())[-1] == ("flite_slt_m-train000008", "flite_slt_m")
     for stage in range(8):
         assert f"[stage {stage}]" in run.stdout
     assert "validating data/test_unseen" in run.stdout and len(read_table(tmp_path / "data/test_unseen/text")) == 2
@@ -232,16 +233,16 @@ def test_a_work_dir_without_test_reverb_noise_is_told_how_to_make_it(tmp_path):
 
 def test_derived_voices_reach_stage_0_and_a_bad_value_is_refused(tmp_path):
     """--derived-voices and --extra-train go to make_synthetic_corpus.py (a stand-in python records stage 0's
-    call), off and empty by default; a derived-voices value other than true or false stops the recipe with a
+    call), off and flite_slt_m:400 by default; a derived-voices value other than true or false stops the recipe with a
     message naming the option (the tool itself refuses a bad --extra-train, tests/tools)."""
     env = _recording_stand_in(tmp_path, "python")
     cmd = ["bash", str(REPO / "recipes" / "mini" / "run.sh"), "--workdir", str(tmp_path / "work"), "--stage", "0",
            "--stop-stage", "0", "--test-reverb-noise", "false"]
-    for extra in ([], ["--derived-voices", "true", "--extra-train", "flite_slt_m:400"]):
+    for extra in ([], ["--derived-voices", "true", "--extra-train", ""]):
         run = subprocess.run(cmd + extra, env=env, capture_output=True, text=True, timeout=60)
         assert run.returncode == 0, run.stderr[-3000:]
     calls = (tmp_path / "calls.txt").read_text().splitlines()
     assert [c.split("make_synthetic_corpus.py ")[1].split(" --derived-voices ")[1] for c in calls] == [
-        "false --extra-train ", "true --extra-train flite_slt_m:400"]
+        "false --extra-train flite_slt_m:400", "true --extra-train "]
     bad = subprocess.run(cmd + ["--derived-voices", "yes"], env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and "--derived-voices must be true or false, not 'yes'" in bad.stderr
