@@ -4,8 +4,8 @@
 Usage:
     python tools/make_synthetic_corpus.py --out data --num-train 1000 --num-dev 100 --num-test 100 \\
         [--num-test-unseen 100] [--train-synths espeak:2,festival,flite] [--unseen-synth flite] \\
-        [--unseen-voices awb,rms] [--derived-voices false|true] [--extra-train SPK:N,...] --seed 0 [--snr-db 20 | --no-noise] [--jobs 2] \\
-        [--audio-dir DIR] [--sentences FILE]
+        [--unseen-voices awb,rms] [--derived-voices false|true] [--extra-train SPK:N,...] --seed 0 \\
+        [--snr-db 20 | --no-noise] [--jobs 2] [--audio-dir DIR] [--sentences FILE]
 
 Writes ``OUT/train``, ``OUT/dev``, ``OUT/test`` and (unless ``--num-test-unseen 0``) ``OUT/test_unseen``,
 each holding ``wav.scp``, ``text``, ``utt2spk``, ``spk2utt`` and ``utt2dur`` (sorted by key), with 16 kHz
@@ -278,7 +278,8 @@ def plan_corpus(sentences: Sequence[str], counts: Dict[str, int], seed: int, snr
     synths.check()
     counts = {split: counts.get(split, 0) for split in SPLITS}
     n_heldout = counts["test"] + counts["dev"] + counts["test_unseen"]
-    if (n_heldout >= len(sentences) and counts["train"] > 0) or n_heldout > len(sentences):
+    n_train = counts["train"] + sum(n for _, n in synths.extra_train)
+    if (n_heldout >= len(sentences) and n_train > 0) or n_heldout > len(sentences):
         raise ValueError(f"{counts['dev']} dev + {counts['test']} test + {counts['test_unseen']} test_unseen "
                          f"utterances need that many distinct sentences and leave none for train; the corpus "
                          f"has {len(sentences)}")
@@ -286,8 +287,8 @@ def plan_corpus(sentences: Sequence[str], counts: Dict[str, int], seed: int, snr
     bounds = np.cumsum([counts["test"], counts["dev"], counts["test_unseen"]])
     pools = {"test": order[:bounds[0]], "dev": order[bounds[0]:bounds[1]],
              "test_unseen": order[bounds[1]:bounds[2]], "train": order[bounds[2]:]}
-    if counts["train"] > len(pools["train"]):
-        print(f"note: {counts['train']} train utterances but {len(pools['train'])} train sentences: "
+    if n_train > len(pools["train"]):
+        print(f"note: {n_train} train utterances but {len(pools['train'])} train sentences: "
               "sentences are reused with other voices", file=sys.stderr)
     seen = {synth: synths.train_pool(synth) for synth in synths.train_synths}
     heldout = synthesizers.espeak_heldout_speakers()

@@ -646,6 +646,11 @@ def test_extra_train_adds_train_utterances_of_the_named_speakers_and_leaves_the_
     # each added utterance draws its own settings and noise, as a drawn one does
     assert len({(s.rate, s.pitch, s.peak) for s in added}) == 8 and len({s.noise_seed for s in plan["train"]}) == 308
     assert all(tool.RATE[0] <= s.rate <= tool.RATE[1] and tool.PITCH[0] <= s.pitch <= tool.PITCH[1] for s in added)
+    # extra utterances alone need train sentences too: every sentence held out leaves them none
+    held_all = {"train": 0, "dev": len(sentences) - 40, "test": 20, "test_unseen": 20}
+    with pytest.raises(ValueError, match="leave none for train"):
+        tool.plan_corpus(sentences, held_all, seed=4, snr_db=None, out_dir="x", synths=extra)
+    assert tool.plan_corpus(sentences, held_all, seed=4, snr_db=None, out_dir="x")["train"] == []
 
 
 def test_extra_train_refuses_bad_items_and_voices_it_must_not_train(tool, capsys):
