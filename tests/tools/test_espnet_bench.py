@@ -446,7 +446,7 @@ def test_report_rows_with_the_same_lm(report, tmp_path, capsys):
     (out / "asrkit/tune_dev").mkdir()
     (out / "asrkit/tune_dev/results.tsv").write_text("lm_weight\tlength_bonus\tWER\n1.2\t3\t10.00\n")
     assert report.main(["--out", str(out), "--data", str(data), "--epochs", "2"]) == 0
-    assert ("LM weight / length bonus of the LM rows: asrkit 1.2 / 3.0 (chosen on dev), ESPnet 0.6 / 1.0.\n"
+    assert ("LM weight / length bonus of the LM rows: asrkit 1.2 / 3 (chosen on dev), ESPnet 0.6 / 1.\n"
             in capsys.readouterr().out)
 
 

@@ -170,18 +170,16 @@ def budget_line(plan: Dict) -> str:
 def fusion_line(out_dir: str) -> str:
     """The LM weight and length bonus each toolkit's LM row used (its decode_test_lm/decode.yaml), and whether
     they were chosen on dev (bench_espnet.sh --lm-weights: its tune_dev/); '' without both LM rows."""
-    import yaml
+    from asrkit.config import load_decode_config
 
     used = []
     for key, name in (("asrkit", "asrkit"), ("espnet", "ESPnet")):
         path = os.path.join(out_dir, key, "decode_test_lm", "decode.yaml")
         if not os.path.isfile(path):
             return ""
-        with open(path, encoding="utf-8") as fh:
-            cfg = yaml.safe_load(fh) or {}
+        cfg = load_decode_config(path)
         tuned = os.path.isfile(os.path.join(out_dir, key, "tune_dev", "results.tsv"))
-        used.append(f"{name} {cfg.get('lm_weight')} / {cfg.get('length_bonus')}"
-                    f"{' (chosen on dev)' if tuned else ''}")
+        used.append(f"{name} {cfg.lm_weight:g} / {cfg.length_bonus:g}{' (chosen on dev)' if tuned else ''}")
     return f"LM weight / length bonus of the LM rows: {', '.join(used)}.\n"
 
 
