@@ -150,22 +150,22 @@ class SynthChoice:
     def train_pool(self, synth: str) -> List[Speaker]:
         """The speakers of ``synth`` that train, dev and test draw from: the unseen voices are never among them,
         nor the speakers derived from them."""
+        return self._pool(synth, self.derived)
+
+    def _pool(self, synth: str, derived: bool) -> List[Speaker]:
         held = {s.voice for s in self.unseen_pool()} if synth == self.unseen_synth else set()
-        pool = voices(synth) + (synthesizers.derived_voices(synth) if self.derived else [])
+        pool = voices(synth) + (synthesizers.derived_voices(synth) if derived else [])
         return [s for s in pool if s.voice not in held]
 
     def extra_train_speakers(self) -> List[Tuple[Speaker, int]]:
         """``extra_train`` resolved: any speaker of a training synthesizer, derived ones included, but never a
         held-out voice nor one derived from it."""
-        known: Dict[str, Speaker] = {}
-        for synth in self.train_synths:
-            held = {s.voice for s in self.unseen_pool()} if synth == self.unseen_synth else set()
-            known.update({s.spk_id: s for s in voices(synth) + synthesizers.derived_voices(synth)
-                          if s.voice not in held})
+        known = {s.spk_id: s for synth in self.train_synths for s in self._pool(synth, derived=True)}
         out = []
         for spk_id, count in self.extra_train:
             if spk_id not in known:
-                derived = sorted(k for k, s in known.items() if s.shift != 1.0 or s.f0 != 1.0)
+                derived = sorted(s.spk_id for synth in self.train_synths for s in synthesizers.derived_voices(synth)
+                                 if s.spk_id in known)
                 raise ValueError(f"--extra-train: '{spk_id}' is not a speaker of the training synthesizers "
                                  f"({', '.join(self.train_synths)}) outside test_unseen's voices; expected a "
                                  f"training speaker id (utt2spk) or a derived one ({', '.join(derived) or 'none'})")

@@ -94,8 +94,8 @@ PITCH_BY_RESAMPLING = {("festival", "cmu_us_slt_arctic_hts"), ("flite", "rms")}
 # Derived speakers: synthesizer -> (base voice, speaker id, F0 factor, vocal-tract shift). The male slt: F0
 # 172 Hz x 0.8 x 0.85 = 117 Hz (flite's awb 116 Hz, rms 100 Hz, measured by median) and formants x 0.85, about
 # the male/female ratio of vocal-tract lengths; festival's slt (HTS) takes no F0 setting (nor hts_engine's -fm,
-# measured), so the shift alone moves it (median 159 -> 142 Hz, measured). kal and ked (~105 Hz) become ~190 Hz with formants
-# x 1.17: diphone pitch marks stay clean at a 1.6x F0 change.
+# measured), so the shift alone moves it (median 159 -> 142 Hz, measured). kal and ked (~105 Hz) become ~190 Hz
+# with formants x 1.17: diphone pitch marks stay clean at a 1.6x F0 change.
 DERIVED_VOICES: Dict[str, Tuple[Tuple[str, str, float, float], ...]] = {
     "flite": (("slt", "flite_slt_m", 0.8, 0.85),),
     "festival": (("cmu_us_slt_arctic_hts", "fest_slt_m", 1.0, 0.85), ("kal_diphone", "fest_kal_f", 1.6, 1.17),

@@ -11,12 +11,10 @@ import argparse
 import logging
 import os
 import sys
-from dataclasses import replace
 from typing import List, Optional
 
 from asrkit.cli.decode_options import add_decode_options, decode_config_from_args
 from asrkit.cli.device import DeviceError, add_device_option, resolve_device
-from asrkit.config import save_config
 from asrkit.data.table import read_table
 from asrkit.score.wer import score_texts
 
@@ -45,7 +43,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not os.path.isfile(text):
         p.error(f"--data {args.data}: no text file to score against")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from asrkit.pipeline import Transcriber, tune_fusion
+    from asrkit.pipeline import Transcriber, save_tuning, tune_fusion
 
     try:
         decode = decode_config_from_args(args)
@@ -61,14 +59,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return score_texts(refs, hyps, cer=args.cer).wer
 
     results = tune_fusion(transcriber, args.data, args.lm_weights, args.length_bonuses, error_rate, args.batch_size)
-    best = min(results, key=lambda r: r[2])  # the first of equals: grid order
-    os.makedirs(args.out, exist_ok=True)
     unit = "CER" if args.cer else "WER"
-    with open(os.path.join(args.out, "results.tsv"), "w", encoding="utf-8") as fh:
-        fh.write(f"lm_weight\tlength_bonus\t{unit}\n")
-        for weight, bonus, err in results:
-            fh.write(f"{weight:g}\t{bonus:g}\t{100 * err:.2f}\n")
-    save_config(replace(decode, lm_weight=best[0], length_bonus=best[1]), os.path.join(args.out, "decode.yaml"))
+    best = save_tuning(args.out, results, decode, unit)
     print(f"{'lm_weight':>9} {'bonus':>6} {unit:>7}")
     for weight, bonus, err in results:
         print(f"{weight:9g} {bonus:6g} {100 * err:6.2f}%{'  <- best' if (weight, bonus, err) == best else ''}")

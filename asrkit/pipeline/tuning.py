@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import logging
+import os
+from dataclasses import replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from asrkit.config import ConfigError
+from asrkit.config import ConfigError, DecodeConfig, save_config
 from asrkit.pipeline.transcriber import Transcriber, pad_waveforms
 
 log = logging.getLogger("asrkit.pipeline")
@@ -42,3 +44,16 @@ def tune_fusion(transcriber: Transcriber, data_dir: str, lm_weights: Sequence[fl
             results.append((weight, bonus, evaluate(hyps)))
             log.info("lm_weight %g length_bonus %g: %.2f%%", weight, bonus, 100 * results[-1][2])
     return results
+
+
+def save_tuning(out_dir: str, results: Sequence[Tuple[float, float, float]], decode: DecodeConfig,
+                unit: str = "WER") -> Tuple[float, float, float]:
+    """Write a grid's ``results`` (as :func:`tune_fusion` returns them) to OUT/results.tsv and ``decode`` with the
+    best pair (the lowest error, the first of equals in grid order) to OUT/decode.yaml; returns the best."""
+    best = min(results, key=lambda r: r[2])
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "results.tsv"), "w", encoding="utf-8") as fh:
+        fh.write(f"lm_weight\tlength_bonus\t{unit}\n")
+        fh.writelines(f"{weight:g}\t{bonus:g}\t{100 * err:.2f}\n" for weight, bonus, err in results)
+    save_config(replace(decode, lm_weight=best[0], length_bonus=best[1]), os.path.join(out_dir, "decode.yaml"))
+    return best

@@ -22,7 +22,6 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -36,6 +35,7 @@ from espnet_bench import ASRKIT_SPACE, SPACE, BenchError  # noqa: E402
 from asrkit.config import DecodeConfig, load_decode_config, save_config  # noqa: E402
 from asrkit.data.table import read_table  # noqa: E402
 from asrkit.pipeline.searcher import Searcher  # noqa: E402
+from asrkit.pipeline.tuning import save_tuning  # noqa: E402
 from asrkit.score.wer import score_texts  # noqa: E402
 from asrkit.text.tokenizer import Tokenizer, load_tokenizer  # noqa: E402
 
@@ -146,11 +146,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     os.makedirs(args.out, exist_ok=True)
     if args.tune_ref:
-        best = min(results, key=lambda r: r[2])  # the first of equals: grid order, as asrkit tune-fusion
-        with open(os.path.join(args.out, "results.tsv"), "w", encoding="utf-8") as fh:
-            fh.write("lm_weight\tlength_bonus\tWER\n")
-            fh.writelines(f"{w:g}\t{b:g}\t{100 * e:.2f}\n" for w, b, e in results)
-        save_config(replace(cfg, lm_weight=best[0], length_bonus=best[1]), os.path.join(args.out, "decode.yaml"))
+        best = save_tuning(args.out, results, cfg)  # asrkit tune-fusion's files and rule
         print(f"espnet_lm.py: lm_weight {best[0]:g}, length_bonus {best[1]:g} ({100 * best[2]:.2f}% WER on "
               f"{args.tune_ref}) into {os.path.join(args.out, 'decode.yaml')}", file=sys.stderr)
         return 0
