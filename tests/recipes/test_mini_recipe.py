@@ -233,7 +233,7 @@ def test_a_work_dir_without_test_reverb_noise_is_told_how_to_make_it(tmp_path):
 
 def test_derived_voices_reach_stage_0_and_a_bad_value_is_refused(tmp_path):
     """--derived-voices and --extra-train go to make_synthetic_corpus.py (a stand-in python records stage 0's
-    call), off and flite_slt_m:400 by default; a derived-voices value other than true or false stops the recipe with a
+    call), off and flite_slt_m:800 by default; a derived-voices value other than true or false stops the recipe with a
     message naming the option (the tool itself refuses a bad --extra-train, tests/tools)."""
     env = _recording_stand_in(tmp_path, "python")
     cmd = ["bash", str(REPO / "recipes" / "mini" / "run.sh"), "--workdir", str(tmp_path / "work"), "--stage", "0",
@@ -243,6 +243,6 @@ def test_derived_voices_reach_stage_0_and_a_bad_value_is_refused(tmp_path):
         assert run.returncode == 0, run.stderr[-3000:]
     calls = (tmp_path / "calls.txt").read_text().splitlines()
     assert [c.split("make_synthetic_corpus.py ")[1].split(" --derived-voices ")[1] for c in calls] == [
-        "false --extra-train flite_slt_m:400", "true --extra-train "]
+        "false --extra-train flite_slt_m:800", "true --extra-train "]
     bad = subprocess.run(cmd + ["--derived-voices", "yes"], env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and "--derived-voices must be true or false, not 'yes'" in bad.stderr
